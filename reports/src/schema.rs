@@ -1,0 +1,122 @@
+//! The result file: one JSON document per run, `schema_version` first.
+//!
+//! This is the contract between a run and everything that reads it later (report, compare):
+//! readers never look at a suite's internals, only at these records.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Bumped when a field changes meaning or is removed; adding optional fields does not bump it.
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ResultFile {
+    pub schema_version: u32,
+    /// The suite's name: "link", "hpl", ...
+    pub suite: String,
+    pub tool: Tool,
+    /// RFC 3339, UTC.
+    pub started_at: String,
+    pub finished_at: String,
+    /// Every parameter of the run, defaults included, as the suite's config serializes.
+    pub params: Value,
+    /// Each distinct host that ran a rank.
+    pub hosts: Vec<Host>,
+    /// Where each rank ran: `ranks[r]` is the hostname of rank r.
+    pub ranks: Vec<String>,
+    pub network: Network,
+    /// The suite's own figures (for link: `latency` and `bandwidth` lists).
+    pub results: Value,
+    pub verification: Verification,
+    /// Reasons not to trust the figures fully (noisy, oversubscribed, unverified).
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Tool {
+    pub name: String,
+    pub version: String,
+    /// `git rev-parse HEAD` at build time, "unknown" outside a checkout.
+    pub git_commit: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Host {
+    pub hostname: String,
+    /// "linux", "macos", ...
+    pub os: String,
+    /// Distribution or product version, e.g. "Debian GNU/Linux 12 (bookworm)", "macOS 26.2".
+    pub os_version: String,
+    pub kernel: String,
+    pub arch: String,
+    pub cpu_model: String,
+    pub cores_physical: usize,
+    pub cores_logical: usize,
+    pub memory_total_bytes: u64,
+    pub memory_available_bytes: u64,
+    /// BLAS library and kernel where a suite uses one (hpl); None where nothing was loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blas: Option<Blas>,
+    /// Ranks that ran on this host.
+    #[serde(default)]
+    pub ranks: Vec<usize>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Blas {
+    /// "openblas", "accelerate", "rust-fallback", ...
+    pub name: String,
+    /// The kernel in use, e.g. openblas_get_corename() ("Haswell"), and the config string.
+    pub kernel: String,
+    /// Variables that change the kernel choice (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE), as set.
+    #[serde(default)]
+    pub env: Vec<String>,
+}
+
+/// What the data travelled over.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Network {
+    /// "tcp", "shm", "verbs".
+    pub transport: String,
+    /// The interface the data used ("lo", "en3", "bridge0"), where one applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface: Option<String>,
+    /// ethernet | thunderbolt-ip | thunderbolt-bridge | rdma | loopback | shm | wifi | virtual | unknown
+    pub link_kind: String,
+    /// Nominal link speed in Gbit/s (10^9) as the OS reports it; None where unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nominal_gbit_per_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
+    /// Data address of each rank (tcp), in rank order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<String>,
+    /// Parallel connections per peer (tcp).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streams: Option<usize>,
+    /// A short label for tables and charts: "tcp/lo (loopback)".
+    pub label: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Verification {
+    /// True when every check passed.
+    pub passed: bool,
+    pub checks: Vec<Check>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Check {
+    pub name: String,
+    pub passed: bool,
+    pub detail: String,
+}
+
+impl Verification {
+    pub fn from_checks(checks: Vec<Check>) -> Self {
+        Verification {
+            passed: !checks.is_empty() && checks.iter().all(|c| c.passed),
+            checks,
+        }
+    }
+}

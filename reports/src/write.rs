@@ -1,0 +1,131 @@
+//! Writing result files so that a reader never sees half of one: write a temporary file in the
+//! same folder, flush it to disk, then rename it over the final name.
+
+use crate::ResultFile;
+use anyhow::{Context, Result};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create folder {}", dir.display()))?;
+    let name = path
+        .file_name()
+        .with_context(|| format!("{} is not a file name", path.display()))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let result = (|| -> Result<()> {
+        let mut f = std::fs::File::create(&tmp)
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+            .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))?;
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.with_context(|| format!("cannot write result file {}", path.display()))
+}
+
+pub fn write_result(path: &Path, result: &ResultFile) -> Result<()> {
+    let mut bytes = serde_json::to_vec_pretty(result)?;
+    bytes.push(b'\n');
+    write_atomic(path, &bytes)
+}
+
+/// Reads a result file, refusing ones from a newer tbbench with one clear line.
+pub fn read_result(path: &Path) -> Result<ResultFile> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let value: serde_json::Value = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{} is not valid JSON (truncated or corrupt?)",
+            path.display()
+        )
+    })?;
+    let version = value
+        .get("schema_version")
+        .and_then(|v| v.as_u64())
+        .with_context(|| {
+            format!(
+                "{} has no schema_version: not a tbbench result file",
+                path.display()
+            )
+        })?;
+    if version > crate::SCHEMA_VERSION as u64 {
+        anyhow::bail!(
+            "{} has schema_version {version}, newer than this tbbench reads ({}): upgrade tbbench",
+            path.display(),
+            crate::SCHEMA_VERSION
+        );
+    }
+    serde_json::from_value(value)
+        .with_context(|| format!("{} does not match the result schema", path.display()))
+}
+
+/// `results/<suite>-<UTC timestamp>.json`, the default place for a run's file.
+pub fn default_path(suite: &str, started: time::OffsetDateTime) -> PathBuf {
+    let f = time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
+    let stamp = started.format(&f).unwrap_or_else(|_| "unknown".into());
+    PathBuf::from("results").join(format!("{suite}-{stamp}.json"))
+}
+
+pub fn rfc3339(t: time::OffsetDateTime) -> String {
+    t.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_write_leaves_no_temp_file_and_replaces_old_content() {
+        let dir = std::env::temp_dir().join(format!("tbbench-write-{}", std::process::id()));
+        let path = dir.join("sub/r.json");
+        write_atomic(&path, b"one").unwrap();
+        write_atomic(&path, b"two").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"two");
+        let names: Vec<_> = std::fs::read_dir(dir.join("sub"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn unreadable_results_get_one_line_naming_the_file() {
+        let dir = std::env::temp_dir().join(format!("tbbench-read-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("cut.json");
+        std::fs::write(&p, "{\"schema_version\": 1, \"suite\": \"li").unwrap();
+        let e = format!("{:#}", read_result(&p).unwrap_err());
+        assert!(
+            e.contains("cut.json") && e.contains("not valid JSON"),
+            "{e}"
+        );
+        std::fs::write(&p, "{\"schema_version\": 99}").unwrap();
+        let e = format!("{:#}", read_result(&p).unwrap_err());
+        assert!(e.contains("newer"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn default_path_has_suite_and_utc_stamp() {
+        let t = time::macros::datetime!(2026-12-02 13:05:01 UTC);
+        assert_eq!(
+            default_path("link", t),
+            PathBuf::from("results/link-20261202T130501Z.json")
+        );
+    }
+}

@@ -1,0 +1,370 @@
+//! Runs a suite: in the process the user started, as the launcher; in each rank process, as
+//! the rank (rendezvous, transport, the suite, the result file). One generic function for every
+//! suite, so adding a suite touches nothing here.
+
+use crate::comm::Comm;
+use crate::launch::{
+    self, ENV_ADDR, ENV_LABEL, ENV_LAUNCHED, ENV_RANK, ENV_RDV, ENV_SIZE, ENV_TOKEN,
+    PROTOCOL_PREFIX,
+};
+use crate::netinfo;
+use crate::options::{RunOptions, TransportKind};
+use crate::rendezvous::{self, Control, RankInfo, Token};
+use crate::suite::{Context, Suite};
+use crate::sysinfo;
+use crate::transport::{shm, tcp, PeerName, Transport};
+use anyhow::{anyhow, bail, Context as _, Result};
+use std::io::{BufRead, Read};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
+use tbbench_reports::{Host, Network, ResultFile, Tool, Verification, SCHEMA_VERSION};
+
+/// True in a process started by a launcher (or by hand) as one rank.
+pub fn is_rank_process() -> bool {
+    std::env::var_os(ENV_RANK).is_some()
+}
+
+/// Entry point for every suite: launches the ranks, or runs as one of them.
+pub fn run<S: Suite>(config: &S::Config, opts: &RunOptions, tool: &Tool) -> Result<i32> {
+    if is_rank_process() {
+        rank_main::<S>(config, opts, tool)
+    } else {
+        launch::launch(opts, S::NAME)
+    }
+}
+
+fn env_usize(name: &str) -> Result<usize> {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| anyhow!("{name} is not set to a number"))
+}
+
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn rank_main<S: Suite>(config: &S::Config, opts: &RunOptions, tool: &Tool) -> Result<i32> {
+    let started = time::OffsetDateTime::now_utc();
+    let rank = env_usize(ENV_RANK)?;
+    let size = env_usize(ENV_SIZE)?;
+    if rank >= size {
+        bail!("{ENV_RANK}={rank} is not below {ENV_SIZE}={size}");
+    }
+    let launched = std::env::var(ENV_LAUNCHED).as_deref() == Ok("1");
+    let token = if launched {
+        let mut line = String::new();
+        std::io::stdin()
+            .lock()
+            .read_line(&mut line)
+            .context("cannot read the session token from the launcher")?;
+        // The launcher holds our stdin open for the whole run; EOF means it is gone.
+        std::thread::spawn(|| {
+            let mut sink = [0u8; 64];
+            while matches!(std::io::stdin().read(&mut sink), Ok(n) if n > 0) {}
+            std::process::exit(1);
+        });
+        Token::from_hex(&line)?
+    } else {
+        Token::from_hex(&std::env::var(ENV_TOKEN).map_err(|_| anyhow!("{ENV_TOKEN} is not set"))?)?
+    };
+    let mut host = sysinfo::this_host();
+    let label = std::env::var(ENV_LABEL).unwrap_or_else(|_| host.hostname.clone());
+    let data_ip: Option<IpAddr> = match (&opts.iface, std::env::var(ENV_ADDR).ok()) {
+        (Some(iface), _) => Some(IpAddr::V4(netinfo::ipv4_of(iface)?)),
+        (None, Some(a)) => Some(
+            a.parse()
+                .map_err(|_| anyhow!("{ENV_ADDR}={a} is not an IP address"))?,
+        ),
+        (None, None) => opts.addr,
+    };
+    let data_listener = match opts.transport {
+        TransportKind::Tcp => Some(tcp::bind_listener(
+            data_ip.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
+        )?),
+        TransportKind::Shm => None,
+    };
+    host.ranks = vec![rank];
+    let me = RankInfo {
+        rank,
+        hostname: host.hostname.clone(),
+        label: label.clone(),
+        data_ip: data_ip.map(|ip| ip.to_string()),
+        data_port: data_listener
+            .as_ref()
+            .map(|l| l.local_addr().map(|a| a.port()))
+            .transpose()?
+            .unwrap_or(0),
+        pid: std::process::id(),
+        boot_id: boot_id(),
+        host,
+    };
+
+    let (table, conns, rdv_listener) = if rank == 0 {
+        let bind = SocketAddr::new(
+            data_ip.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
+            opts.port,
+        );
+        let listener = TcpListener::bind(bind)
+            .with_context(|| format!("cannot listen for the rendezvous on {bind}"))?;
+        if opts.transport == TransportKind::Shm {
+            shm::create_segment(&token.0, size)?;
+        }
+        let port = listener.local_addr()?.port();
+        if launched {
+            println!("{PROTOCOL_PREFIX}RENDEZVOUS {port}");
+        } else {
+            eprintln!(
+                "tbbench: rank 0 waiting for {} rank(s) at {}",
+                size - 1,
+                SocketAddr::new(bind.ip(), port)
+            );
+        }
+        let gathered = rendezvous::gather_ranks(&listener, &token, size, me, opts.timeout);
+        if gathered.is_err() && opts.transport == TransportKind::Shm {
+            shm::unlink_segment(&token.0);
+        }
+        let (table, conns) = gathered?;
+        (table, conns, Some(listener))
+    } else {
+        let rdv = std::env::var(ENV_RDV)
+            .map_err(|_| anyhow!("{ENV_RDV} (rank 0's address:port) is not set"))?;
+        let (table, stream) = rendezvous::join(&rdv, &token, size, me, opts.timeout)?;
+        (table, vec![Some(stream)], None)
+    };
+    let names: Vec<PeerName> = table
+        .iter()
+        .map(|i| PeerName {
+            rank: i.rank,
+            host: if i.label == "localhost" {
+                i.hostname.clone()
+            } else {
+                i.label.clone()
+            },
+        })
+        .collect();
+    let ctl = Control::start(rank, names.clone(), conns, rdv_listener, token)?;
+    // From here on an error ends the run on every rank, with one line naming where it started.
+    match run_suite::<S>(
+        config,
+        opts,
+        tool,
+        started,
+        &token,
+        rank,
+        &table,
+        names.clone(),
+        data_listener,
+        launched,
+    ) {
+        Ok(code) => {
+            ctl.finish();
+            Ok(code)
+        }
+        Err(e) => {
+            let msg = if rank == 0 {
+                format!("{e:#}")
+            } else {
+                format!("{}: {e:#}", names[rank])
+            };
+            ctl.abort(&msg)
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_suite<S: Suite>(
+    config: &S::Config,
+    opts: &RunOptions,
+    tool: &Tool,
+    started: time::OffsetDateTime,
+    token: &Token,
+    rank: usize,
+    table: &[RankInfo],
+    names: Vec<PeerName>,
+    data_listener: Option<TcpListener>,
+    launched: bool,
+) -> Result<i32> {
+    let size = table.len();
+    let (transport, data_ip): (Box<dyn Transport>, Option<IpAddr>) = match opts.transport {
+        TransportKind::Tcp => {
+            let peers = table
+                .iter()
+                .map(|i| {
+                    let ip: IpAddr = i
+                        .data_ip
+                        .as_deref()
+                        .unwrap_or("127.0.0.1")
+                        .parse()
+                        .map_err(|_| anyhow!("{} advertised a bad address", names[i.rank]))?;
+                    Ok(SocketAddr::new(ip, i.data_port))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let bind_ip = table[rank].data_ip.as_deref().and_then(|a| a.parse().ok());
+            let topts = tcp::TcpOptions {
+                streams: opts.streams,
+                timeout: opts.timeout,
+                sockbuf: opts.sockbuf,
+            };
+            let listener = data_listener.context("no data listener")?;
+            let t = tcp::connect_mesh(
+                rank,
+                listener,
+                &peers,
+                bind_ip,
+                &token.0,
+                names.clone(),
+                topts,
+            )?;
+            let used = t.local_ip().or(bind_ip);
+            (Box::new(t), used)
+        }
+        TransportKind::Shm => {
+            if let Some(other) = table
+                .iter()
+                .find(|i| i.hostname != table[0].hostname || i.boot_id != table[0].boot_id)
+            {
+                bail!("--transport shm needs every rank on one host, but {} runs on {} and rank 0 on {}", names[other.rank], other.hostname, table[0].hostname);
+            }
+            (
+                Box::new(shm::ShmTransport::attach(
+                    rank,
+                    size,
+                    &token.0,
+                    names.clone(),
+                    opts.timeout,
+                )?),
+                None,
+            )
+        }
+    };
+    let network = describe_network(opts, data_ip, table);
+    let hosts = group_hosts(table);
+    let rank_hosts = table.iter().map(|i| i.hostname.clone()).collect();
+    let progress = rank == 0 && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut ctx = Context {
+        comm: Comm::new(transport),
+        network,
+        hosts,
+        rank_hosts,
+        progress,
+        timeout: opts.timeout,
+    };
+    if let Some(w) = ctx.oversubscribed() {
+        if rank == 0 {
+            eprintln!("tbbench: warning: {w}");
+        }
+    }
+    let output = S::run(config, &mut ctx)?;
+    ctx.comm.barrier()?;
+    let Some(output) = output else { return Ok(0) };
+
+    let mut warnings = output.warnings;
+    if let Some(w) = ctx.oversubscribed() {
+        warnings.insert(0, w);
+    }
+    let verification = Verification::from_checks(output.checks);
+    let mut params = serde_json::to_value(opts)?;
+    if let (Some(p), serde_json::Value::Object(suite)) =
+        (params.as_object_mut(), serde_json::to_value(config)?)
+    {
+        p.extend(suite);
+    }
+    let result = ResultFile {
+        schema_version: SCHEMA_VERSION,
+        suite: S::NAME.to_string(),
+        tool: tool.clone(),
+        started_at: tbbench_reports::write::rfc3339(started),
+        finished_at: tbbench_reports::write::rfc3339(time::OffsetDateTime::now_utc()),
+        params,
+        hosts: ctx.hosts.clone(),
+        ranks: ctx.rank_hosts.clone(),
+        network: ctx.network.clone(),
+        results: output.results,
+        verification,
+        warnings,
+    };
+    if launched {
+        println!(
+            "{PROTOCOL_PREFIX}RESULT {}",
+            serde_json::to_string(&result)?
+        );
+    } else {
+        let path = launch::standalone_out(opts, S::NAME);
+        tbbench_reports::write::write_result(&path, &result)?;
+        println!("result: {}", path.display());
+    }
+    if !result.verification.passed {
+        let failed: Vec<&str> = result
+            .verification
+            .checks
+            .iter()
+            .filter(|c| !c.passed)
+            .map(|c| c.name.as_str())
+            .collect();
+        eprintln!(
+            "tbbench: error: verification FAILED ({}); the result file records it",
+            failed.join(", ")
+        );
+        return Ok(1);
+    }
+    Ok(0)
+}
+
+/// Labels the network from what the OS says about the interface the data actually used.
+fn describe_network(opts: &RunOptions, data_ip: Option<IpAddr>, table: &[RankInfo]) -> Network {
+    match opts.transport {
+        TransportKind::Shm => Network {
+            transport: "shm".into(),
+            link_kind: "shm".into(),
+            label: "shm".into(),
+            ..Default::default()
+        },
+        TransportKind::Tcp => {
+            let iface = match &opts.iface {
+                Some(name) => netinfo::interface_by_name(name).ok(),
+                None => data_ip.and_then(netinfo::interface_for_addr),
+            };
+            let addresses = table
+                .iter()
+                .map(|i| i.data_ip.clone().unwrap_or_default())
+                .collect();
+            let (interface, kind, speed, mtu) = match &iface {
+                Some(i) => (
+                    Some(i.name.clone()),
+                    i.kind.as_str().to_string(),
+                    i.speed_gbit_per_s,
+                    i.mtu,
+                ),
+                None => (None, "unknown".to_string(), None, None),
+            };
+            let label = format!("tcp/{} ({kind})", interface.as_deref().unwrap_or("?"));
+            Network {
+                transport: "tcp".into(),
+                interface,
+                link_kind: kind,
+                nominal_gbit_per_s: speed,
+                mtu,
+                addresses,
+                streams: Some(opts.streams),
+                label,
+            }
+        }
+    }
+}
+
+fn group_hosts(table: &[RankInfo]) -> Vec<Host> {
+    let mut hosts: Vec<Host> = Vec::new();
+    for info in table {
+        match hosts.iter_mut().find(|h| h.hostname == info.hostname) {
+            Some(h) => h.ranks.push(info.rank),
+            None => {
+                let mut h = info.host.clone();
+                h.ranks = vec![info.rank];
+                hosts.push(h);
+            }
+        }
+    }
+    hosts
+}

@@ -1,0 +1,434 @@
+//! The launcher: starts every rank (local processes, or through ssh / any `--rsh` agent for
+//! hostfile hosts), hands each the session token on its stdin, relays rank 0's output, writes
+//! the result file rank 0 sends back, and makes sure no rank outlives the run.
+//!
+//! Ranks watch their stdin: when the launcher goes away (Ctrl-C, kill, lost ssh), stdin
+//! closes and they exit, so nothing is orphaned on any host.
+
+use crate::hostfile::{place_ranks, read_hostfile, HostEntry};
+use crate::options::RunOptions;
+use crate::rendezvous::{Token, LIVENESS};
+use anyhow::{anyhow, bail, Context, Result};
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+/// Lines rank 0 writes for the launcher, not for the user, start with this.
+pub const PROTOCOL_PREFIX: &str = "\u{1e}TBBENCH ";
+
+pub const ENV_RANK: &str = "TBBENCH_RANK";
+pub const ENV_SIZE: &str = "TBBENCH_SIZE";
+pub const ENV_LABEL: &str = "TBBENCH_LABEL";
+pub const ENV_ADDR: &str = "TBBENCH_ADDR";
+pub const ENV_RDV: &str = "TBBENCH_RDV";
+/// Set when the token arrives on stdin (and stdin closing means the launcher is gone).
+pub const ENV_LAUNCHED: &str = "TBBENCH_LAUNCHED";
+/// Token in the environment, for starting ranks by hand.
+pub const ENV_TOKEN: &str = "TBBENCH_TOKEN";
+
+/// Where one rank goes.
+#[derive(Debug, Clone)]
+struct Placement {
+    /// None: a process on this machine.
+    host: Option<HostEntry>,
+    label: String,
+    addr: Option<String>,
+}
+
+fn plan(opts: &RunOptions) -> Result<Vec<Placement>> {
+    if opts.nodes == 0 {
+        bail!("--nodes must be at least 1");
+    }
+    let Some(path) = &opts.hostfile else {
+        let addr = match (&opts.addr, &opts.iface) {
+            (Some(a), _) => Some(a.to_string()),
+            (None, Some(_)) => None,
+            (None, None) => Some("127.0.0.1".to_string()),
+        };
+        return Ok((0..opts.nodes)
+            .map(|_| Placement {
+                host: None,
+                label: "localhost".into(),
+                addr: addr.clone(),
+            })
+            .collect());
+    };
+    let hosts = read_hostfile(path)?;
+    let placed =
+        place_ranks(&hosts, opts.nodes).with_context(|| format!("hostfile {}", path.display()))?;
+    Ok(placed
+        .into_iter()
+        .map(|i| {
+            let h = hosts[i].clone();
+            let local = matches!(h.name.as_str(), "localhost" | "127.0.0.1");
+            let addr = h.ips.first().cloned().or_else(|| {
+                if local {
+                    Some("127.0.0.1".into())
+                } else {
+                    None
+                }
+            });
+            Placement {
+                label: h.name.clone(),
+                host: if local { None } else { Some(h) },
+                addr,
+            }
+        })
+        .collect())
+}
+
+/// Quotes one word for a POSIX shell.
+fn sh_quote(w: &str) -> String {
+    if !w.is_empty()
+        && w.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:@,+".contains(&b))
+    {
+        w.to_string()
+    } else {
+        format!("'{}'", w.replace('\'', r"'\''"))
+    }
+}
+
+/// The command that starts one rank. Remote shells that hand the command to a shell (ssh,
+/// rsh) get it as one quoted string; other agents (`ip netns exec`, `docker exec`) get argv.
+fn rank_command(
+    p: &Placement,
+    rank: usize,
+    size: usize,
+    opts: &RunOptions,
+    rdv: Option<&str>,
+) -> Result<Command> {
+    let exe = match &opts.exe {
+        Some(e) => e.clone(),
+        None => std::env::current_exe().context("cannot find this tbbench binary")?,
+    };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut env = vec![
+        (ENV_RANK, rank.to_string()),
+        (ENV_SIZE, size.to_string()),
+        (ENV_LABEL, p.label.clone()),
+        (ENV_LAUNCHED, "1".into()),
+    ];
+    if let Some(a) = &p.addr {
+        env.push((ENV_ADDR, a.clone()));
+    }
+    if let Some(r) = rdv {
+        env.push((ENV_RDV, r.to_string()));
+    }
+    let Some(host) = &p.host else {
+        let mut c = Command::new(exe);
+        c.args(&args);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        return Ok(c);
+    };
+    let agent: Vec<&str> = opts.rsh.split_whitespace().collect();
+    let Some((prog, agent_args)) = agent.split_first() else {
+        bail!("--rsh is empty");
+    };
+    let mut argv: Vec<String> = vec!["env".into()];
+    argv.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
+    argv.push(exe.to_string_lossy().into_owned());
+    argv.extend(args);
+    let mut c = Command::new(prog);
+    c.args(agent_args).arg(&host.name);
+    let base = std::path::Path::new(prog)
+        .file_name()
+        .and_then(|s| s.to_str())
+        .unwrap_or("");
+    if matches!(base, "ssh" | "rsh" | "oarsh") {
+        c.arg(
+            argv.iter()
+                .map(|w| sh_quote(w))
+                .collect::<Vec<_>>()
+                .join(" "),
+        );
+    } else {
+        c.args(argv);
+    }
+    Ok(c)
+}
+
+struct Rank {
+    child: Child,
+    label: String,
+    status: Option<ExitStatus>,
+}
+
+/// Runs the whole job from this process; returns the exit code for the user.
+pub fn launch(opts: &RunOptions, suite: &str) -> Result<i32> {
+    let placements = plan(opts)?;
+    let size = placements.len();
+    let token = Token::random()?;
+    let interrupted = Arc::new(AtomicBool::new(false));
+    {
+        let flag = interrupted.clone();
+        // Ctrl-C: local ranks get the signal from the terminal too; the launcher makes sure
+        // remote ones stop by closing their stdin (killing the ssh clients).
+        let _ = ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst));
+    }
+    let out_path = opts.out.clone().unwrap_or_else(|| {
+        tbbench_reports::write::default_path(suite, time::OffsetDateTime::now_utc())
+    });
+
+    let mut ranks: Vec<Rank> = Vec::with_capacity(size);
+    let (line_tx, line_rx) = mpsc::channel::<String>();
+    let r0 = spawn(
+        &placements[0],
+        0,
+        size,
+        opts,
+        None,
+        &token,
+        true,
+        Some(line_tx),
+    )?;
+    ranks.push(r0);
+
+    // Rank 0 reports its rendezvous port first; everything else waits for that.
+    let deadline = Instant::now() + opts.timeout + Duration::from_secs(10);
+    let rdv_port = loop {
+        if interrupted.load(Ordering::SeqCst) {
+            return Ok(stop_all(&mut ranks, "interrupted", 130));
+        }
+        match line_rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(line) => {
+                if let Some(rest) = line.strip_prefix(&format!("{PROTOCOL_PREFIX}RENDEZVOUS ")) {
+                    break rest
+                        .trim()
+                        .parse::<u16>()
+                        .map_err(|_| anyhow!("rank 0 reported a bad rendezvous port '{rest}'"))?;
+                }
+                println!("{line}");
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let st = ranks[0].child.wait()?;
+                // Rank 0 printed its own error line; add one only if it said nothing useful.
+                return Ok(match st.code() {
+                    Some(c) if c != 0 => c,
+                    _ => {
+                        eprintln!(
+                            "tbbench: error: rank 0 ({}) exited before the rendezvous ({st})",
+                            ranks[0].label
+                        );
+                        1
+                    }
+                });
+            }
+        }
+        if Instant::now() > deadline {
+            let msg = format!(
+                "rank 0 ({}) did not start within {:.0} s",
+                ranks[0].label,
+                (opts.timeout + Duration::from_secs(10)).as_secs_f64()
+            );
+            return Ok(stop_all(&mut ranks, &msg, 1));
+        }
+    };
+    let host0 = match &placements[0].addr {
+        Some(a) => a.clone(),
+        None => match &placements[0].host {
+            Some(h) => h.name.rsplit('@').next().unwrap_or(&h.name).to_string(),
+            None => "127.0.0.1".into(),
+        },
+    };
+    let rdv = if host0.contains(':') {
+        format!("[{host0}]:{rdv_port}")
+    } else {
+        format!("{host0}:{rdv_port}")
+    };
+    for (r, p) in placements.iter().enumerate().skip(1) {
+        match spawn(p, r, size, opts, Some(&rdv), &token, false, None) {
+            Ok(rank) => ranks.push(rank),
+            Err(e) => {
+                let msg = format!("cannot start rank {r} ({}): {e:#}", p.label);
+                return Ok(stop_all(&mut ranks, &msg, 1));
+            }
+        }
+    }
+
+    let mut first_failure: Option<(usize, Instant)> = None;
+    let mut wrote_result = false;
+    loop {
+        while let Ok(line) = line_rx.try_recv() {
+            if let Some(json) = line.strip_prefix(&format!("{PROTOCOL_PREFIX}RESULT ")) {
+                tbbench_reports::write::write_atomic(
+                    &out_path,
+                    format!("{}\n", pretty(json)).as_bytes(),
+                )?;
+                wrote_result = true;
+            } else {
+                println!("{line}");
+            }
+        }
+        if interrupted.load(Ordering::SeqCst) {
+            return Ok(stop_all(&mut ranks, "interrupted: stopped every rank", 130));
+        }
+        for (r, rank) in ranks.iter_mut().enumerate() {
+            if rank.status.is_none() {
+                if let Some(st) = rank.child.try_wait()? {
+                    rank.status = Some(st);
+                    if !st.success() && first_failure.is_none() {
+                        first_failure = Some((r, Instant::now()));
+                    }
+                }
+            }
+        }
+        if let Some(st0) = ranks[0].status {
+            // Drain what rank 0 printed last, then give the others a moment to finish.
+            for line in line_rx.iter() {
+                if let Some(json) = line.strip_prefix(&format!("{PROTOCOL_PREFIX}RESULT ")) {
+                    tbbench_reports::write::write_atomic(
+                        &out_path,
+                        format!("{}\n", pretty(json)).as_bytes(),
+                    )?;
+                    wrote_result = true;
+                } else {
+                    println!("{line}");
+                }
+            }
+            let grace = Instant::now() + Duration::from_secs(3);
+            while ranks
+                .iter_mut()
+                .any(|r| r.status.is_none() && r.child.try_wait().ok().flatten().is_none())
+                && Instant::now() < grace
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            for r in ranks.iter_mut() {
+                let _ = r.child.kill();
+                let _ = r.child.wait();
+            }
+            if !st0.success() {
+                return Ok(st0.code().unwrap_or(1));
+            }
+            if wrote_result {
+                println!("result: {}", out_path.display());
+            }
+            return Ok(0);
+        }
+        if let Some((r, at)) = first_failure {
+            // Rank 0 notices a dead rank within LIVENESS and ends the run with a message;
+            // this is the backstop for when it cannot.
+            if at.elapsed() > LIVENESS + Duration::from_secs(5) {
+                let st = ranks[r].status.map(|s| s.to_string()).unwrap_or_default();
+                let msg = format!(
+                    "rank {r} ({}) exited ({st}) and rank 0 did not end the run",
+                    ranks[r].label
+                );
+                return Ok(stop_all(&mut ranks, &msg, 1));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn pretty(json: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(json)
+        .and_then(|v| serde_json::to_string_pretty(&v))
+        .unwrap_or_else(|_| json.to_string())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn spawn(
+    p: &Placement,
+    rank: usize,
+    size: usize,
+    opts: &RunOptions,
+    rdv: Option<&str>,
+    token: &Token,
+    capture: bool,
+    lines: Option<mpsc::Sender<String>>,
+) -> Result<Rank> {
+    let mut cmd = rank_command(p, rank, size, opts, rdv)?;
+    cmd.stdin(Stdio::piped()).stderr(Stdio::inherit());
+    cmd.stdout(if capture {
+        Stdio::piped()
+    } else {
+        Stdio::inherit()
+    });
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("cannot start {:?}", cmd.get_program()))?;
+    let mut stdin = child.stdin.take().context("no stdin pipe")?;
+    // The token goes over the pipe, never on a command line where `ps` would show it. The pipe
+    // then stays open (leaked on purpose) until this process exits: its closing is the signal.
+    writeln!(stdin, "{}", token.hex()).context("cannot hand the session token to the rank")?;
+    std::mem::forget(stdin);
+    if let (Some(out), Some(tx)) = (child.stdout.take(), lines) {
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                match line {
+                    Ok(l) => {
+                        if tx.send(l).is_err() {
+                            break;
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+        });
+    }
+    Ok(Rank {
+        child,
+        label: p.label.clone(),
+        status: None,
+    })
+}
+
+fn stop_all(ranks: &mut [Rank], message: &str, code: i32) -> i32 {
+    for r in ranks.iter_mut() {
+        let _ = r.child.kill();
+    }
+    for r in ranks.iter_mut() {
+        let _ = r.child.wait();
+    }
+    eprintln!(
+        "tbbench: {}{message}",
+        if code == 130 { "" } else { "error: " }
+    );
+    code
+}
+
+/// The result path a launcher-less rank 0 (started by hand or by mpirun) writes to.
+pub fn standalone_out(opts: &RunOptions, suite: &str) -> PathBuf {
+    opts.out.clone().unwrap_or_else(|| {
+        tbbench_reports::write::default_path(suite, time::OffsetDateTime::now_utc())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_quoting_survives_spaces_and_quotes() {
+        assert_eq!(sh_quote("plain-word_1.2"), "plain-word_1.2");
+        assert_eq!(sh_quote("two words"), "'two words'");
+        assert_eq!(sh_quote("it's"), r"'it'\''s'");
+        assert_eq!(sh_quote(""), "''");
+    }
+
+    #[test]
+    fn local_plan_defaults_to_loopback() {
+        let opts = RunOptions {
+            nodes: 3,
+            ..Default::default()
+        };
+        let p = plan(&opts).unwrap();
+        assert_eq!(p.len(), 3);
+        assert!(p
+            .iter()
+            .all(|x| x.host.is_none() && x.addr.as_deref() == Some("127.0.0.1")));
+        assert!(plan(&RunOptions {
+            nodes: 0,
+            ..Default::default()
+        })
+        .is_err());
+    }
+}

@@ -1,0 +1,15 @@
+//! Where tbbench ranks run and how they talk: launch (local processes, ssh/rsh hostfiles),
+//! rendezvous, transports (tcp, shm; verbs later) and the collectives suites use.
+//! Never imports a suite: suites implement [`suite::Suite`] and the driver runs them.
+
+pub mod comm;
+pub mod driver;
+pub mod hostfile;
+pub mod launch;
+pub mod netinfo;
+pub mod options;
+pub mod rendezvous;
+pub mod suite;
+pub mod sysinfo;
+pub mod transport;
+pub mod units;

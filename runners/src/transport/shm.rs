@@ -1,0 +1,551 @@
+//! Shared memory, for ranks on one host: one POSIX shared-memory segment per run, holding a
+//! single-producer/single-consumer byte ring for every ordered pair of ranks.
+//!
+//! Small messages are copied through the ring (two copies, but no syscall on the hot path:
+//! both ends spin on cache lines). On Linux, large messages go with one copy instead: the
+//! sender puts only the address of its buffer in the ring and the receiver pulls the bytes
+//! straight out of the sender's memory with process_vm_readv (cross-memory attach, as MPI's
+//! shared-memory transports do), then acknowledges so the sender may reuse the buffer. Where
+//! that is not permitted (ptrace restrictions), everything goes through the ring.
+
+use super::{PeerName, RecvOp, SendOp, Transport};
+use anyhow::{anyhow, bail, Context, Result};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+pub const MAX_RANKS: usize = 64;
+const RING: usize = 2 << 20;
+const LINE: usize = 128;
+const HDR: usize = 8;
+/// Messages from this size up use the one-copy path where it is available.
+const CMA_MIN: usize = 64 << 10;
+const CMA_FLAG: u64 = 1 << 63;
+const MAGIC: u64 = 0x7462_6265_6e63_6801;
+
+/// Header page: ranks meet here before any ring is used.
+#[repr(C)]
+struct Header {
+    magic: AtomicU64,
+    size: AtomicU64,
+    attached: AtomicU64,
+    probed: AtomicU64,
+    pids: [AtomicU32; MAX_RANKS],
+    probe_addr: [AtomicU64; MAX_RANKS],
+    /// 1 = this rank can read every peer's memory, 2 = it cannot.
+    can_read: [AtomicU32; MAX_RANKS],
+}
+
+/// Control block of one ring: head and tail on their own cache lines so the two ends do not
+/// bounce one line between cores.
+#[repr(C)]
+struct RingCtl {
+    head: AtomicU64,
+    _pad0: [u8; LINE - 8],
+    tail: AtomicU64,
+    _pad1: [u8; LINE - 8],
+    /// One-copy messages the receiver has finished reading.
+    acks: AtomicU64,
+    _pad2: [u8; LINE - 8],
+}
+
+const HEADER_BYTES: usize = 64 << 10;
+const RING_STRIDE: usize = std::mem::size_of::<RingCtl>() + RING;
+
+/// The segment's name, derived from the session token so every rank finds it and no two runs
+/// collide. Short enough for macOS's 31-character shm names.
+pub fn segment_name(token: &[u8; 16]) -> String {
+    let hex: String = token[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("/tbbench-{hex}")
+}
+
+fn segment_len(size: usize) -> usize {
+    HEADER_BYTES + size * size * RING_STRIDE
+}
+
+/// Rank 0 creates the segment before it hands out the rank table, so it exists by the time any
+/// other rank attaches.
+pub fn create_segment(token: &[u8; 16], size: usize) -> Result<()> {
+    if size > MAX_RANKS {
+        bail!("shm supports at most {MAX_RANKS} ranks on one host, {size} asked for");
+    }
+    let name = std::ffi::CString::new(segment_name(token))?;
+    // SAFETY: plain libc calls on a NUL-terminated name; the fd is closed below.
+    unsafe {
+        let fd = libc::shm_open(
+            name.as_ptr(),
+            libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+            0o600,
+        );
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error())
+                .context("cannot create the shared-memory segment");
+        }
+        let rc = libc::ftruncate(fd, segment_len(size) as libc::off_t);
+        libc::close(fd);
+        if rc != 0 {
+            let e = std::io::Error::last_os_error();
+            libc::shm_unlink(name.as_ptr());
+            return Err(e)
+                .context("cannot size the shared-memory segment (is /dev/shm large enough?)");
+        }
+    }
+    Ok(())
+}
+
+pub fn unlink_segment(token: &[u8; 16]) {
+    if let Ok(name) = std::ffi::CString::new(segment_name(token)) {
+        // SAFETY: NUL-terminated name; failure (already gone) is fine.
+        unsafe { libc::shm_unlink(name.as_ptr()) };
+    }
+}
+
+pub struct ShmTransport {
+    rank: usize,
+    size: usize,
+    base: *mut u8,
+    len: usize,
+    names: Vec<PeerName>,
+    timeout: Duration,
+    one_copy: bool,
+    /// One-copy sends issued to each peer so far; a send is complete when the peer's ack count
+    /// reaches its number.
+    cma_sent: Vec<u64>,
+    /// Bytes in flight on the probe, kept alive for the peers' probe reads.
+    _probe: Box<u64>,
+}
+
+// The mapping is owned by this transport; the rings are shared only through atomics.
+unsafe impl Send for ShmTransport {}
+
+impl ShmTransport {
+    /// Maps the segment rank 0 created, waits until every rank has, and works out whether the
+    /// one-copy path is allowed. Rank 0 removes the name once all are attached, so nothing is
+    /// left in /dev/shm even if a rank is killed later.
+    pub fn attach(
+        rank: usize,
+        size: usize,
+        token: &[u8; 16],
+        names: Vec<PeerName>,
+        timeout: Duration,
+    ) -> Result<Self> {
+        let name = std::ffi::CString::new(segment_name(token))?;
+        let len = segment_len(size);
+        // SAFETY: standard shm_open + mmap of a segment sized by create_segment.
+        let base = unsafe {
+            let fd = libc::shm_open(name.as_ptr(), libc::O_RDWR, 0o600);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error())
+                    .context("cannot open the shared-memory segment (are all ranks on one host?)");
+            }
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
+            libc::close(fd);
+            if p == libc::MAP_FAILED {
+                return Err(std::io::Error::last_os_error())
+                    .context("cannot map the shared-memory segment");
+            }
+            p as *mut u8
+        };
+        #[cfg(target_os = "linux")]
+        // SAFETY: allows peers to read this process's memory with process_vm_readv under Yama.
+        unsafe {
+            libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0);
+        }
+        let probe = Box::new(0x5eed_u64 + rank as u64);
+        let mut t = ShmTransport {
+            rank,
+            size,
+            base,
+            len,
+            names,
+            timeout,
+            one_copy: false,
+            cma_sent: vec![0; size],
+            _probe: probe,
+        };
+        let h = t.header();
+        if rank == 0 {
+            h.magic.store(MAGIC, Ordering::Release);
+            h.size.store(size as u64, Ordering::Release);
+        }
+        h.pids[rank].store(std::process::id(), Ordering::Release);
+        h.probe_addr[rank].store(&*t._probe as *const u64 as u64, Ordering::Release);
+        h.attached.fetch_add(1, Ordering::AcqRel);
+        let waited = t.wait_count(&t.header().attached, size as u64, "attach to shared memory");
+        if rank == 0 {
+            unlink_segment(token);
+        }
+        waited?;
+        let ok = t.probe_peers();
+        h.can_read[rank].store(if ok { 1 } else { 2 }, Ordering::Release);
+        h.probed.fetch_add(1, Ordering::AcqRel);
+        t.wait_count(
+            &t.header().probed,
+            size as u64,
+            "check shared memory access",
+        )?;
+        t.one_copy = (0..size).all(|r| h.can_read[r].load(Ordering::Acquire) == 1);
+        Ok(t)
+    }
+
+    /// Whether large messages move with one copy (process_vm_readv) or through the rings.
+    pub fn one_copy(&self) -> bool {
+        self.one_copy
+    }
+
+    fn header(&self) -> &'static Header {
+        // SAFETY: the header lives at the start of the mapping for the transport's lifetime;
+        // 'static is a white lie confined to this module (the mapping outlives every use).
+        unsafe { &*(self.base as *const Header) }
+    }
+
+    fn ring(&self, from: usize, to: usize) -> (&'static RingCtl, *mut u8) {
+        let off = HEADER_BYTES + (from * self.size + to) * RING_STRIDE;
+        // SAFETY: in bounds by segment_len; RingCtl is all atomics and padding.
+        unsafe {
+            let ctl = &*(self.base.add(off) as *const RingCtl);
+            (ctl, self.base.add(off + std::mem::size_of::<RingCtl>()))
+        }
+    }
+
+    fn wait_count(&self, counter: &AtomicU64, want: u64, what: &str) -> Result<()> {
+        let start = Instant::now();
+        while counter.load(Ordering::Acquire) < want {
+            if start.elapsed() > self.timeout {
+                bail!(
+                    "timed out after {:.0} s waiting for every rank to {what}",
+                    self.timeout.as_secs_f64()
+                );
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Ok(())
+    }
+
+    #[cfg(target_os = "linux")]
+    fn probe_peers(&self) -> bool {
+        let h = self.header();
+        (0..self.size).filter(|p| *p != self.rank).all(|p| {
+            let mut v = 0u64;
+            let pid = h.pids[p].load(Ordering::Acquire) as libc::pid_t;
+            let addr = h.probe_addr[p].load(Ordering::Acquire);
+            cma_read(
+                pid,
+                addr,
+                std::slice::from_mut(&mut v).as_mut_ptr() as *mut u8,
+                8,
+            )
+            .is_ok()
+                && v == 0x5eed + p as u64
+        })
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn probe_peers(&self) -> bool {
+        false
+    }
+
+    fn peer_gone(&self, peer: usize) -> bool {
+        let pid = self.header().pids[peer].load(Ordering::Acquire) as libc::pid_t;
+        // SAFETY: signal 0 only checks that the process exists.
+        pid > 0
+            && unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn cma_read(pid: libc::pid_t, remote: u64, local: *mut u8, len: usize) -> std::io::Result<()> {
+    let mut done = 0usize;
+    while done < len {
+        let l = libc::iovec {
+            iov_base: unsafe { local.add(done) } as *mut _,
+            iov_len: len - done,
+        };
+        let r = libc::iovec {
+            iov_base: (remote as usize + done) as *mut _,
+            iov_len: len - done,
+        };
+        // SAFETY: local points at an exclusive buffer of len bytes; the kernel checks remote.
+        let n = unsafe { libc::process_vm_readv(pid, &l, 1, &r, 1, 0) };
+        if n <= 0 {
+            return Err(if n == 0 {
+                std::io::ErrorKind::UnexpectedEof.into()
+            } else {
+                std::io::Error::last_os_error()
+            });
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn cma_read(_pid: libc::pid_t, _remote: u64, _local: *mut u8, _len: usize) -> std::io::Result<()> {
+    Err(std::io::ErrorKind::Unsupported.into())
+}
+
+impl Drop for ShmTransport {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly what attach mapped.
+        unsafe { libc::munmap(self.base as *mut _, self.len) };
+    }
+}
+
+/// Copies bytes into a ring at stream position `pos`, wrapping at the end.
+fn ring_write(data: *mut u8, pos: u64, src: &[u8]) {
+    let at = (pos as usize) % RING;
+    let first = src.len().min(RING - at);
+    // SAFETY: both ranges lie inside the ring; the producer owns [head, tail+RING).
+    unsafe {
+        std::ptr::copy_nonoverlapping(src.as_ptr(), data.add(at), first);
+        std::ptr::copy_nonoverlapping(src.as_ptr().add(first), data, src.len() - first);
+    }
+}
+
+fn ring_read(data: *mut u8, pos: u64, dst: &mut [u8]) {
+    let at = (pos as usize) % RING;
+    let first = dst.len().min(RING - at);
+    // SAFETY: the consumer owns [tail, head) of the ring.
+    unsafe {
+        std::ptr::copy_nonoverlapping(data.add(at), dst.as_mut_ptr(), first);
+        std::ptr::copy_nonoverlapping(data, dst.as_mut_ptr().add(first), dst.len() - first);
+    }
+}
+
+/// Progress of one message through a ring: the record header (length word, and the buffer's
+/// address for one-copy messages), then the payload.
+struct Pending {
+    op: usize,
+    peer: usize,
+    prefix: [u8; 16],
+    prefix_len: usize,
+    /// Bytes of prefix + payload moved so far (ring path), or prefix only (one-copy path).
+    done: usize,
+    one_copy: bool,
+    /// For a one-copy send: the ack count that marks it complete.
+    ack_at: u64,
+}
+
+impl Transport for ShmTransport {
+    fn name(&self) -> &'static str {
+        "shm"
+    }
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn exchange(&mut self, sends: &[SendOp], recvs: &mut [RecvOp]) -> Result<()> {
+        let mut out: Vec<Pending> = Vec::with_capacity(sends.len());
+        for (i, op) in sends.iter().enumerate() {
+            if op.peer >= self.size || op.peer == self.rank {
+                bail!("rank {} cannot send to rank {}", self.rank, op.peer);
+            }
+            let one_copy = self.one_copy && op.buf.len() >= CMA_MIN;
+            let mut prefix = [0u8; 16];
+            let word = op.buf.len() as u64 | if one_copy { CMA_FLAG } else { 0 };
+            prefix[..8].copy_from_slice(&word.to_le_bytes());
+            let mut ack_at = 0;
+            if one_copy {
+                prefix[8..].copy_from_slice(&(op.buf.as_ptr() as u64).to_le_bytes());
+                self.cma_sent[op.peer] += 1;
+                ack_at = self.cma_sent[op.peer];
+            }
+            let prefix_len = if one_copy { 16 } else { HDR };
+            out.push(Pending {
+                op: i,
+                peer: op.peer,
+                prefix,
+                prefix_len,
+                done: 0,
+                one_copy,
+                ack_at,
+            });
+        }
+        let mut inc: Vec<Pending> = Vec::with_capacity(recvs.len());
+        for (i, op) in recvs.iter().enumerate() {
+            if op.peer >= self.size || op.peer == self.rank {
+                bail!("rank {} cannot receive from rank {}", self.rank, op.peer);
+            }
+            inc.push(Pending {
+                op: i,
+                peer: op.peer,
+                prefix: [0; 16],
+                prefix_len: HDR,
+                done: 0,
+                one_copy: false,
+                ack_at: 0,
+            });
+        }
+        // Messages to one peer must enter its ring in order; `out`/`inc` are in posting order,
+        // so only the first unfinished entry per peer may move.
+        let mut last_progress = Instant::now();
+        let mut idle_spins = 0u32;
+        loop {
+            let mut progressed = false;
+            let mut all_done = true;
+            let mut blocked = vec![false; self.size];
+            for p in out.iter_mut() {
+                if p.done == usize::MAX {
+                    continue;
+                }
+                all_done = false;
+                let (ctl, data) = self.ring(self.rank, p.peer);
+                let payload: &[u8] = if p.one_copy { &[] } else { sends[p.op].buf };
+                let total = p.prefix_len + payload.len();
+                if p.done < total {
+                    // A later message to this peer may not enter the ring before this one.
+                    if blocked[p.peer] {
+                        continue;
+                    }
+                    blocked[p.peer] = true;
+                    let head = ctl.head.load(Ordering::Relaxed);
+                    let tail = ctl.tail.load(Ordering::Acquire);
+                    let space = RING - (head - tail) as usize;
+                    let n = space.min(total - p.done);
+                    if n > 0 {
+                        let mut pos = head;
+                        let mut moved = 0;
+                        if p.done < p.prefix_len {
+                            let m = n.min(p.prefix_len - p.done);
+                            ring_write(data, pos, &p.prefix[p.done..p.done + m]);
+                            pos += m as u64;
+                            moved += m;
+                        }
+                        if moved < n {
+                            let from = p.done + moved - p.prefix_len;
+                            ring_write(data, pos, &payload[from..from + (n - moved)]);
+                        }
+                        ctl.head.store(head + n as u64, Ordering::Release);
+                        p.done += n;
+                        progressed = true;
+                    }
+                    if p.done == total {
+                        blocked[p.peer] = false;
+                    }
+                }
+                if p.done >= total && (!p.one_copy || ctl.acks.load(Ordering::Acquire) >= p.ack_at)
+                {
+                    p.done = usize::MAX;
+                    progressed = true;
+                }
+            }
+            let mut blocked = vec![false; self.size];
+            for p in inc.iter_mut() {
+                if p.done == usize::MAX {
+                    continue;
+                }
+                all_done = false;
+                if blocked[p.peer] {
+                    continue;
+                }
+                blocked[p.peer] = true;
+                let (ctl, data) = self.ring(p.peer, self.rank);
+                let buf = &mut *recvs[p.op].buf;
+                let tail = ctl.tail.load(Ordering::Relaxed);
+                let head = ctl.head.load(Ordering::Acquire);
+                let mut avail = (head - tail) as usize;
+                if avail == 0 {
+                    continue;
+                }
+                let mut pos = tail;
+                if p.done < p.prefix_len {
+                    let m = avail.min(p.prefix_len - p.done);
+                    ring_read(data, pos, &mut p.prefix[p.done..p.done + m]);
+                    pos += m as u64;
+                    avail -= m;
+                    p.done += m;
+                    if p.done == HDR && p.prefix_len == HDR {
+                        let word = u64::from_le_bytes(p.prefix[..8].try_into().unwrap_or_default());
+                        let len = word & !CMA_FLAG;
+                        if len != buf.len() as u64 {
+                            bail!("message size mismatch from {}: it sent {len} bytes, {} were expected", self.names[p.peer], buf.len());
+                        }
+                        if word & CMA_FLAG != 0 {
+                            p.one_copy = true;
+                            p.prefix_len = 16;
+                            let m = avail.min(8);
+                            ring_read(data, pos, &mut p.prefix[8..8 + m]);
+                            pos += m as u64;
+                            avail -= m;
+                            p.done += m;
+                        }
+                    }
+                }
+                if p.done >= p.prefix_len && !p.one_copy {
+                    let from = p.done - p.prefix_len;
+                    let m = avail.min(buf.len() - from);
+                    ring_read(data, pos, &mut buf[from..from + m]);
+                    pos += m as u64;
+                    p.done += m;
+                }
+                ctl.tail.store(pos, Ordering::Release);
+                progressed = true;
+                if p.done >= p.prefix_len && p.one_copy {
+                    let addr = u64::from_le_bytes(p.prefix[8..16].try_into().unwrap_or_default());
+                    let pid = self.header().pids[p.peer].load(Ordering::Acquire) as libc::pid_t;
+                    cma_read(pid, addr, buf.as_mut_ptr(), buf.len()).map_err(|e| {
+                        anyhow!(
+                            "cannot read {}'s message from its memory: {e}",
+                            self.names[p.peer]
+                        )
+                    })?;
+                    ctl.acks.fetch_add(1, Ordering::AcqRel);
+                    p.done = usize::MAX;
+                    blocked[p.peer] = false;
+                } else if p.done == p.prefix_len + buf.len() {
+                    p.done = usize::MAX;
+                    blocked[p.peer] = false;
+                }
+            }
+            if all_done {
+                return Ok(());
+            }
+            if progressed {
+                last_progress = Instant::now();
+                idle_spins = 0;
+                continue;
+            }
+            idle_spins += 1;
+            // Spin briefly (the latency path), then yield so oversubscribed ranks still run.
+            if idle_spins < 256 {
+                std::hint::spin_loop();
+                continue;
+            }
+            std::thread::yield_now();
+            if idle_spins % 1024 == 0 {
+                let waited = last_progress.elapsed();
+                let waiting_on: Vec<usize> = out
+                    .iter()
+                    .chain(inc.iter())
+                    .filter(|p| p.done != usize::MAX)
+                    .map(|p| p.peer)
+                    .collect();
+                if let Some(&dead) = waiting_on.iter().find(|p| self.peer_gone(**p)) {
+                    bail!("{} exited while this rank waited for it", self.names[dead]);
+                }
+                if waited > self.timeout {
+                    let mut who: Vec<String> = waiting_on
+                        .iter()
+                        .map(|p| self.names[*p].to_string())
+                        .collect();
+                    who.dedup();
+                    bail!(
+                        "timed out after {:.0} s waiting for {}",
+                        self.timeout.as_secs_f64(),
+                        who.join(", ")
+                    );
+                }
+            }
+        }
+    }
+}

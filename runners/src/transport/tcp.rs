@@ -1,0 +1,493 @@
+//! TCP: one connection (or `--streams K`) per pair of ranks, TCP_NODELAY, bound to the chosen
+//! address so the data takes the network the user picked.
+//!
+//! Every piece of a message travels with an 8-byte header holding the whole message's length,
+//! so a receive posted with the wrong size is caught and named instead of silently
+//! desynchronising the stream. Large messages are striped over the K connections; both ends
+//! derive the same striping from the message size, so each connection stays a FIFO.
+
+use super::{PeerName, RecvOp, SendOp, Transport};
+use anyhow::{anyhow, bail, Context, Result};
+use socket2::{Domain, Protocol, Socket, Type};
+use std::io::Read;
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+/// Messages below this size are not striped: striping only pays once a message is large
+/// enough to keep several connections busy.
+const STRIPE_MIN: usize = 256 << 10;
+const HELLO_MAGIC: &[u8; 4] = b"TBBD";
+const HDR: usize = 8;
+
+#[derive(Debug, Clone)]
+pub struct TcpOptions {
+    pub streams: usize,
+    /// Longest wait with no progress before an operation fails.
+    pub timeout: Duration,
+    /// SO_SNDBUF/SO_RCVBUF; None leaves the OS default, which on Linux keeps autotuning on.
+    pub sockbuf: Option<usize>,
+}
+
+/// The data listener, bound before the rendezvous so its port can be advertised.
+pub fn bind_listener(ip: IpAddr) -> Result<TcpListener> {
+    let addr = SocketAddr::new(ip, 0);
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    sock.set_reuse_address(true)?;
+    sock.bind(&addr.into())
+        .with_context(|| format!("cannot listen for data on {ip}"))?;
+    sock.listen(1024)?;
+    Ok(sock.into())
+}
+
+pub struct TcpTransport {
+    rank: usize,
+    size: usize,
+    /// conns[peer][stream]; empty for self.
+    conns: Vec<Vec<TcpStream>>,
+    names: Vec<PeerName>,
+    opts: TcpOptions,
+}
+
+/// Connects every pair of ranks: each rank dials the ranks below it and accepts the ranks above
+/// it (dialling first cannot deadlock: the kernel completes a connect from the listen backlog).
+/// Every connection opens with the session token; one that does not is refused and logged and
+/// the mesh keeps waiting for the real peer.
+#[allow(clippy::too_many_arguments)]
+pub fn connect_mesh(
+    rank: usize,
+    listener: TcpListener,
+    peer_addrs: &[SocketAddr],
+    bind_ip: Option<IpAddr>,
+    token: &[u8; 16],
+    names: Vec<PeerName>,
+    opts: TcpOptions,
+) -> Result<TcpTransport> {
+    let size = peer_addrs.len();
+    let k = opts.streams.max(1);
+    let mut conns: Vec<Vec<Option<TcpStream>>> =
+        (0..size).map(|_| (0..k).map(|_| None).collect()).collect();
+    for (peer, addr) in peer_addrs.iter().enumerate().take(rank) {
+        for (s, slot) in conns[peer].iter_mut().enumerate() {
+            let stream = dial(*addr, bind_ip, opts.timeout)
+                .with_context(|| format!("cannot reach {} at {addr}", names[peer]))?;
+            let mut hello = Vec::with_capacity(28);
+            hello.extend_from_slice(HELLO_MAGIC);
+            hello.extend_from_slice(token);
+            hello.extend_from_slice(&(rank as u32).to_le_bytes());
+            hello.extend_from_slice(&(s as u32).to_le_bytes());
+            (&stream)
+                .write_all(&hello)
+                .with_context(|| format!("cannot greet {} at {addr}", names[peer]))?;
+            *slot = Some(stream);
+        }
+    }
+    let mut expected = (size - rank - 1) * k;
+    let deadline = Instant::now() + opts.timeout;
+    listener.set_nonblocking(true)?;
+    while expected > 0 {
+        let (stream, from) = match listener.accept() {
+            Ok(x) => x,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() > deadline {
+                    let missing: Vec<String> = (rank + 1..size)
+                        .filter(|p| conns[*p].iter().any(|c| c.is_none()))
+                        .map(|p| names[p].to_string())
+                        .collect();
+                    bail!(
+                        "timed out after {:.0} s waiting for data connections from {}",
+                        opts.timeout.as_secs_f64(),
+                        missing.join(", ")
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(2));
+                continue;
+            }
+            Err(e) => return Err(e).context("accepting a data connection"),
+        };
+        stream.set_nonblocking(false)?;
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let mut hello = [0u8; 28];
+        let ok = (&stream).read_exact(&mut hello).is_ok()
+            && &hello[0..4] == HELLO_MAGIC
+            && hello[4..20] == token[..];
+        let peer = u32::from_le_bytes(hello[20..24].try_into().unwrap_or_default()) as usize;
+        let s = u32::from_le_bytes(hello[24..28].try_into().unwrap_or_default()) as usize;
+        if !ok || peer <= rank || peer >= size || s >= k || conns[peer][s].is_some() {
+            eprintln!("tbbench: rank {rank}: refused a data connection from {from}: wrong or missing session token");
+            continue;
+        }
+        conns[peer][s] = Some(stream);
+        expected -= 1;
+    }
+    let mut ready = Vec::with_capacity(size);
+    for row in conns {
+        let mut streams = Vec::new();
+        for c in row.into_iter().flatten() {
+            tune(&c, &opts)?;
+            streams.push(c);
+        }
+        ready.push(streams);
+    }
+    Ok(TcpTransport {
+        rank,
+        size,
+        conns: ready,
+        names,
+        opts,
+    })
+}
+
+fn dial(addr: SocketAddr, bind_ip: Option<IpAddr>, timeout: Duration) -> Result<TcpStream> {
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if let Some(ip) = bind_ip {
+        sock.bind(&SocketAddr::new(ip, 0).into())
+            .with_context(|| format!("cannot bind to {ip}"))?;
+    }
+    // Retried because a peer's listener may be a moment behind the rendezvous on a busy host.
+    let deadline = Instant::now() + timeout;
+    loop {
+        match sock.connect_timeout(&addr.into(), timeout) {
+            Ok(()) => return Ok(sock.into()),
+            Err(e)
+                if Instant::now() < deadline
+                    && e.kind() == std::io::ErrorKind::ConnectionRefused =>
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => return Err(anyhow!("{e} after {:.0} s", timeout.as_secs_f64())),
+        }
+    }
+}
+
+fn tune(stream: &TcpStream, opts: &TcpOptions) -> Result<()> {
+    stream.set_nodelay(true)?;
+    stream.set_nonblocking(false)?;
+    // Blocking calls time out on their own; the poll path uses the same limit.
+    stream.set_read_timeout(Some(opts.timeout))?;
+    stream.set_write_timeout(Some(opts.timeout))?;
+    let sock = socket2::SockRef::from(stream);
+    if let Some(b) = opts.sockbuf {
+        sock.set_send_buffer_size(b)?;
+        sock.set_recv_buffer_size(b)?;
+    }
+    #[cfg(target_vendor = "apple")]
+    sock.set_nosigpipe(true)?;
+    Ok(())
+}
+
+#[cfg(target_os = "linux")]
+const SEND_FLAGS: libc::c_int = libc::MSG_NOSIGNAL;
+#[cfg(not(target_os = "linux"))]
+const SEND_FLAGS: libc::c_int = 0;
+
+/// One contiguous part of a message on one connection.
+struct Piece {
+    op: usize,
+    off: usize,
+    len: usize,
+    total: u64,
+    hdr: [u8; HDR],
+    /// Bytes of header + payload moved so far.
+    done: usize,
+}
+
+impl Piece {
+    fn remaining(&self) -> usize {
+        HDR + self.len - self.done
+    }
+}
+
+/// The pieces of a `len`-byte message, as (stream, offset, length); both ends compute the same.
+fn stripes(len: usize, k: usize) -> impl Iterator<Item = (usize, usize, usize)> {
+    let parts = if len < STRIPE_MIN { 1 } else { k };
+    (0..parts).map(move |s| {
+        let lo = s * len / parts;
+        let hi = (s + 1) * len / parts;
+        (s, lo, hi - lo)
+    })
+}
+
+#[derive(Default)]
+struct Channel {
+    sends: std::collections::VecDeque<Piece>,
+    recvs: std::collections::VecDeque<Piece>,
+}
+
+enum Io {
+    Moved(usize),
+    WouldBlock,
+}
+
+impl TcpTransport {
+    /// The local address of this rank's first data connection: the interface the data really
+    /// uses, whatever was (or was not) asked for.
+    pub fn local_ip(&self) -> Option<IpAddr> {
+        self.conns
+            .iter()
+            .flatten()
+            .next()
+            .and_then(|c| c.local_addr().ok())
+            .map(|a| a.ip())
+    }
+
+    fn io_error(&self, peer: usize, what: &str, err: std::io::Error) -> anyhow::Error {
+        match err.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                anyhow!(
+                    "timed out after {:.0} s {what} {}",
+                    self.opts.timeout.as_secs_f64(),
+                    self.names[peer]
+                )
+            }
+            std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::BrokenPipe
+            | std::io::ErrorKind::UnexpectedEof => {
+                anyhow!(
+                    "{} closed the connection (it exited or was killed)",
+                    self.names[peer]
+                )
+            }
+            _ => anyhow!("tcp {what} {}: {err}", self.names[peer]),
+        }
+    }
+
+    /// Moves as many bytes of `piece` as the socket takes now (or waits, when `block`).
+    fn send_piece(fd: i32, piece: &mut Piece, data: &[u8], block: bool) -> std::io::Result<Io> {
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; 2];
+        let mut n_iov = 0;
+        if piece.done < HDR {
+            iov[0] = libc::iovec {
+                iov_base: piece.hdr[piece.done..].as_ptr() as *mut _,
+                iov_len: HDR - piece.done,
+            };
+            n_iov = 1;
+        }
+        let pdone = piece.done.saturating_sub(HDR);
+        if piece.len > pdone {
+            iov[n_iov] = libc::iovec {
+                iov_base: data[piece.off + pdone..piece.off + piece.len].as_ptr() as *mut _,
+                iov_len: piece.len - pdone,
+            };
+            n_iov += 1;
+        }
+        // SAFETY: msghdr points at iovecs that live across the call and cover valid memory.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = n_iov as _;
+        let flags = SEND_FLAGS | if block { 0 } else { libc::MSG_DONTWAIT };
+        let n = unsafe { libc::sendmsg(fd, &msg, flags) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            return match e.kind() {
+                std::io::ErrorKind::WouldBlock if !block => Ok(Io::WouldBlock),
+                std::io::ErrorKind::Interrupted => Ok(Io::Moved(0)),
+                _ => Err(e),
+            };
+        }
+        Ok(Io::Moved(n as usize))
+    }
+
+    fn recv_piece(fd: i32, piece: &mut Piece, data: &mut [u8], block: bool) -> std::io::Result<Io> {
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; 2];
+        let mut n_iov = 0;
+        if piece.done < HDR {
+            iov[0] = libc::iovec {
+                iov_base: piece.hdr[piece.done..].as_mut_ptr() as *mut _,
+                iov_len: HDR - piece.done,
+            };
+            n_iov = 1;
+        }
+        let pdone = piece.done.saturating_sub(HDR);
+        if piece.len > pdone {
+            iov[n_iov] = libc::iovec {
+                iov_base: data[piece.off + pdone..piece.off + piece.len].as_mut_ptr() as *mut _,
+                iov_len: piece.len - pdone,
+            };
+            n_iov += 1;
+        }
+        // SAFETY: as in send_piece; the payload iovec points into an exclusive &mut slice.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = n_iov as _;
+        let flags = if block { 0 } else { libc::MSG_DONTWAIT };
+        let n = unsafe { libc::recvmsg(fd, &mut msg, flags) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            return match e.kind() {
+                std::io::ErrorKind::WouldBlock if !block => Ok(Io::WouldBlock),
+                std::io::ErrorKind::Interrupted => Ok(Io::Moved(0)),
+                _ => Err(e),
+            };
+        }
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        Ok(Io::Moved(n as usize))
+    }
+
+    fn check_header(&self, peer: usize, piece: &Piece) -> Result<()> {
+        let got = u64::from_le_bytes(piece.hdr);
+        if got != piece.total {
+            bail!(
+                "message size mismatch from {}: it sent {} bytes, {} were expected",
+                self.names[peer],
+                got,
+                piece.total
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Transport for TcpTransport {
+    fn name(&self) -> &'static str {
+        "tcp"
+    }
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn exchange(&mut self, sends: &[SendOp], recvs: &mut [RecvOp]) -> Result<()> {
+        let k = self.opts.streams.max(1);
+        // channels[peer * k + stream]
+        let mut channels: Vec<Channel> = (0..self.size * k).map(|_| Channel::default()).collect();
+        for (i, op) in sends.iter().enumerate() {
+            if op.peer >= self.size || op.peer == self.rank {
+                bail!("rank {} cannot send to rank {}", self.rank, op.peer);
+            }
+            let total = op.buf.len() as u64;
+            for (s, off, len) in stripes(op.buf.len(), k) {
+                channels[op.peer * k + s].sends.push_back(Piece {
+                    op: i,
+                    off,
+                    len,
+                    total,
+                    hdr: total.to_le_bytes(),
+                    done: 0,
+                });
+            }
+        }
+        for (i, op) in recvs.iter().enumerate() {
+            if op.peer >= self.size || op.peer == self.rank {
+                bail!("rank {} cannot receive from rank {}", self.rank, op.peer);
+            }
+            let total = op.buf.len() as u64;
+            for (s, off, len) in stripes(op.buf.len(), k) {
+                channels[op.peer * k + s].recvs.push_back(Piece {
+                    op: i,
+                    off,
+                    len,
+                    total,
+                    hdr: [0; HDR],
+                    done: 0,
+                });
+            }
+        }
+        let mut pollfds: Vec<libc::pollfd> = Vec::new();
+        let mut poll_map: Vec<usize> = Vec::new();
+        let mut last_progress = Instant::now();
+        loop {
+            let busy: Vec<usize> = (0..channels.len())
+                .filter(|c| !channels[*c].sends.is_empty() || !channels[*c].recvs.is_empty())
+                .collect();
+            if busy.is_empty() {
+                return Ok(());
+            }
+            // One connection with work in one direction: plain blocking calls are the cheapest
+            // path (one syscall per message), which is what ping-pong latency needs.
+            let single = busy.len() == 1
+                && (channels[busy[0]].sends.is_empty() || channels[busy[0]].recvs.is_empty());
+            let mut progressed = false;
+            for &c in &busy {
+                let (peer, s) = (c / k, c % k);
+                let fd = self.conns[peer][s].as_raw_fd();
+                while let Some(piece) = channels[c].sends.front_mut() {
+                    match Self::send_piece(fd, piece, sends[piece.op].buf, single)
+                        .map_err(|e| self.io_error(peer, "sending to", e))?
+                    {
+                        Io::Moved(n) => {
+                            piece.done += n;
+                            progressed |= n > 0;
+                            if piece.remaining() == 0 {
+                                channels[c].sends.pop_front();
+                            }
+                        }
+                        Io::WouldBlock => break,
+                    }
+                }
+                while let Some(piece) = channels[c].recvs.front_mut() {
+                    let buf = &mut *recvs[piece.op].buf;
+                    match Self::recv_piece(fd, piece, buf, single)
+                        .map_err(|e| self.io_error(peer, "waiting for", e))?
+                    {
+                        Io::Moved(n) => {
+                            let before = piece.done;
+                            piece.done += n;
+                            progressed |= n > 0;
+                            if before < HDR && piece.done >= HDR {
+                                self.check_header(peer, piece)?;
+                            }
+                            if piece.remaining() == 0 {
+                                channels[c].recvs.pop_front();
+                            }
+                        }
+                        Io::WouldBlock => break,
+                    }
+                }
+            }
+            if progressed {
+                last_progress = Instant::now();
+                continue;
+            }
+            let waited = last_progress.elapsed();
+            if waited >= self.opts.timeout {
+                let who: Vec<String> = busy.iter().map(|c| self.names[c / k].to_string()).collect();
+                bail!(
+                    "timed out after {:.0} s waiting for {}",
+                    self.opts.timeout.as_secs_f64(),
+                    who.join(", ")
+                );
+            }
+            pollfds.clear();
+            poll_map.clear();
+            for &c in &busy {
+                let (peer, s) = (c / k, c % k);
+                let mut events = 0;
+                if !channels[c].sends.is_empty() {
+                    events |= libc::POLLOUT;
+                }
+                if !channels[c].recvs.is_empty() {
+                    events |= libc::POLLIN;
+                }
+                pollfds.push(libc::pollfd {
+                    fd: self.conns[peer][s].as_raw_fd(),
+                    events,
+                    revents: 0,
+                });
+                poll_map.push(c);
+            }
+            let left = (self.opts.timeout - waited)
+                .as_millis()
+                .clamp(1, i32::MAX as u128) as i32;
+            // SAFETY: pollfds is a valid array of pollfd for the call.
+            let rc = unsafe { libc::poll(pollfds.as_mut_ptr(), pollfds.len() as _, left) };
+            if rc < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e).context("poll");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! Command-line flags, and nothing else: turns them into the runner's options and each suite's
+//! config. Suites never see clap.
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand};
+use std::net::IpAddr;
+use std::path::PathBuf;
+use tbbench_runners::options::{RunOptions, TransportKind};
+use tbbench_runners::units;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tbbench",
+    version,
+    about = "Benchmarks for small HPC and local-AI clusters: link latency and bandwidth, HPL, token rates"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Ping-pong latency and bandwidth between ranks across message sizes.
+    Link(LinkArgs),
+}
+
+/// Where ranks run and how they connect; the same for every suite.
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Number of ranks (local processes unless --hostfile is given).
+    #[arg(long, short = 'n', default_value_t = 2)]
+    pub nodes: usize,
+    /// OpenMPI-style (`host slots=N`) or mlx.launch JSON hostfile; ranks start over --rsh.
+    #[arg(long)]
+    pub hostfile: Option<PathBuf>,
+    /// Remote shell for hostfile hosts, as OpenMPI's plm_rsh_agent (e.g. 'ip netns exec').
+    #[arg(long, default_value = "ssh -o BatchMode=yes -o ConnectTimeout=10")]
+    pub rsh: String,
+    /// Path of tbbench on the remote hosts (default: the same path as this binary).
+    #[arg(long)]
+    pub exe: Option<PathBuf>,
+    /// How ranks move data: tcp, or shm (ranks on one host).
+    #[arg(long, short = 't', default_value = "tcp", value_parser = parse_transport)]
+    pub transport: TransportKind,
+    /// IP address to bind data (and the local rendezvous) to.
+    #[arg(long)]
+    pub addr: Option<IpAddr>,
+    /// Network interface each rank binds its data to (its IPv4 address).
+    #[arg(long)]
+    pub iface: Option<String>,
+    /// Parallel TCP connections per pair of ranks (large messages are striped over them).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub streams: u16,
+    /// TCP socket buffer size (e.g. 4MiB); default leaves the OS's autotuning on.
+    #[arg(long, value_parser = parse_size)]
+    pub sockbuf: Option<u64>,
+    /// Longest wait on the network with no progress (e.g. 30s, 2m).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub timeout: std::time::Duration,
+    /// Rendezvous port on rank 0 (default: any free port).
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+    /// Result file (default: results/<suite>-<UTC time>.json).
+    #[arg(long, short = 'o')]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct LinkArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// One message size (e.g. 256MiB, 64k, 4096).
+    #[arg(long, value_parser = parse_size, conflicts_with = "sizes")]
+    pub buffer: Option<u64>,
+    /// Sizes: a range of powers of two (1B..256MiB) or a list (64,4k,1MiB). Default 4B..256MiB by 4x.
+    #[arg(long, value_parser = parse_size_list)]
+    pub sizes: Option<SizeList>,
+    /// What to measure: latency, bw, bibw or all.
+    #[arg(long, default_value = "all", value_parser = parse_mode)]
+    pub mode: Modes,
+    /// Timed iterations per size (default: by size, 1000 for small ping-pongs).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub iters: Option<u64>,
+    /// Untimed warm-up iterations per size (default: a tenth of --iters, 2 to 100).
+    #[arg(long)]
+    pub warmup: Option<u64>,
+    /// Messages in flight per bandwidth iteration (osu_bw's window).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub window: u64,
+    /// The link's ceiling for "% of ceiling" (e.g. 80Gbit for Thunderbolt 5); default: the
+    /// interface's reported speed, where the OS reports one.
+    #[arg(long, value_parser = parse_rate)]
+    pub ceiling: Option<f64>,
+}
+
+// clap wants one parser per flag, returning the value whole; these keep the one-line errors
+// from the units module.
+fn parse_size(s: &str) -> Result<u64, String> {
+    units::parse_size(s).map_err(|e| e.to_string())
+}
+fn parse_size_list(s: &str) -> Result<SizeList, String> {
+    units::parse_size_list(s)
+        .map(SizeList)
+        .map_err(|e| e.to_string())
+}
+fn parse_rate(s: &str) -> Result<f64, String> {
+    units::parse_rate_bits(s).map_err(|e| e.to_string())
+}
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    units::parse_duration(s).map_err(|e| e.to_string())
+}
+fn parse_transport(s: &str) -> Result<TransportKind, String> {
+    TransportKind::parse(s).map_err(|e| e.to_string())
+}
+fn parse_mode(s: &str) -> Result<Modes, String> {
+    tbbench_link::parse_mode(s)
+        .map(Modes)
+        .map_err(|e| e.to_string())
+}
+
+/// One flag value that is a list (clap would otherwise take a Vec as repeated flags).
+#[derive(Debug, Clone)]
+pub struct SizeList(pub Vec<u64>);
+#[derive(Debug, Clone)]
+pub struct Modes(pub Vec<tbbench_link::Pattern>);
+
+impl RunArgs {
+    pub fn options(&self) -> RunOptions {
+        RunOptions {
+            nodes: self.nodes,
+            hostfile: self.hostfile.clone(),
+            rsh: self.rsh.clone(),
+            exe: self.exe.clone(),
+            transport: self.transport,
+            addr: self.addr,
+            iface: self.iface.clone(),
+            streams: self.streams as usize,
+            sockbuf: self.sockbuf.map(|b| b as usize),
+            timeout: self.timeout,
+            port: self.port,
+            out: self.out.clone(),
+        }
+    }
+}
+
+impl LinkArgs {
+    pub fn config(&self) -> tbbench_link::LinkConfig {
+        let defaults = tbbench_link::LinkConfig::default();
+        tbbench_link::LinkConfig {
+            sizes: match (&self.buffer, &self.sizes) {
+                (Some(b), _) => vec![*b],
+                (None, Some(s)) => s.0.clone(),
+                (None, None) => defaults.sizes,
+            },
+            patterns: self.mode.0.clone(),
+            iters: self.iters.map(|i| i as usize),
+            warmup: self.warmup.map(|w| w as usize),
+            window: self.window as usize,
+            ceiling_bits_per_s: self.ceiling,
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! The loop every pattern shares: for each size, allocate and fill buffers, warm up, time the
+//! iterations, check the payload, summarise, print.
+
+use crate::pattern::{Pattern, Role};
+use crate::{payload, table, AvgPeak, BandwidthRow, LatencyRow, LinkConfig, LinkResults};
+use anyhow::{Context as _, Result};
+use hdrhistogram::Histogram;
+use std::time::Instant;
+use tbbench_reports::{Check, Summary};
+use tbbench_runners::suite::Context;
+
+pub fn measure_pair(
+    config: &LinkConfig,
+    ctx: &mut Context,
+    peer: usize,
+    ceiling: Option<f64>,
+    results: &mut LinkResults,
+) -> Result<()> {
+    let me = ctx.rank();
+    let other = if me == 0 { peer } else { 0 };
+    let role = if me == 0 {
+        Role::Initiator
+    } else {
+        Role::Responder
+    };
+    for &pattern in &config.patterns {
+        let bar = (ctx.progress && me == 0).then(|| {
+            let b = indicatif::ProgressBar::new(config.sizes.len() as u64);
+            b.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{prefix} [{bar:30}] {pos}/{len} sizes {msg}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            b.set_prefix(format!("{} 0<->{peer}", pattern.name()));
+            b
+        });
+        let first_lat = results.latency.len();
+        let first_bw = results.bandwidth.len();
+        for &size in &config.sizes {
+            if let Some(b) = &bar {
+                b.set_message(tbbench_runners::units::format_size(size));
+            }
+            let window = pattern.window(size, config.window);
+            let iters = config
+                .iters
+                .unwrap_or_else(|| pattern.default_iters(size, window));
+            let warmup = config.warmup.unwrap_or((iters / 10).clamp(2, 100));
+            let len = usize::try_from(size).context("message size does not fit in memory")?;
+            let mut send = ctx.comm.alloc(len)?;
+            payload::fill(&mut send, size, me);
+            let mut recv = ctx.comm.alloc(len * window)?;
+            for _ in 0..warmup {
+                pattern.run_once(&mut ctx.comm, role, other, &send, &mut recv)?;
+            }
+            let mut times_ns = Vec::with_capacity(iters);
+            for _ in 0..iters {
+                let t0 = Instant::now();
+                pattern.run_once(&mut ctx.comm, role, other, &send, &mut recv)?;
+                times_ns.push(t0.elapsed().as_nanos() as u64);
+            }
+            // The bytes that arrived last must be the peer's pattern, slot by slot. Bw has data
+            // flowing only to the responder, so it alone can check; it reports to rank 0.
+            let receives_data = pattern != Pattern::Bw || role == Role::Responder;
+            let mine_wrong = if receives_data {
+                recv.chunks(len)
+                    .map(|slot| payload::wrong_bytes(slot, size, other))
+                    .sum::<u64>()
+            } else {
+                0
+            };
+            let mut theirs = [0u8; 8];
+            ctx.comm
+                .sendrecv(other, &mine_wrong.to_le_bytes(), other, &mut theirs)?;
+            let wrong = mine_wrong + u64::from_le_bytes(theirs);
+            drop(recv);
+            if role == Role::Initiator {
+                match pattern {
+                    Pattern::Latency => results
+                        .latency
+                        .push(latency_row(peer, size, iters, warmup, &times_ns, wrong)),
+                    _ => results.bandwidth.push(bandwidth_row(
+                        pattern, peer, size, window, iters, warmup, &times_ns, ceiling, wrong,
+                    )),
+                }
+            }
+            if let Some(b) = &bar {
+                b.inc(1);
+            }
+        }
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+        if role == Role::Initiator {
+            match pattern {
+                Pattern::Latency => table::print_latency(peer, &results.latency[first_lat..]),
+                _ => table::print_bandwidth(pattern, peer, ceiling, &results.bandwidth[first_bw..]),
+            }
+        }
+    }
+    Ok(())
+}
+
+fn latency_row(
+    peer: usize,
+    size: u64,
+    iters: usize,
+    warmup: usize,
+    rtt_ns: &[u64],
+    wrong: u64,
+) -> LatencyRow {
+    let samples_ns: Vec<u64> = rtt_ns.iter().map(|t| (t / 2).max(1)).collect();
+    // 3 significant digits over 1 ns .. 1 h: every latency anyone measures, at 0.1% resolution.
+    let mut h =
+        Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds");
+    for &s in &samples_ns {
+        h.saturating_record(s);
+    }
+    let us = |ns: u64| ns as f64 / 1e3;
+    let one_way_us = Summary {
+        n: h.len(),
+        min: us(h.min()),
+        median: us(h.value_at_quantile(0.5)),
+        mean: h.mean() / 1e3,
+        max: us(h.max()),
+        stdev: h.stdev() / 1e3,
+        p99: us(h.value_at_quantile(0.99)),
+        p999: us(h.value_at_quantile(0.999)),
+    };
+    LatencyRow {
+        pair: [0, peer],
+        size_bytes: size,
+        iters,
+        warmup,
+        one_way_us,
+        samples_ns,
+        wrong_bytes: wrong,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn bandwidth_row(
+    pattern: Pattern,
+    peer: usize,
+    size: u64,
+    window: usize,
+    iters: usize,
+    warmup: usize,
+    times_ns: &[u64],
+    ceiling: Option<f64>,
+    wrong: u64,
+) -> BandwidthRow {
+    let bytes = pattern.bytes_per_iter(size, window);
+    let total_s: f64 = times_ns.iter().map(|t| *t as f64 / 1e9).sum();
+    let per_iter_gbit: Vec<f64> = times_ns
+        .iter()
+        .map(|t| bytes * 8.0 / (*t as f64).max(1.0))
+        .collect();
+    let avg_gbit = bytes * times_ns.len() as f64 * 8.0 / 1e9 / total_s.max(1e-12);
+    let peak_gbit = per_iter_gbit.iter().cloned().fold(0.0, f64::max);
+    let to_gib = |gbit: f64| gbit * 1e9 / 8.0 / (1u64 << 30) as f64;
+    let msgs =
+        window as f64 * times_ns.len() as f64 * if pattern == Pattern::Bibw { 2.0 } else { 1.0 };
+    BandwidthRow {
+        pair: [0, peer],
+        mode: pattern,
+        size_bytes: size,
+        window,
+        iters,
+        warmup,
+        gbit_per_s: AvgPeak {
+            avg: avg_gbit,
+            peak: peak_gbit,
+        },
+        gib_per_s: AvgPeak {
+            avg: to_gib(avg_gbit),
+            peak: to_gib(peak_gbit),
+        },
+        msg_rate_per_s: msgs / total_s.max(1e-12),
+        percent_of_ceiling: ceiling.map(|c| AvgPeak {
+            avg: 100.0 * avg_gbit / c,
+            peak: 100.0 * peak_gbit / c,
+        }),
+        iteration_gbit_per_s: Summary::of(&per_iter_gbit),
+        wrong_bytes: wrong,
+    }
+}
+
+pub fn payload_check(r: &LinkResults) -> Check {
+    let messages = r.latency.len() + r.bandwidth.len();
+    let wrong: u64 = r
+        .latency
+        .iter()
+        .map(|x| x.wrong_bytes)
+        .chain(r.bandwidth.iter().map(|x| x.wrong_bytes))
+        .sum();
+    let bad: Vec<String> = r
+        .latency
+        .iter()
+        .filter(|x| x.wrong_bytes > 0)
+        .map(|x| format!("latency {} B", x.size_bytes))
+        .chain(
+            r.bandwidth
+                .iter()
+                .filter(|x| x.wrong_bytes > 0)
+                .map(|x| format!("{} {} B", x.mode.name(), x.size_bytes)),
+        )
+        .collect();
+    Check {
+        name: "payload".into(),
+        passed: wrong == 0,
+        detail: if wrong == 0 {
+            format!("the last message of each of {messages} measurements arrived intact")
+        } else {
+            format!("{wrong} wrong bytes in: {}", bad.join(", "))
+        },
+    }
+}
+
+/// Says so in the result when a figure's own spread makes it shaky.
+pub fn noise_warnings(r: &LinkResults) -> Vec<String> {
+    let mut w = Vec::new();
+    for x in &r.bandwidth {
+        let s = &x.iteration_gbit_per_s;
+        if s.n >= 3 && s.mean > 0.0 && s.stdev / s.mean > 0.10 {
+            w.push(format!("noisy: {} at {} B between ranks 0 and {} varied {:.0}% (stdev/mean) across iterations", x.mode.name(), x.size_bytes, x.pair[1], 100.0 * s.stdev / s.mean));
+        }
+    }
+    for x in &r.latency {
+        let s = &x.one_way_us;
+        if s.n >= 100 && s.median > 0.0 && s.p99 > 10.0 * s.median {
+            w.push(format!(
+                "noisy: latency at {} B between ranks 0 and {} has p99 {:.1}x its median",
+                x.size_bytes,
+                x.pair[1],
+                s.p99 / s.median
+            ));
+        }
+    }
+    w
+}

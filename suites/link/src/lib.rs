@@ -1,0 +1,149 @@
+//! `tbbench link`: ping-pong latency and windowed / bidirectional bandwidth between rank 0 and
+//! every other rank, across message sizes, with the payload checked and the link's ceiling
+//! (flag or the interface's reported speed) as the yardstick.
+
+mod harness;
+pub mod pattern;
+pub mod payload;
+mod table;
+
+use anyhow::{bail, Result};
+use serde::Serialize;
+use tbbench_reports::Summary;
+use tbbench_runners::suite::{Context, Suite, SuiteOutput};
+
+pub use pattern::Pattern;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LinkConfig {
+    /// Message sizes in bytes, in the order measured.
+    pub sizes: Vec<u64>,
+    pub patterns: Vec<Pattern>,
+    /// Timed iterations per size; None picks by size (1000 for small ping-pongs).
+    pub iters: Option<usize>,
+    /// Untimed iterations before timing; None picks a tenth of the iterations (2..100).
+    pub warmup: Option<usize>,
+    /// Messages in flight per bandwidth iteration (osu_bw uses 64); fewer for large messages.
+    pub window: usize,
+    /// The link's ceiling in bit/s, when given on the command line.
+    pub ceiling_bits_per_s: Option<f64>,
+}
+
+impl Default for LinkConfig {
+    fn default() -> Self {
+        LinkConfig {
+            sizes: default_sizes(),
+            patterns: vec![Pattern::Latency, Pattern::Bw, Pattern::Bibw],
+            iters: None,
+            warmup: None,
+            window: 64,
+            ceiling_bits_per_s: None,
+        }
+    }
+}
+
+/// Powers of four from 4 B to 256 MiB: the whole curve, from latency-bound to bandwidth-bound,
+/// in fourteen sizes.
+pub fn default_sizes() -> Vec<u64> {
+    (1..=14).map(|i| 1u64 << (2 * i)).collect()
+}
+
+pub fn parse_mode(s: &str) -> Result<Vec<Pattern>> {
+    Ok(match s {
+        "all" => vec![Pattern::Latency, Pattern::Bw, Pattern::Bibw],
+        "latency" | "lat" => vec![Pattern::Latency],
+        "bw" => vec![Pattern::Bw],
+        "bibw" => vec![Pattern::Bibw],
+        other => bail!("unknown mode '{other}' (use latency, bw, bibw or all)"),
+    })
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LatencyRow {
+    pub pair: [usize; 2],
+    pub size_bytes: u64,
+    pub iters: usize,
+    pub warmup: usize,
+    /// One-way latency (RTT/2) in microseconds, from an HDR histogram of every iteration.
+    pub one_way_us: Summary,
+    /// Every iteration's one-way time in nanoseconds, in the order measured.
+    pub samples_ns: Vec<u64>,
+    pub wrong_bytes: u64,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct AvgPeak {
+    pub avg: f64,
+    pub peak: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BandwidthRow {
+    pub pair: [usize; 2],
+    pub mode: Pattern,
+    pub size_bytes: u64,
+    pub window: usize,
+    pub iters: usize,
+    pub warmup: usize,
+    /// avg = all bytes / all time; peak = the best iteration. 10^9 bit/s.
+    pub gbit_per_s: AvgPeak,
+    /// 2^30 bytes/s.
+    pub gib_per_s: AvgPeak,
+    pub msg_rate_per_s: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub percent_of_ceiling: Option<AvgPeak>,
+    /// Spread of the per-iteration rates, Gbit/s.
+    pub iteration_gbit_per_s: Summary,
+    pub wrong_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LinkResults {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ceiling_gbit_per_s: Option<f64>,
+    /// "flag" (--ceiling) or "interface" (the speed the OS reports).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ceiling_source: Option<&'static str>,
+    pub latency: Vec<LatencyRow>,
+    pub bandwidth: Vec<BandwidthRow>,
+}
+
+pub struct LinkSuite;
+
+impl Suite for LinkSuite {
+    const NAME: &'static str = "link";
+    type Config = LinkConfig;
+
+    fn run(config: &LinkConfig, ctx: &mut Context) -> Result<Option<SuiteOutput>> {
+        if ctx.size() < 2 {
+            bail!("the link suite needs at least 2 ranks (--nodes 2)");
+        }
+        let (ceiling, source) = match (config.ceiling_bits_per_s, ctx.network.nominal_gbit_per_s) {
+            (Some(bits), _) => (Some(bits / 1e9), Some("flag")),
+            (None, Some(g)) => (Some(g), Some("interface")),
+            (None, None) => (None, None),
+        };
+        let mut results = LinkResults {
+            ceiling_gbit_per_s: ceiling,
+            ceiling_source: source,
+            latency: Vec::new(),
+            bandwidth: Vec::new(),
+        };
+        for peer in 1..ctx.size() {
+            if ctx.rank() == 0 || ctx.rank() == peer {
+                harness::measure_pair(config, ctx, peer, ceiling, &mut results)?;
+            }
+            ctx.comm.barrier()?;
+        }
+        if ctx.rank() != 0 {
+            return Ok(None);
+        }
+        let checks = vec![harness::payload_check(&results)];
+        let warnings = harness::noise_warnings(&results);
+        Ok(Some(SuiteOutput {
+            results: serde_json::to_value(&results)?,
+            checks,
+            warnings,
+        }))
+    }
+}
