@@ -71,10 +71,10 @@ pub struct LinkArgs {
     #[command(flatten)]
     pub run: RunArgs,
     /// One message size (e.g. 256MiB, 64k, 4096).
-    #[arg(long, value_parser = parse_size, conflicts_with = "sizes")]
+    #[arg(long, value_parser = parse_size, conflicts_with = "sizes", allow_hyphen_values = true)]
     pub buffer: Option<u64>,
     /// Sizes: a range of powers of two (1B..256MiB) or a list (64,4k,1MiB). Default 4B..256MiB by 4x.
-    #[arg(long, value_parser = parse_size_list)]
+    #[arg(long, value_parser = parse_size_list, allow_hyphen_values = true)]
     pub sizes: Option<SizeList>,
     /// What to measure: latency, bw, bibw or all.
     #[arg(long, default_value = "all", value_parser = parse_mode)]

@@ -208,17 +208,15 @@ pub fn launch(opts: &RunOptions, suite: &str) -> Result<i32> {
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 let st = ranks[0].child.wait()?;
-                // Rank 0 printed its own error line; add one only if it said nothing useful.
-                return Ok(match st.code() {
-                    Some(c) if c != 0 => c,
-                    _ => {
-                        eprintln!(
-                            "tbbench: error: rank 0 ({}) exited before the rendezvous ({st})",
-                            ranks[0].label
-                        );
-                        1
-                    }
-                });
+                // A local rank 0 printed its own error line. A remote one may not have started
+                // at all (the remote shell failed), so the launcher names the host.
+                if placements[0].host.is_some() || st.code().unwrap_or(0) == 0 {
+                    eprintln!(
+                        "tbbench: error: rank 0 ({}) exited before the rendezvous ({st}); check that `{} {}` works",
+                        ranks[0].label, opts.rsh, ranks[0].label
+                    );
+                }
+                return Ok(st.code().filter(|c| *c != 0).unwrap_or(1));
             }
         }
         if Instant::now() > deadline {

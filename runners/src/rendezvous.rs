@@ -70,7 +70,7 @@ enum Ctrl {
     Join {
         token: String,
         size: usize,
-        info: RankInfo,
+        info: Box<RankInfo>,
     },
     Table {
         ranks: Vec<RankInfo>,
@@ -140,7 +140,8 @@ pub fn gather_ranks(
         stream.set_nonblocking(false)?;
         stream.set_read_timeout(Some(Duration::from_secs(5)))?;
         match read_frame(&stream) {
-            Ok(Ctrl::Join { token: t, size: s, mut info }) if t == token.hex() => {
+            Ok(Ctrl::Join { token: t, size: s, info }) if t == token.hex() => {
+                let mut info = *info;
                 if s != size || info.rank == 0 || info.rank >= size || infos[info.rank].is_some() {
                     eprintln!("tbbench: refused a rendezvous connection from {from}: rank {} of {s} does not fit this run of {size}", info.rank);
                     continue;
@@ -212,7 +213,7 @@ pub fn join(
         &Ctrl::Join {
             token: token.hex(),
             size,
-            info: me,
+            info: Box::new(me),
         },
     )?;
     stream.set_read_timeout(Some(timeout))?;

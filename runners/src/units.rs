@@ -113,7 +113,7 @@ pub fn format_size(bytes: u64) -> String {
     ];
     for (name, unit) in UNITS {
         if bytes >= unit {
-            return if bytes % unit == 0 {
+            return if bytes.is_multiple_of(unit) {
                 format!("{}{name}", bytes / unit)
             } else {
                 format!("{:.1}{name}", bytes as f64 / unit as f64)

@@ -522,7 +522,7 @@ impl Transport for ShmTransport {
                 continue;
             }
             std::thread::yield_now();
-            if idle_spins % 1024 == 0 {
+            if idle_spins.is_multiple_of(1024) {
                 let waited = last_progress.elapsed();
                 let waiting_on: Vec<usize> = out
                     .iter()

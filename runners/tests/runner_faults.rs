@@ -1,0 +1,260 @@
+//! What happens when things go wrong, with real processes: a rank killed or frozen mid-run,
+//! Ctrl-C, a stranger with the wrong token, bad hostfiles, hosts that cannot be reached.
+
+mod support;
+
+use std::time::{Duration, Instant};
+use support::*;
+
+/// A run long enough to interfere with: ping-pongs until told otherwise.
+fn long_run(extra: &[&str]) -> std::process::Child {
+    let mut args = vec![
+        "link", "--nodes", "3", "--buffer", "64", "--mode", "latency", "--iters", "50000000",
+    ];
+    args.extend_from_slice(extra);
+    spawn(&args)
+}
+
+fn wait_for_ranks(launcher: u32, n: usize) -> Vec<(u32, usize)> {
+    let start = Instant::now();
+    loop {
+        let r = ranks_of(launcher);
+        if r.len() == n {
+            // Let the rendezvous finish so the failure lands mid-run, not at start-up.
+            std::thread::sleep(Duration::from_millis(1500));
+            return r;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "ranks did not start: {r:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    assert!(std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+}
+
+#[test]
+fn killed_rank_ends_the_run_on_every_rank_within_ten_seconds() {
+    let dir = tmpdir("kill");
+    let out = dir.join("r.json");
+    let child = long_run(&["--out", out.to_str().unwrap()]);
+    let launcher = child.id();
+    let ranks = wait_for_ranks(launcher, 3);
+    let victim = ranks.iter().find(|r| r.1 == 2).unwrap().0;
+    let killed_at = Instant::now();
+    signal(victim, "-KILL");
+    let (o, _) = finish(child, Duration::from_secs(30));
+    let took = killed_at.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "run took {took:?} to end after the kill"
+    );
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("rank 2"),
+        "the error must name the dead rank: {err}"
+    );
+    assert!(
+        err.lines().filter(|l| l.contains("error")).count() == 1,
+        "one error line: {err}"
+    );
+    for (pid, r) in ranks {
+        assert!(!alive(pid), "rank {r} (pid {pid}) outlived the run");
+    }
+    assert!(!out.exists(), "no result file from a failed run");
+}
+
+#[test]
+fn frozen_rank_is_noticed_and_named_within_ten_seconds() {
+    let child = long_run(&["--out", "/dev/null/none.json"]);
+    let launcher = child.id();
+    let ranks = wait_for_ranks(launcher, 3);
+    let victim = ranks.iter().find(|r| r.1 == 1).unwrap().0;
+    let stopped_at = Instant::now();
+    signal(victim, "-STOP");
+    let (o, _) = finish(child, Duration::from_secs(30));
+    let took = stopped_at.elapsed();
+    // The launcher killed the frozen rank; resume it in case it did not, so nothing lingers.
+    let _ = std::process::Command::new("kill")
+        .args(["-CONT", &victim.to_string()])
+        .stderr(std::process::Stdio::null())
+        .status();
+    assert!(
+        took < Duration::from_secs(10),
+        "run took {took:?} to end after rank 1 froze"
+    );
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("rank 1") && err.contains("stopped answering"),
+        "{err}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    for (pid, r) in ranks {
+        assert!(!alive(pid), "rank {r} (pid {pid}) outlived the run");
+    }
+}
+
+#[test]
+fn interrupt_on_the_launcher_stops_every_rank() {
+    let child = long_run(&[]);
+    let launcher = child.id();
+    let ranks = wait_for_ranks(launcher, 3);
+    signal(launcher, "-INT");
+    let (o, took) = finish(child, Duration::from_secs(15));
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o.stderr));
+    assert!(took < Duration::from_secs(10));
+    assert!(text(&o.stderr).contains("interrupted"));
+    std::thread::sleep(Duration::from_millis(300));
+    for (pid, r) in ranks {
+        assert!(!alive(pid), "rank {r} (pid {pid}) outlived Ctrl-C");
+    }
+}
+
+#[test]
+fn killed_launcher_leaves_no_orphans() {
+    let child = long_run(&[]);
+    let launcher = child.id();
+    let ranks = wait_for_ranks(launcher, 3);
+    signal(launcher, "-KILL");
+    let _ = finish(child, Duration::from_secs(5));
+    let start = Instant::now();
+    while ranks.iter().any(|(pid, _)| alive(*pid)) && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for (pid, r) in ranks {
+        assert!(
+            !alive(pid),
+            "rank {r} (pid {pid}) orphaned by a killed launcher"
+        );
+    }
+}
+
+#[test]
+fn connection_with_a_wrong_token_is_refused_while_the_run_completes() {
+    use std::io::Write;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tmpdir("token");
+    let out = dir.join("r.json");
+    let child = spawn(&[
+        "link",
+        "--port",
+        &port.to_string(),
+        "--buffer",
+        "64",
+        "--mode",
+        "latency",
+        "--iters",
+        "20000",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    // A stranger keeps knocking with a forged join message until the run is over.
+    let knocks = std::thread::spawn(move || {
+        let forged = br#"{"Join":{"token":"00000000000000000000000000000000","size":2,"info":{}}}"#;
+        let mut sent = 0;
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(20) {
+            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+                let mut frame = (forged.len() as u32).to_le_bytes().to_vec();
+                frame.extend_from_slice(forged);
+                if s.write_all(&frame).is_ok() {
+                    sent += 1;
+                }
+            } else if sent > 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        sent
+    });
+    let (o, _) = finish(child, Duration::from_secs(60));
+    let sent = knocks.join().unwrap();
+    assert!(sent > 0);
+    assert!(
+        o.status.success(),
+        "the run must complete: {}",
+        text(&o.stderr)
+    );
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("refused a rendezvous connection")
+            && err.contains("wrong or missing session token"),
+        "{err}"
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(r["verification"]["passed"], true);
+}
+
+#[test]
+fn malformed_hostfiles_get_one_line_naming_file_and_line() {
+    let dir = tmpdir("hostfile");
+    let cases = [
+        ("bad1", "mac1 slots=two\n", "line 1"),
+        ("bad2.json", "[{\"host\": \"mac1\"}]", "mlx.launch"),
+        ("bad3", "mac1 slots=1\n", "2 ranks asked for"),
+    ];
+    for (name, body, expect) in cases {
+        let p = dir.join(name);
+        std::fs::write(&p, body).unwrap();
+        let o = run(
+            &[
+                "link",
+                "--hostfile",
+                p.to_str().unwrap(),
+                "--nodes",
+                "2",
+                "--buffer",
+                "64",
+            ],
+            Duration::from_secs(10),
+        );
+        assert_eq!(o.status.code(), Some(1));
+        let err = text(&o.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains(name) && err.contains(expect), "{name}: {err}");
+    }
+    let o = run(
+        &["link", "--hostfile", dir.join("missing").to_str().unwrap()],
+        Duration::from_secs(10),
+    );
+    assert!(text(&o.stderr).contains("cannot read hostfile"));
+}
+
+#[test]
+fn unreachable_host_fails_fast_with_its_name() {
+    let dir = tmpdir("unreach");
+    let hf = dir.join("hosts");
+    std::fs::write(&hf, "no-such-host.invalid\nanother.invalid\n").unwrap();
+    // `false` stands in for a remote shell that cannot reach the host: it exits at once.
+    let o = run(
+        &[
+            "link",
+            "--hostfile",
+            hf.to_str().unwrap(),
+            "--rsh",
+            "false",
+            "--buffer",
+            "64",
+        ],
+        Duration::from_secs(20),
+    );
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("rank 0") && err.contains("no-such-host.invalid"),
+        "{err}"
+    );
+}

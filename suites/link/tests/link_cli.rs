@@ -1,0 +1,319 @@
+//! `tbbench link` end to end: real rank processes, real sockets and shared memory, real files.
+
+#[path = "../../../runners/tests/support.rs"]
+mod support;
+
+use serde_json::Value;
+use std::time::Duration;
+use support::*;
+
+fn result(path: &std::path::Path) -> Value {
+    let raw = std::fs::read_to_string(path).unwrap();
+    assert!(
+        raw.trim_start().starts_with("{\n  \"schema_version\""),
+        "schema_version must come first:\n{}",
+        &raw[..200.min(raw.len())]
+    );
+    serde_json::from_str(&raw).unwrap()
+}
+
+#[test]
+fn two_ranks_over_tcp_write_a_complete_result_file() {
+    let dir = tmpdir("tcp2");
+    let out = dir.join("r.json");
+    let o = run(
+        &[
+            "link",
+            "--nodes",
+            "2",
+            "--sizes",
+            "64,64k",
+            "--iters",
+            "30",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let stdout = text(&o.stdout);
+    assert!(
+        stdout.contains("t_typical") && stdout.contains("peak Gb/s"),
+        "{stdout}"
+    );
+    let r = result(&out);
+    for key in [
+        "schema_version",
+        "suite",
+        "tool",
+        "started_at",
+        "params",
+        "hosts",
+        "network",
+        "results",
+        "verification",
+        "warnings",
+    ] {
+        assert!(r.get(key).is_some(), "missing {key}");
+    }
+    assert_eq!(r["suite"], "link");
+    assert_eq!(r["tool"]["name"], "tbbench");
+    assert_eq!(r["network"]["transport"], "tcp");
+    assert_eq!(r["network"]["link_kind"], "loopback");
+    assert_eq!(r["network"]["interface"], "lo");
+    assert_eq!(r["params"]["nodes"], 2);
+    assert_eq!(r["params"]["window"], 64, "defaults are recorded too");
+    assert_eq!(r["hosts"][0]["ranks"], serde_json::json!([0, 1]));
+    let lat = r["results"]["latency"].as_array().unwrap();
+    assert_eq!(lat.len(), 2);
+    assert_eq!(lat[0]["size_bytes"], 64);
+    assert_eq!(lat[1]["size_bytes"], 65536);
+    for row in lat {
+        let s = &row["one_way_us"];
+        let (min, med, max) = (
+            s["min"].as_f64().unwrap(),
+            s["median"].as_f64().unwrap(),
+            s["max"].as_f64().unwrap(),
+        );
+        assert!(min > 0.0 && min <= med && med <= max, "{s}");
+        assert!(
+            s["p99"].as_f64().unwrap() <= max
+                && s["p999"].is_number()
+                && s["stdev"].is_number()
+                && s["mean"].is_number()
+        );
+        assert_eq!(row["samples_ns"].as_array().unwrap().len(), 30);
+        assert_eq!(row["wrong_bytes"], 0);
+    }
+    let bw = r["results"]["bandwidth"].as_array().unwrap();
+    let modes: Vec<&str> = bw.iter().map(|b| b["mode"].as_str().unwrap()).collect();
+    assert_eq!(modes, ["bw", "bw", "bibw", "bibw"]);
+    for row in bw {
+        let g = row["gbit_per_s"]["avg"].as_f64().unwrap();
+        let gib = row["gib_per_s"]["avg"].as_f64().unwrap();
+        assert!(g > 0.0 && row["gbit_per_s"]["peak"].as_f64().unwrap() >= g);
+        // Gbit/s is 10^9 bit/s and GiB/s is 2^30 byte/s: the two must agree.
+        assert!(
+            (gib - g * 1e9 / 8.0 / 1073741824.0).abs() < 1e-9 * g.max(1.0),
+            "{row}"
+        );
+        assert!(
+            row.get("percent_of_ceiling").is_none(),
+            "loopback has no ceiling unless given"
+        );
+    }
+    assert_eq!(r["verification"]["passed"], true);
+    assert_eq!(r["verification"]["checks"][0]["name"], "payload");
+}
+
+#[test]
+fn ceiling_flag_gives_percent_of_ceiling() {
+    let dir = tmpdir("ceil");
+    let out = dir.join("r.json");
+    let o = run(
+        &[
+            "link",
+            "--buffer",
+            "1MiB",
+            "--mode",
+            "bw",
+            "--iters",
+            "5",
+            "--ceiling",
+            "80Gbit",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let r = result(&out);
+    assert_eq!(r["results"]["ceiling_gbit_per_s"], 80.0);
+    assert_eq!(r["results"]["ceiling_source"], "flag");
+    let row = &r["results"]["bandwidth"][0];
+    let pct = row["percent_of_ceiling"]["avg"].as_f64().unwrap();
+    let g = row["gbit_per_s"]["avg"].as_f64().unwrap();
+    assert!((pct - 100.0 * g / 80.0).abs() < 1e-6);
+    assert!(
+        r["results"]["latency"].as_array().unwrap().is_empty(),
+        "--mode bw measures bandwidth only"
+    );
+}
+
+#[test]
+fn four_ranks_over_shm_measure_every_pair() {
+    let dir = tmpdir("shm4");
+    let out = dir.join("r.json");
+    let o = run(
+        &[
+            "link",
+            "--nodes",
+            "4",
+            "--transport",
+            "shm",
+            "--sizes",
+            "64,1MiB",
+            "--iters",
+            "20",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(120),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let r = result(&out);
+    assert_eq!(r["network"]["transport"], "shm");
+    assert_eq!(r["network"]["link_kind"], "shm");
+    let pairs: Vec<Value> = r["results"]["latency"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["pair"].clone())
+        .collect();
+    assert_eq!(
+        pairs,
+        [
+            serde_json::json!([0, 1]),
+            serde_json::json!([0, 1]),
+            serde_json::json!([0, 2]),
+            serde_json::json!([0, 2]),
+            serde_json::json!([0, 3]),
+            serde_json::json!([0, 3])
+        ]
+    );
+    assert_eq!(r["verification"]["passed"], true);
+    // 4 ranks on a 2-core machine is oversubscribed, and the file must say so.
+    let cores = std::thread::available_parallelism().unwrap().get();
+    let warned = r["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|w| w.as_str().unwrap().contains("oversubscribed"));
+    assert_eq!(warned, cores < 4, "{}", r["warnings"]);
+    let leftovers: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("tbbench-"))
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "shared-memory segments left behind: {leftovers:?}"
+    );
+}
+
+#[test]
+fn four_ranks_over_tcp_with_two_streams() {
+    let dir = tmpdir("tcp4");
+    let out = dir.join("r.json");
+    let o = run(
+        &[
+            "link",
+            "--nodes",
+            "4",
+            "--streams",
+            "2",
+            "--sizes",
+            "512k,4MiB",
+            "--mode",
+            "bibw",
+            "--iters",
+            "5",
+            "--addr",
+            "127.0.0.1",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(120),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let r = result(&out);
+    assert_eq!(r["network"]["streams"], 2);
+    assert_eq!(r["results"]["bandwidth"].as_array().unwrap().len(), 6);
+    assert_eq!(
+        r["verification"]["passed"], true,
+        "striped messages must arrive intact"
+    );
+}
+
+#[test]
+fn iface_flag_binds_to_that_interface() {
+    let dir = tmpdir("iface");
+    let out = dir.join("r.json");
+    let o = run(
+        &[
+            "link",
+            "--iface",
+            "lo",
+            "--buffer",
+            "4k",
+            "--iters",
+            "10",
+            "--mode",
+            "latency",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let r = result(&out);
+    assert_eq!(r["network"]["interface"], "lo");
+    assert_eq!(
+        r["network"]["addresses"],
+        serde_json::json!(["127.0.0.1", "127.0.0.1"])
+    );
+    let o = run(
+        &[
+            "link",
+            "--iface",
+            "nope0",
+            "--buffer",
+            "4k",
+            "--out",
+            dir.join("x.json").to_str().unwrap(),
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(err.contains("nope0") && err.lines().count() == 1, "{err}");
+    assert!(!dir.join("x.json").exists());
+}
+
+#[test]
+fn nonsense_sizes_get_one_line_errors_and_no_file() {
+    let dir = tmpdir("badsize");
+    for bad in ["abc", "0", "-1", "1.5.3MiB", "12XB"] {
+        let out = dir.join("r.json");
+        let o = run(
+            &["link", "--buffer", bad, "--out", out.to_str().unwrap()],
+            Duration::from_secs(10),
+        );
+        assert_eq!(o.status.code(), Some(2), "{bad}");
+        let err = text(&o.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{bad}: {err}");
+        assert!(err.contains("bad size"), "{bad}: {err}");
+        assert!(!out.exists());
+    }
+    let o = run(&["link", "--mode", "sideways"], Duration::from_secs(10));
+    assert!(text(&o.stderr).contains("unknown mode 'sideways'"));
+    let o = run(
+        &["link", "--transport", "carrier-pigeon"],
+        Duration::from_secs(10),
+    );
+    assert!(text(&o.stderr).contains("unknown transport"));
+}
+
+#[test]
+fn one_rank_is_refused_with_a_clear_line() {
+    let o = run(
+        &["link", "--nodes", "1", "--buffer", "64"],
+        Duration::from_secs(30),
+    );
+    assert!(!o.status.success());
+    assert!(
+        text(&o.stderr).contains("at least 2 ranks"),
+        "{}",
+        text(&o.stderr)
+    );
+}
