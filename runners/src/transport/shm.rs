@@ -390,10 +390,12 @@ impl Transport for ShmTransport {
         // so only the first unfinished entry per peer may move.
         let mut last_progress = Instant::now();
         let mut idle_spins = 0u32;
+        // Per peer: an earlier message to (or from) it is still entering (leaving) the ring.
+        let mut blocked = vec![false; self.size];
         loop {
             let mut progressed = false;
             let mut all_done = true;
-            let mut blocked = vec![false; self.size];
+            blocked.fill(false);
             for p in out.iter_mut() {
                 if p.done == usize::MAX {
                     continue;
@@ -439,7 +441,7 @@ impl Transport for ShmTransport {
                     progressed = true;
                 }
             }
-            let mut blocked = vec![false; self.size];
+            blocked.fill(false);
             for p in inc.iter_mut() {
                 if p.done == usize::MAX {
                     continue;

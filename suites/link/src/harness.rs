@@ -49,14 +49,14 @@ pub fn measure_pair(
             let len = usize::try_from(size).context("message size does not fit in memory")?;
             let mut send = ctx.comm.alloc(len)?;
             payload::fill(&mut send, size, me);
-            let mut recv = ctx.comm.alloc(len * window)?;
+            let mut recv = ctx.comm.alloc(len * pattern.recv_slots(size, window))?;
             for _ in 0..warmup {
-                pattern.run_once(&mut ctx.comm, role, other, &send, &mut recv)?;
+                pattern.run_once(&mut ctx.comm, role, other, &send, &mut recv, window)?;
             }
             let mut times_ns = Vec::with_capacity(iters);
             for _ in 0..iters {
                 let t0 = Instant::now();
-                pattern.run_once(&mut ctx.comm, role, other, &send, &mut recv)?;
+                pattern.run_once(&mut ctx.comm, role, other, &send, &mut recv, window)?;
                 times_ns.push(t0.elapsed().as_nanos() as u64);
             }
             // The bytes that arrived last must be the peer's pattern, slot by slot. Bw has data
@@ -238,4 +238,23 @@ pub fn noise_warnings(r: &LinkResults) -> Vec<String> {
         }
     }
     w
+}
+
+/// One core's memcpy rate for `size` bytes (at least 1 MiB), in Gbit/s: the median of five
+/// copies between buffers that were written first, so no page fault is timed.
+pub fn memcpy_gbit_per_s(size: u64) -> f64 {
+    let len = size.max(1 << 20) as usize;
+    let src = vec![7u8; len];
+    let mut dst = vec![1u8; len];
+    dst.copy_from_slice(&src);
+    let mut rates: Vec<f64> = (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            dst.copy_from_slice(std::hint::black_box(&src));
+            std::hint::black_box(&dst);
+            len as f64 * 8.0 / t.elapsed().as_secs_f64() / 1e9
+        })
+        .collect();
+    rates.sort_by(|a, b| a.total_cmp(b));
+    rates[2]
 }

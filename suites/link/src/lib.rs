@@ -48,14 +48,24 @@ pub fn default_sizes() -> Vec<u64> {
     (1..=14).map(|i| 1u64 << (2 * i)).collect()
 }
 
+/// `all`, one mode, or a comma list (`bw,bibw`).
 pub fn parse_mode(s: &str) -> Result<Vec<Pattern>> {
-    Ok(match s {
-        "all" => vec![Pattern::Latency, Pattern::Bw, Pattern::Bibw],
-        "latency" | "lat" => vec![Pattern::Latency],
-        "bw" => vec![Pattern::Bw],
-        "bibw" => vec![Pattern::Bibw],
-        other => bail!("unknown mode '{other}' (use latency, bw, bibw or all)"),
-    })
+    let mut patterns = Vec::new();
+    for word in s.split(',') {
+        let add: &[Pattern] = match word.trim() {
+            "all" => &[Pattern::Latency, Pattern::Bw, Pattern::Bibw],
+            "latency" | "lat" => &[Pattern::Latency],
+            "bw" => &[Pattern::Bw],
+            "bibw" => &[Pattern::Bibw],
+            other => bail!("unknown mode '{other}' (use latency, bw, bibw, all, or a comma list)"),
+        };
+        for p in add {
+            if !patterns.contains(p) {
+                patterns.push(*p);
+            }
+        }
+    }
+    Ok(patterns)
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -101,7 +111,8 @@ pub struct BandwidthRow {
 pub struct LinkResults {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ceiling_gbit_per_s: Option<f64>,
-    /// "flag" (--ceiling) or "interface" (the speed the OS reports).
+    /// "flag" (--ceiling), "interface" (the speed the OS reports) or "memcpy" (shm: one core's
+    /// memcpy of the largest message size, measured on rank 0 before the run).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ceiling_source: Option<&'static str>,
     pub latency: Vec<LatencyRow>,
@@ -121,6 +132,11 @@ impl Suite for LinkSuite {
         let (ceiling, source) = match (config.ceiling_bits_per_s, ctx.network.nominal_gbit_per_s) {
             (Some(bits), _) => (Some(bits / 1e9), Some("flag")),
             (None, Some(g)) => (Some(g), Some("interface")),
+            // Shared memory has no wire: its ceiling is what one core copies, measured here.
+            (None, None) if ctx.network.transport == "shm" && ctx.rank() == 0 => {
+                let largest = config.sizes.iter().copied().max().unwrap_or(1 << 20);
+                (Some(harness::memcpy_gbit_per_s(largest)), Some("memcpy"))
+            }
             (None, None) => (None, None),
         };
         let mut results = LinkResults {

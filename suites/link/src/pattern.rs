@@ -33,8 +33,8 @@ impl Pattern {
         }
     }
 
-    /// Messages in flight per iteration. Large messages get a smaller window so the receive
-    /// side's memory stays near 256 MiB, as users size `--buffer` to what they can spare.
+    /// Messages in flight per iteration. Large messages get a smaller window so one
+    /// iteration moves at most 256 MiB and a sweep stays quick.
     pub fn window(&self, size: u64, asked: usize) -> usize {
         match self {
             Pattern::Latency => 1,
@@ -60,7 +60,18 @@ impl Pattern {
         }
     }
 
-    /// One iteration. `recv` is `window` slots of `send.len()` bytes each.
+    /// Receive buffers for one iteration. As osu_bw and iperf3 do, the receiver does not
+    /// give every message of a window its own memory: a window of 64 MiB-messages would
+    /// otherwise measure the cache as much as the link. Messages land in up to 1 MiB of slots,
+    /// reused batch after batch.
+    pub fn recv_slots(&self, size: u64, window: usize) -> usize {
+        match self {
+            Pattern::Latency => 1,
+            _ => ((1u64 << 20) / size).clamp(1, window as u64) as usize,
+        }
+    }
+
+    /// One iteration: `window` messages of `send.len()` bytes; `recv` is `recv_slots` slots.
     pub fn run_once(
         &self,
         comm: &mut Comm,
@@ -68,6 +79,7 @@ impl Pattern {
         peer: usize,
         send: &[u8],
         recv: &mut [u8],
+        window: usize,
     ) -> Result<()> {
         let size = send.len();
         let mut ack = [0u8; 4];
@@ -81,27 +93,41 @@ impl Pattern {
                 comm.send(peer, send)
             }
             (Pattern::Bw, Role::Initiator) => {
-                let window = recv.len() / size.max(1);
                 let sends: Vec<SendOp> = (0..window).map(|_| SendOp { peer, buf: send }).collect();
                 comm.transport().exchange(&sends, &mut [])?;
                 comm.recv(peer, &mut ack)
             }
             (Pattern::Bw, Role::Responder) => {
-                let mut recvs: Vec<RecvOp> = recv
-                    .chunks_mut(size.max(1))
-                    .map(|buf| RecvOp { peer, buf })
-                    .collect();
-                comm.transport().exchange(&[], &mut recvs)?;
+                let slots = recv.len() / size;
+                let mut left = window;
+                while left > 0 {
+                    let n = left.min(slots);
+                    let mut recvs: Vec<RecvOp> = recv
+                        .chunks_mut(size)
+                        .take(n)
+                        .map(|buf| RecvOp { peer, buf })
+                        .collect();
+                    comm.transport().exchange(&[], &mut recvs)?;
+                    left -= n;
+                }
                 comm.send(peer, &ack)
             }
             (Pattern::Bibw, role) => {
-                let window = recv.len() / size.max(1);
-                let sends: Vec<SendOp> = (0..window).map(|_| SendOp { peer, buf: send }).collect();
-                let mut recvs: Vec<RecvOp> = recv
-                    .chunks_mut(size.max(1))
-                    .map(|buf| RecvOp { peer, buf })
-                    .collect();
-                comm.transport().exchange(&sends, &mut recvs)?;
+                // Both sides walk the window in the same batches, so neither waits on a
+                // receive the other has not posted.
+                let slots = recv.len() / size;
+                let mut left = window;
+                while left > 0 {
+                    let n = left.min(slots);
+                    let sends: Vec<SendOp> = (0..n).map(|_| SendOp { peer, buf: send }).collect();
+                    let mut recvs: Vec<RecvOp> = recv
+                        .chunks_mut(size)
+                        .take(n)
+                        .map(|buf| RecvOp { peer, buf })
+                        .collect();
+                    comm.transport().exchange(&sends, &mut recvs)?;
+                    left -= n;
+                }
                 // The ack makes the clock stop only once both directions have landed.
                 match role {
                     Role::Initiator => comm.recv(peer, &mut ack),

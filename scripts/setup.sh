@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian/Ubuntu (or macOS) machine for tbbench and builds it.
+#
+#   scripts/setup.sh            system packages + release build
+#   scripts/setup.sh --deps     system packages only (what the tests need; used by .ci/run)
+#
+# Packages: iproute2 (ip, tc: the network lab and its tests), iperf3 and sockperf (the peers
+# scripts/bench-*.sh compare against), openssh-client (hostfile runs), python3 (scripts).
+# Rust comes from rustup when cargo is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+deps_only=0
+[ "${1:-}" = "--deps" ] && deps_only=1
+
+if [ "$(uname -s)" = "Linux" ] && command -v apt-get >/dev/null; then
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  pkgs="iproute2 iperf3 sockperf openssh-client python3 ca-certificates curl pkg-config gcc"
+  missing=""
+  for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+  if [ -n "$missing" ]; then
+    echo "setup: installing$missing"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $missing >/dev/null
+  fi
+elif [ "$(uname -s)" = "Darwin" ]; then
+  echo "setup: macOS: no system packages needed (iperf3/sockperf for the benchmark scripts: brew install iperf3)"
+fi
+
+if ! command -v cargo >/dev/null; then
+  if [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+  else
+    echo "setup: installing Rust with rustup"
+    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+    export PATH="$HOME/.cargo/bin:$PATH"
+  fi
+fi
+
+[ "$deps_only" = 1 ] && exit 0
+cargo build --release --locked 2>/dev/null || cargo build --release
+echo "setup: built target/release/tbbench"
