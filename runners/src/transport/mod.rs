@@ -9,10 +9,13 @@
 
 pub mod shm;
 pub mod tcp;
+#[cfg(test)]
+mod tests;
 
 use anyhow::Result;
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 
 /// One message to send: the bytes go to `peer` whole.
 pub struct SendOp<'a> {
@@ -68,10 +71,12 @@ pub trait Transport: Send {
 }
 
 /// A page-aligned, zeroed byte buffer. Alignment keeps DMA and vector copies on their fast
-/// paths and lets a verbs backend register whole pages.
+/// paths and lets a verbs backend register whole pages. A buffer may instead live in a shared
+/// memory object ([`Buffer::shared`]) that a same-host peer can map and copy from directly.
 pub struct Buffer {
     ptr: *mut u8,
     len: usize,
+    region: Option<Arc<SharedRegion>>,
 }
 
 // The buffer owns its memory exclusively, like a Vec<u8>.
@@ -80,12 +85,34 @@ unsafe impl Sync for Buffer {}
 
 const PAGE: usize = 4096;
 
+/// A memory object other processes on this host can map: a Linux memfd. Unmapped and closed
+/// when the last buffer using it goes.
+pub struct SharedRegion {
+    pub fd: i32,
+    /// Unique within this process, so a peer never mistakes a recycled fd number for an old
+    /// region it has mapped.
+    pub id: u64,
+    pub start: usize,
+    pub len: usize,
+}
+
+impl Drop for SharedRegion {
+    fn drop(&mut self) {
+        // SAFETY: exactly what Buffer::shared mapped and opened.
+        unsafe {
+            libc::munmap(self.start as *mut _, self.len);
+            libc::close(self.fd);
+        }
+    }
+}
+
 impl Buffer {
     pub fn new(len: usize) -> Self {
         if len == 0 {
             return Buffer {
                 ptr: std::ptr::NonNull::<u8>::dangling().as_ptr(),
                 len: 0,
+                region: None,
             };
         }
         let layout = Layout::from_size_align(len, PAGE).expect("buffer size overflows");
@@ -94,13 +121,74 @@ impl Buffer {
         if ptr.is_null() {
             std::alloc::handle_alloc_error(layout);
         }
-        Buffer { ptr, len }
+        Buffer {
+            ptr,
+            len,
+            region: None,
+        }
+    }
+
+    /// A buffer in a memfd, so a peer on this host can map it and copy out of it with one
+    /// user-space memcpy (see the shm transport). Linux only; elsewhere a plain buffer.
+    #[cfg(target_os = "linux")]
+    pub fn shared(len: usize) -> Result<Self> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        if len == 0 {
+            return Ok(Buffer::new(0));
+        }
+        // SAFETY: plain syscalls; every failure path closes what it opened.
+        unsafe {
+            let fd = libc::memfd_create(c"tbbench-buffer".as_ptr(), libc::MFD_CLOEXEC);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error().into());
+            }
+            if libc::ftruncate(fd, len as libc::off_t) != 0 {
+                let e = std::io::Error::last_os_error();
+                libc::close(fd);
+                return Err(e.into());
+            }
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
+            if p == libc::MAP_FAILED {
+                let e = std::io::Error::last_os_error();
+                libc::close(fd);
+                return Err(e.into());
+            }
+            let region = SharedRegion {
+                fd,
+                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                start: p as usize,
+                len,
+            };
+            Ok(Buffer {
+                ptr: p as *mut u8,
+                len,
+                region: Some(Arc::new(region)),
+            })
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub fn shared(len: usize) -> Result<Self> {
+        Ok(Buffer::new(len))
+    }
+
+    /// The shared region this buffer lives in, if any.
+    pub fn region(&self) -> Option<&Arc<SharedRegion>> {
+        self.region.as_ref()
     }
 }
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        if self.len > 0 {
+        if self.len > 0 && self.region.is_none() {
             // SAFETY: allocated in `new` with this exact layout.
             unsafe { dealloc(self.ptr, Layout::from_size_align_unchecked(self.len, PAGE)) }
         }

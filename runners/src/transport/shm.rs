@@ -8,9 +8,10 @@
 //! shared-memory transports do), then acknowledges so the sender may reuse the buffer. Where
 //! that is not permitted (ptrace restrictions), everything goes through the ring.
 
-use super::{PeerName, RecvOp, SendOp, Transport};
+use super::{Buffer, PeerName, RecvOp, SendOp, SharedRegion, Transport};
 use anyhow::{anyhow, bail, Context, Result};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 pub const MAX_RANKS: usize = 64;
@@ -20,6 +21,30 @@ const HDR: usize = 8;
 /// Messages from this size up use the one-copy path where it is available.
 const CMA_MIN: usize = 64 << 10;
 const CMA_FLAG: u64 = 1 << 63;
+/// The message waits in a shared region ([`Buffer::shared`]) the receiver maps and copies from.
+const MAPPED_FLAG: u64 = 1 << 62;
+/// Mappings of peers' regions kept open at most (least recently used ones go first).
+const MAP_CACHE_BYTES: usize = 1 << 30;
+
+/// How one message travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    /// Copied into the ring and out again.
+    Ring,
+    /// The receiver reads the sender's memory with process_vm_readv.
+    Cma,
+    /// The receiver maps the sender's shared buffer and copies with memcpy.
+    Mapped,
+}
+
+/// A peer's shared region, mapped here.
+struct PeerMap {
+    peer: usize,
+    id: u64,
+    base: *mut u8,
+    len: usize,
+    last_used: u64,
+}
 const MAGIC: u64 = 0x7462_6265_6e63_6801;
 
 /// Header page: ranks meet here before any ring is used.
@@ -112,6 +137,10 @@ pub struct ShmTransport {
     cma_sent: Vec<u64>,
     /// Bytes in flight on the probe, kept alive for the peers' probe reads.
     _probe: Box<u64>,
+    /// Shared buffers this rank handed out, to recognise them when they are sent.
+    regions: Vec<Weak<SharedRegion>>,
+    maps: Vec<PeerMap>,
+    map_clock: u64,
 }
 
 // The mapping is owned by this transport; the rings are shared only through atomics.
@@ -168,6 +197,9 @@ impl ShmTransport {
             one_copy: false,
             cma_sent: vec![0; size],
             _probe: probe,
+            regions: Vec::new(),
+            maps: Vec::new(),
+            map_clock: 0,
         };
         let h = t.header();
         if rank == 0 {
@@ -194,9 +226,91 @@ impl ShmTransport {
         Ok(t)
     }
 
-    /// Whether large messages move with one copy (process_vm_readv) or through the rings.
+    /// Whether large messages move with one copy or through the rings.
     pub fn one_copy(&self) -> bool {
         self.one_copy
+    }
+
+    /// The shared region holding `buf`, as (id, fd, offset), if this rank allocated it.
+    fn region_of(&mut self, buf: &[u8]) -> Option<(u64, i32, usize)> {
+        self.regions.retain(|w| w.strong_count() > 0);
+        let at = buf.as_ptr() as usize;
+        self.regions
+            .iter()
+            .filter_map(|w| w.upgrade())
+            .find(|r| at >= r.start && at + buf.len() <= r.start + r.len)
+            .map(|r| (r.id, r.fd, at - r.start))
+    }
+
+    /// Maps a peer's shared region (opened through /proc/PID/fd, which the ptrace permission
+    /// granted at attach allows), or finds it mapped already. Returns its base address.
+    fn map_peer_region(&mut self, peer: usize, id: u64, fd: i32, need: usize) -> Result<*const u8> {
+        self.map_clock += 1;
+        if let Some(m) = self.maps.iter_mut().find(|m| m.peer == peer && m.id == id) {
+            m.last_used = self.map_clock;
+            if need > m.len {
+                bail!(
+                    "{} sent a message beyond the end of its shared buffer",
+                    self.names[peer]
+                );
+            }
+            return Ok(m.base);
+        }
+        let pid = self.header().pids[peer].load(Ordering::Acquire);
+        let path = std::ffi::CString::new(format!("/proc/{pid}/fd/{fd}"))?;
+        // SAFETY: open/fstat/mmap/close on a path we built; failures are reported.
+        let (base, len) = unsafe {
+            let f = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+            if f < 0 {
+                return Err(std::io::Error::last_os_error())
+                    .with_context(|| format!("cannot open {}'s shared buffer", self.names[peer]));
+            }
+            let mut st: libc::stat = std::mem::zeroed();
+            let len = if libc::fstat(f, &mut st) == 0 {
+                st.st_size as usize
+            } else {
+                0
+            };
+            #[cfg(target_os = "linux")]
+            let flags = libc::MAP_SHARED | libc::MAP_POPULATE;
+            #[cfg(not(target_os = "linux"))]
+            let flags = libc::MAP_SHARED;
+            let p = if len >= need {
+                libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, flags, f, 0)
+            } else {
+                libc::MAP_FAILED
+            };
+            libc::close(f);
+            if p == libc::MAP_FAILED {
+                bail!(
+                    "cannot map {}'s shared buffer ({len} bytes, {need} needed)",
+                    self.names[peer]
+                );
+            }
+            (p as *mut u8, len)
+        };
+        self.maps.push(PeerMap {
+            peer,
+            id,
+            base,
+            len,
+            last_used: self.map_clock,
+        });
+        // Keep the cache bounded: a peer's freed buffers stay alive while mapped here.
+        while self.maps.iter().map(|m| m.len).sum::<usize>() > MAP_CACHE_BYTES
+            && self.maps.len() > 1
+        {
+            let (i, _) = self
+                .maps
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, m)| m.last_used)
+                .unwrap_or((0, &self.maps[0]));
+            let old = self.maps.swap_remove(i);
+            // SAFETY: unmaps a mapping made above.
+            unsafe { libc::munmap(old.base as *mut _, old.len) };
+        }
+        Ok(base)
     }
 
     fn header(&self) -> &'static Header {
@@ -293,8 +407,13 @@ fn cma_read(_pid: libc::pid_t, _remote: u64, _local: *mut u8, _len: usize) -> st
 
 impl Drop for ShmTransport {
     fn drop(&mut self) {
-        // SAFETY: unmaps exactly what attach mapped.
-        unsafe { libc::munmap(self.base as *mut _, self.len) };
+        // SAFETY: unmaps exactly what attach and map_peer_region mapped.
+        unsafe {
+            for m in &self.maps {
+                libc::munmap(m.base as *mut _, m.len);
+            }
+            libc::munmap(self.base as *mut _, self.len)
+        };
     }
 }
 
@@ -324,11 +443,11 @@ fn ring_read(data: *mut u8, pos: u64, dst: &mut [u8]) {
 struct Pending {
     op: usize,
     peer: usize,
-    prefix: [u8; 16],
+    prefix: [u8; 32],
     prefix_len: usize,
-    /// Bytes of prefix + payload moved so far (ring path), or prefix only (one-copy path).
+    /// Bytes of prefix + payload moved so far (ring path), or prefix only (one-copy paths).
     done: usize,
-    one_copy: bool,
+    path: Path,
     /// For a one-copy send: the ack count that marks it complete.
     ack_at: u64,
 }
@@ -344,30 +463,55 @@ impl Transport for ShmTransport {
         self.size
     }
 
+    /// Large buffers live in shared memory, so a peer copies them out with one memcpy.
+    fn alloc(&mut self, len: usize) -> Result<Buffer> {
+        if self.one_copy && len >= CMA_MIN {
+            if let Ok(b) = Buffer::shared(len) {
+                if let Some(r) = b.region() {
+                    self.regions.retain(|w| w.strong_count() > 0);
+                    self.regions.push(Arc::downgrade(r));
+                }
+                return Ok(b);
+            }
+        }
+        Ok(Buffer::new(len))
+    }
+
     fn exchange(&mut self, sends: &[SendOp], recvs: &mut [RecvOp]) -> Result<()> {
         let mut out: Vec<Pending> = Vec::with_capacity(sends.len());
         for (i, op) in sends.iter().enumerate() {
             if op.peer >= self.size || op.peer == self.rank {
                 bail!("rank {} cannot send to rank {}", self.rank, op.peer);
             }
-            let one_copy = self.one_copy && op.buf.len() >= CMA_MIN;
-            let mut prefix = [0u8; 16];
-            let word = op.buf.len() as u64 | if one_copy { CMA_FLAG } else { 0 };
-            prefix[..8].copy_from_slice(&word.to_le_bytes());
+            let big = self.one_copy && op.buf.len() >= CMA_MIN;
+            let region = if big { self.region_of(op.buf) } else { None };
+            let mut prefix = [0u8; 32];
+            let (path, flag, prefix_len) = match (big, region) {
+                (false, _) => (Path::Ring, 0, HDR),
+                (true, Some((id, fd, offset))) => {
+                    prefix[8..16].copy_from_slice(&id.to_le_bytes());
+                    prefix[16..24].copy_from_slice(&(fd as u64).to_le_bytes());
+                    prefix[24..32].copy_from_slice(&(offset as u64).to_le_bytes());
+                    (Path::Mapped, MAPPED_FLAG, 32)
+                }
+                (true, None) => {
+                    prefix[8..16].copy_from_slice(&(op.buf.as_ptr() as u64).to_le_bytes());
+                    (Path::Cma, CMA_FLAG, 16)
+                }
+            };
+            prefix[..8].copy_from_slice(&(op.buf.len() as u64 | flag).to_le_bytes());
             let mut ack_at = 0;
-            if one_copy {
-                prefix[8..].copy_from_slice(&(op.buf.as_ptr() as u64).to_le_bytes());
+            if path != Path::Ring {
                 self.cma_sent[op.peer] += 1;
                 ack_at = self.cma_sent[op.peer];
             }
-            let prefix_len = if one_copy { 16 } else { HDR };
             out.push(Pending {
                 op: i,
                 peer: op.peer,
                 prefix,
                 prefix_len,
                 done: 0,
-                one_copy,
+                path,
                 ack_at,
             });
         }
@@ -379,10 +523,10 @@ impl Transport for ShmTransport {
             inc.push(Pending {
                 op: i,
                 peer: op.peer,
-                prefix: [0; 16],
+                prefix: [0; 32],
                 prefix_len: HDR,
                 done: 0,
-                one_copy: false,
+                path: Path::Ring,
                 ack_at: 0,
             });
         }
@@ -402,7 +546,11 @@ impl Transport for ShmTransport {
                 }
                 all_done = false;
                 let (ctl, data) = self.ring(self.rank, p.peer);
-                let payload: &[u8] = if p.one_copy { &[] } else { sends[p.op].buf };
+                let payload: &[u8] = if p.path == Path::Ring {
+                    sends[p.op].buf
+                } else {
+                    &[]
+                };
                 let total = p.prefix_len + payload.len();
                 if p.done < total {
                     // A later message to this peer may not enter the ring before this one.
@@ -435,7 +583,8 @@ impl Transport for ShmTransport {
                         blocked[p.peer] = false;
                     }
                 }
-                if p.done >= total && (!p.one_copy || ctl.acks.load(Ordering::Acquire) >= p.ack_at)
+                if p.done >= total
+                    && (p.path == Path::Ring || ctl.acks.load(Ordering::Acquire) >= p.ack_at)
                 {
                     p.done = usize::MAX;
                     progressed = true;
@@ -460,30 +609,29 @@ impl Transport for ShmTransport {
                     continue;
                 }
                 let mut pos = tail;
-                if p.done < p.prefix_len {
+                while p.done < p.prefix_len && avail > 0 {
                     let m = avail.min(p.prefix_len - p.done);
                     ring_read(data, pos, &mut p.prefix[p.done..p.done + m]);
                     pos += m as u64;
                     avail -= m;
                     p.done += m;
                     if p.done == HDR && p.prefix_len == HDR {
+                        // The length word is in: it says how the rest travels.
                         let word = u64::from_le_bytes(p.prefix[..8].try_into().unwrap_or_default());
-                        let len = word & !CMA_FLAG;
+                        let len = word & !(CMA_FLAG | MAPPED_FLAG);
                         if len != buf.len() as u64 {
                             bail!("message size mismatch from {}: it sent {len} bytes, {} were expected", self.names[p.peer], buf.len());
                         }
-                        if word & CMA_FLAG != 0 {
-                            p.one_copy = true;
-                            p.prefix_len = 16;
-                            let m = avail.min(8);
-                            ring_read(data, pos, &mut p.prefix[8..8 + m]);
-                            pos += m as u64;
-                            avail -= m;
-                            p.done += m;
-                        }
+                        (p.path, p.prefix_len) = if word & MAPPED_FLAG != 0 {
+                            (Path::Mapped, 32)
+                        } else if word & CMA_FLAG != 0 {
+                            (Path::Cma, 16)
+                        } else {
+                            (Path::Ring, HDR)
+                        };
                     }
                 }
-                if p.done >= p.prefix_len && !p.one_copy {
+                if p.done >= p.prefix_len && p.path == Path::Ring {
                     let from = p.done - p.prefix_len;
                     let m = avail.min(buf.len() - from);
                     ring_read(data, pos, &mut buf[from..from + m]);
@@ -492,15 +640,27 @@ impl Transport for ShmTransport {
                 }
                 ctl.tail.store(pos, Ordering::Release);
                 progressed = true;
-                if p.done >= p.prefix_len && p.one_copy {
-                    let addr = u64::from_le_bytes(p.prefix[8..16].try_into().unwrap_or_default());
-                    let pid = self.header().pids[p.peer].load(Ordering::Acquire) as libc::pid_t;
-                    cma_read(pid, addr, buf.as_mut_ptr(), buf.len()).map_err(|e| {
-                        anyhow!(
-                            "cannot read {}'s message from its memory: {e}",
-                            self.names[p.peer]
-                        )
-                    })?;
+                let word = |i: usize| {
+                    u64::from_le_bytes(p.prefix[i..i + 8].try_into().unwrap_or_default())
+                };
+                if p.done >= p.prefix_len && p.path != Path::Ring {
+                    if p.path == Path::Mapped {
+                        let (id, fd, offset) = (word(8), word(16) as i32, word(24) as usize);
+                        let src = self.map_peer_region(p.peer, id, fd, offset + buf.len())?;
+                        // SAFETY: the mapping covers offset + len bytes (checked when mapped);
+                        // the sender does not touch the buffer until our ack.
+                        buf.copy_from_slice(unsafe {
+                            std::slice::from_raw_parts(src.add(offset), buf.len())
+                        });
+                    } else {
+                        let pid = self.header().pids[p.peer].load(Ordering::Acquire) as libc::pid_t;
+                        cma_read(pid, word(8), buf.as_mut_ptr(), buf.len()).map_err(|e| {
+                            anyhow!(
+                                "cannot read {}'s message from its memory: {e}",
+                                self.names[p.peer]
+                            )
+                        })?;
+                    }
                     ctl.acks.fetch_add(1, Ordering::AcqRel);
                     p.done = usize::MAX;
                     blocked[p.peer] = false;
