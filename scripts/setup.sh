@@ -2,7 +2,8 @@
 # Sets up a fresh Debian/Ubuntu (or macOS) machine for tbbench and builds it.
 #
 #   scripts/setup.sh            system packages + release build
-#   scripts/setup.sh --deps     system packages only (what the tests need; used by .ci/run)
+#   scripts/setup.sh --deps     system packages only (what the tests need; used by .ci/run),
+#                               including OpenMPI and libclang for the `mpi` build feature
 #
 # Packages: iproute2 (ip, tc: the network lab and its tests), iperf3 and sockperf (the peers
 # scripts/bench-*.sh compare against), openssh-client (hostfile runs), python3 (scripts).
@@ -17,6 +18,7 @@ if [ "$(uname -s)" = "Linux" ] && command -v apt-get >/dev/null; then
   sudo=""
   [ "$(id -u)" -ne 0 ] && sudo="sudo"
   pkgs="iproute2 iperf3 sockperf openssh-client python3 ca-certificates curl pkg-config gcc"
+  [ "$deps_only" = 1 ] && pkgs="$pkgs openmpi-bin libopenmpi-dev libclang-dev"
   missing=""
   for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
   if [ -n "$missing" ]; then

@@ -26,10 +26,12 @@ pub fn is_rank_process() -> bool {
 /// Entry point for every suite: launches the ranks, or runs as one of them.
 pub fn run<S: Suite>(config: &S::Config, opts: &RunOptions, tool: &Tool) -> Result<i32> {
     if is_rank_process() {
-        rank_main::<S>(config, opts, tool)
-    } else {
-        launch::launch(opts, S::NAME)
+        return rank_main::<S>(config, opts, tool, env_bootstrap()?);
     }
+    if let Some(size) = crate::mpi_boot::mpirun_size() {
+        return rank_main::<S>(config, opts, tool, crate::mpi_boot::bootstrap(opts, size)?);
+    }
+    launch::launch(opts, S::NAME)
 }
 
 fn env_usize(name: &str) -> Result<usize> {
@@ -45,8 +47,27 @@ fn boot_id() -> String {
         .unwrap_or_default()
 }
 
-fn rank_main<S: Suite>(config: &S::Config, opts: &RunOptions, tool: &Tool) -> Result<i32> {
-    let started = time::OffsetDateTime::now_utc();
+/// Who this rank is and how it finds rank 0, however it was started: by tbbench's launcher
+/// (environment + token on stdin), by hand (environment + TBBENCH_TOKEN), or by mpirun.
+pub struct Bootstrap {
+    pub rank: usize,
+    pub size: usize,
+    pub token: Token,
+    /// Rank 0's rendezvous address (host:port), for the other ranks.
+    pub rdv: Option<String>,
+    /// Rank 0's rendezvous listener, when the bootstrap had to bind it first (MPI).
+    pub listener: Option<TcpListener>,
+    /// The launcher's name for this rank's host.
+    pub label: Option<String>,
+    /// The address the launcher chose for this rank (hostfile `ips`, loopback).
+    pub addr: Option<String>,
+    /// Started by tbbench's own launcher: rank 0 reports its port and the result on stdout.
+    pub launched: bool,
+    /// Kept alive for the whole run (the MPI universe, finalized when dropped).
+    pub keepalive: Option<Box<dyn std::any::Any>>,
+}
+
+fn env_bootstrap() -> Result<Bootstrap> {
     let rank = env_usize(ENV_RANK)?;
     let size = env_usize(ENV_SIZE)?;
     if rank >= size {
@@ -69,9 +90,40 @@ fn rank_main<S: Suite>(config: &S::Config, opts: &RunOptions, tool: &Tool) -> Re
     } else {
         Token::from_hex(&std::env::var(ENV_TOKEN).map_err(|_| anyhow!("{ENV_TOKEN} is not set"))?)?
     };
+    Ok(Bootstrap {
+        rank,
+        size,
+        token,
+        rdv: std::env::var(ENV_RDV).ok(),
+        listener: None,
+        label: std::env::var(ENV_LABEL).ok(),
+        addr: std::env::var(ENV_ADDR).ok(),
+        launched,
+        keepalive: None,
+    })
+}
+
+fn rank_main<S: Suite>(
+    config: &S::Config,
+    opts: &RunOptions,
+    tool: &Tool,
+    boot: Bootstrap,
+) -> Result<i32> {
+    let started = time::OffsetDateTime::now_utc();
+    let Bootstrap {
+        rank,
+        size,
+        token,
+        rdv,
+        listener: bound,
+        label,
+        addr,
+        launched,
+        keepalive,
+    } = boot;
     let mut host = sysinfo::this_host();
-    let label = std::env::var(ENV_LABEL).unwrap_or_else(|_| host.hostname.clone());
-    let data_ip: Option<IpAddr> = match (&opts.iface, std::env::var(ENV_ADDR).ok()) {
+    let label = label.unwrap_or_else(|| host.hostname.clone());
+    let data_ip: Option<IpAddr> = match (&opts.iface, addr) {
         (Some(iface), _) => Some(IpAddr::V4(netinfo::ipv4_of(iface)?)),
         (None, Some(a)) => Some(
             a.parse()
@@ -106,15 +158,19 @@ fn rank_main<S: Suite>(config: &S::Config, opts: &RunOptions, tool: &Tool) -> Re
             data_ip.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
             opts.port,
         );
-        let listener = TcpListener::bind(bind)
-            .with_context(|| format!("cannot listen for the rendezvous on {bind}"))?;
+        let listener = match bound {
+            Some(l) => l,
+            None => TcpListener::bind(bind)
+                .with_context(|| format!("cannot listen for the rendezvous on {bind}"))?,
+        };
         if opts.transport == TransportKind::Shm {
             shm::create_segment(&token.0, size)?;
         }
         let port = listener.local_addr()?.port();
         if launched {
             println!("{PROTOCOL_PREFIX}RENDEZVOUS {port}");
-        } else {
+        } else if keepalive.is_none() {
+            // Started by hand: say where the other ranks must connect. (Under MPI they know.)
             eprintln!(
                 "tbbench: rank 0 waiting for {} rank(s) at {}",
                 size - 1,
@@ -128,8 +184,7 @@ fn rank_main<S: Suite>(config: &S::Config, opts: &RunOptions, tool: &Tool) -> Re
         let (table, conns) = gathered?;
         (table, conns, Some(listener))
     } else {
-        let rdv = std::env::var(ENV_RDV)
-            .map_err(|_| anyhow!("{ENV_RDV} (rank 0's address:port) is not set"))?;
+        let rdv = rdv.ok_or_else(|| anyhow!("{ENV_RDV} (rank 0's address:port) is not set"))?;
         let (table, stream) = rendezvous::join(&rdv, &token, size, me, opts.timeout)?;
         (table, vec![Some(stream)], None)
     };
@@ -160,6 +215,7 @@ fn rank_main<S: Suite>(config: &S::Config, opts: &RunOptions, tool: &Tool) -> Re
     ) {
         Ok(code) => {
             ctl.finish();
+            drop(keepalive);
             Ok(code)
         }
         Err(e) => {

@@ -6,6 +6,7 @@ pub mod comm;
 pub mod driver;
 pub mod hostfile;
 pub mod launch;
+pub mod mpi_boot;
 pub mod netinfo;
 pub mod options;
 pub mod rendezvous;

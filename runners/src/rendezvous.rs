@@ -178,9 +178,14 @@ pub fn join(
     timeout: Duration,
 ) -> Result<(Vec<RankInfo>, TcpStream)> {
     let deadline = Instant::now() + timeout;
-    let addrs: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(rdv)
-        .with_context(|| format!("cannot resolve the rendezvous address {rdv}"))?
-        .collect();
+    // `rdv` may list alternatives ("10.0.0.1:4791,192.168.1.5:4791"), tried in order.
+    let mut addrs: Vec<SocketAddr> = Vec::new();
+    for alt in rdv.split(',') {
+        addrs.extend(
+            std::net::ToSocketAddrs::to_socket_addrs(alt)
+                .with_context(|| format!("cannot resolve the rendezvous address {alt}"))?,
+        );
+    }
     let stream = loop {
         let mut last_err = None;
         let mut found = None;

@@ -12,9 +12,17 @@ const UNKNOWN: &str = "unknown";
 
 /// This host as a [`Host`] record, with `blas` unset and `ranks` empty (the caller fills those).
 pub fn this_host() -> Host {
-    let cores_logical = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(0);
+    // The machine's online CPUs, not this process's affinity mask: under mpirun each rank is
+    // bound to one core, yet the host still has all of them.
+    // SAFETY: sysconf has no preconditions.
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    let cores_logical = if online > 0 {
+        online as usize
+    } else {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0)
+    };
     let mut host = Host {
         hostname: hostname().unwrap_or_else(|| UNKNOWN.to_string()),
         os: std::env::consts::OS.to_string(),

@@ -258,3 +258,20 @@ fn unreachable_host_fails_fast_with_its_name() {
         "{err}"
     );
 }
+
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn under_mpirun_without_mpi_support_says_how_to_build_it() {
+    let o = std::process::Command::new(bin())
+        .args(["link", "--buffer", "64"])
+        .env("OMPI_COMM_WORLD_SIZE", "2")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("built without MPI support") && err.contains("--features mpi"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
