@@ -68,6 +68,18 @@ impl Comm {
         Ok(())
     }
 
+    /// A barrier for ranks that may wait a long time for others (a rank idle while another
+    /// pair measures): no data timeout, since the control channel's heartbeats already end
+    /// the run within seconds if any rank dies or freezes.
+    pub fn barrier_patient(&mut self) -> Result<()> {
+        let normal = self.t.timeout();
+        self.t
+            .set_timeout(std::time::Duration::from_secs(7 * 24 * 3600))?;
+        let r = self.barrier();
+        self.t.set_timeout(normal)?;
+        r
+    }
+
     /// Binomial-tree broadcast of `buf` from `root`.
     pub fn bcast(&mut self, root: usize, buf: &mut [u8]) -> Result<()> {
         let n = self.size();

@@ -165,6 +165,9 @@ fn rank_main<S: Suite>(
         };
         if opts.transport == TransportKind::Shm {
             shm::create_segment(&token.0, size)?;
+            // Gone once every rank attached; this covers runs that fail before that.
+            let t = token.0;
+            rendezvous::on_abort(move || shm::unlink_segment(&t));
         }
         let port = listener.local_addr()?.port();
         if launched {

@@ -38,6 +38,10 @@ struct Placement {
     addr: Option<String>,
 }
 
+fn is_local(host: &str) -> bool {
+    matches!(host, "localhost" | "127.0.0.1")
+}
+
 fn plan(opts: &RunOptions) -> Result<Vec<Placement>> {
     if opts.nodes == 0 {
         bail!("--nodes must be at least 1");
@@ -59,13 +63,15 @@ fn plan(opts: &RunOptions) -> Result<Vec<Placement>> {
     let hosts = read_hostfile(path)?;
     let placed =
         place_ranks(&hosts, opts.nodes).with_context(|| format!("hostfile {}", path.display()))?;
+    let all_local = placed.iter().all(|i| is_local(&hosts[*i].name));
     Ok(placed
         .into_iter()
         .map(|i| {
             let h = hosts[i].clone();
-            let local = matches!(h.name.as_str(), "localhost" | "127.0.0.1");
+            let local = is_local(&h.name);
+            // Loopback only when every rank is here: a remote rank cannot reach 127.0.0.1.
             let addr = h.ips.first().cloned().or_else(|| {
-                if local {
+                if local && all_local {
                     Some("127.0.0.1".into())
                 } else {
                     None
@@ -162,8 +168,23 @@ struct Rank {
 /// Runs the whole job from this process; returns the exit code for the user.
 pub fn launch(opts: &RunOptions, suite: &str) -> Result<i32> {
     let placements = plan(opts)?;
-    let size = placements.len();
     let token = Token::random()?;
+    let result = run_ranks(opts, suite, placements, &token);
+    // Ranks killed before they all attached (Ctrl-C, a failed start) leave rank 0's segment;
+    // shm ranks share this host's /dev/shm, so the launcher can always remove it.
+    if opts.transport == crate::options::TransportKind::Shm {
+        crate::transport::shm::unlink_segment(&token.0);
+    }
+    result
+}
+
+fn run_ranks(
+    opts: &RunOptions,
+    suite: &str,
+    placements: Vec<Placement>,
+    token: &Token,
+) -> Result<i32> {
+    let size = placements.len();
     let interrupted = Arc::new(AtomicBool::new(false));
     {
         let flag = interrupted.clone();
@@ -183,7 +204,7 @@ pub fn launch(opts: &RunOptions, suite: &str) -> Result<i32> {
         size,
         opts,
         None,
-        &token,
+        token,
         true,
         Some(line_tx),
     )?;
@@ -232,7 +253,8 @@ pub fn launch(opts: &RunOptions, suite: &str) -> Result<i32> {
         Some(a) => a.clone(),
         None => match &placements[0].host {
             Some(h) => h.name.rsplit('@').next().unwrap_or(&h.name).to_string(),
-            None => "127.0.0.1".into(),
+            // Rank 0 is here but others are remote: they reach it by this machine's name.
+            None => crate::sysinfo::this_host().hostname,
         },
     };
     let rdv = if host0.contains(':') {
@@ -241,7 +263,7 @@ pub fn launch(opts: &RunOptions, suite: &str) -> Result<i32> {
         format!("{host0}:{rdv_port}")
     };
     for (r, p) in placements.iter().enumerate().skip(1) {
-        match spawn(p, r, size, opts, Some(&rdv), &token, false, None) {
+        match spawn(p, r, size, opts, Some(&rdv), token, false, None) {
             Ok(rank) => ranks.push(rank),
             Err(e) => {
                 let msg = format!("cannot start rank {r} ({}): {e:#}", p.label);
@@ -302,13 +324,15 @@ pub fn launch(opts: &RunOptions, suite: &str) -> Result<i32> {
                 let _ = r.child.kill();
                 let _ = r.child.wait();
             }
-            if !st0.success() {
-                return Ok(st0.code().unwrap_or(1));
-            }
+            // A run whose verification failed still wrote its file, which says why.
             if wrote_result {
                 println!("result: {}", out_path.display());
             }
-            return Ok(0);
+            return Ok(if st0.success() {
+                0
+            } else {
+                st0.code().unwrap_or(1)
+            });
         }
         if let Some((r, at)) = first_failure {
             // Rank 0 notices a dead rank within LIVENESS and ends the run with a message;

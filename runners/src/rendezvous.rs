@@ -20,6 +20,20 @@ use std::time::{Duration, Instant};
 pub const HEARTBEAT: Duration = Duration::from_millis(500);
 pub const LIVENESS: Duration = Duration::from_secs(5);
 
+/// What to undo before a failing run exits (rank 0's shared-memory segment), set once.
+static ON_ABORT: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>> = std::sync::OnceLock::new();
+
+/// Registers the clean-up that runs before this process exits on an aborted run.
+pub fn on_abort(f: impl Fn() + Send + Sync + 'static) {
+    let _ = ON_ABORT.set(Box::new(f));
+}
+
+fn run_abort_hook() {
+    if let Some(f) = ON_ABORT.get() {
+        f();
+    }
+}
+
 /// A random per-run secret, handed to each rank by the launcher.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Token(pub [u8; 16]);
@@ -148,6 +162,13 @@ pub fn gather_ranks(
                 }
                 if info.data_ip.is_none() {
                     info.data_ip = Some(from.ip().to_string());
+                }
+                // Rank 0 listens on every address when none was chosen: the one this rank
+                // reached it at is the one the others can reach too.
+                if let (Some(zero), Ok(local)) = (infos[0].as_mut(), stream.local_addr()) {
+                    if zero.data_ip.is_none() {
+                        zero.data_ip = Some(local.ip().to_string());
+                    }
                 }
                 let r = info.rank;
                 infos[r] = Some(info);
@@ -283,6 +304,7 @@ impl Control {
     /// Ends the run everywhere: rank 0 tells every rank to stop; another rank tells rank 0,
     /// which names it in the one error line the user sees. Never returns.
     pub fn abort(&self, message: &str) -> ! {
+        run_abort_hook();
         let mut w = self.writers.lock().unwrap_or_else(|p| p.into_inner());
         for s in w.iter_mut().flatten() {
             let _ = write_frame(
@@ -421,6 +443,7 @@ impl Control {
     }
 
     fn peer_failed(&self, _i: usize, message: &str) -> ! {
+        run_abort_hook();
         if self.rank == 0 {
             self.abort(message);
         }

@@ -86,17 +86,34 @@ pub fn parse_rate_bits(text: &str) -> Result<f64> {
     let value: f64 = num.parse().map_err(|_| {
         anyhow::anyhow!("bad rate '{text}': expected e.g. 80Gbit, 10Gbit/s, 2500Mbit")
     })?;
-    let unit = unit.trim().trim_end_matches("/s").trim_end_matches("ps");
-    let bits = match unit.to_ascii_lowercase().as_str() {
-        "" | "bit" | "b" => value,
-        "k" | "kbit" | "kb" => value * 1e3,
-        "m" | "mbit" | "mb" => value * 1e6,
-        "g" | "gbit" | "gb" => value * 1e9,
-        "t" | "tbit" | "tb" => value * 1e12,
-        "gib" => value * (1u64 << 30) as f64 * 8.0,
-        "mib" => value * (1u64 << 20) as f64 * 8.0,
-        other => bail!("bad rate '{text}': unknown unit '{other}' (use Gbit, Mbit, GiB/s)"),
+    // A capital B means bytes (GB/s, GiB/s); bit, b or a bare prefix means bits (Gbit, Gb,
+    // 10G), as link speeds are quoted. Case matters only there.
+    let unit = unit.trim().trim_end_matches("/s");
+    let (prefix, bytes) = if let Some(p) = unit
+        .strip_suffix("bit")
+        .or_else(|| unit.strip_suffix("bps"))
+    {
+        (p, false)
+    } else if let Some(p) = unit.strip_suffix('B') {
+        (p, true)
+    } else if let Some(p) = unit.strip_suffix('b') {
+        (p, false)
+    } else {
+        (unit, false)
     };
+    let scale = match prefix {
+        "" => 1.0,
+        "k" | "K" => 1e3,
+        "m" | "M" => 1e6,
+        "g" | "G" => 1e9,
+        "t" | "T" => 1e12,
+        "Ki" => (1u64 << 10) as f64,
+        "Mi" => (1u64 << 20) as f64,
+        "Gi" => (1u64 << 30) as f64,
+        "Ti" => (1u64 << 40) as f64,
+        _ => bail!("bad rate '{text}': unknown unit '{unit}' (use Gbit, Mbit, GB/s, GiB/s)"),
+    };
+    let bits = value * scale * if bytes { 8.0 } else { 1.0 };
     if !(bits > 0.0 && bits.is_finite()) {
         bail!("bad rate '{text}': must be above zero");
     }
@@ -188,6 +205,14 @@ mod tests {
         assert_eq!(parse_rate_bits("2500mbit").unwrap(), 2.5e9);
         assert_eq!(parse_rate_bits("10Gbit/s").unwrap(), 10e9);
         assert!(parse_rate_bits("fast").is_err());
+        assert_eq!(parse_rate_bits("10GB/s").unwrap(), 80e9, "GB is bytes");
+        assert_eq!(parse_rate_bits("10Gb").unwrap(), 10e9, "Gb is bits");
+        assert_eq!(
+            parse_rate_bits("8.65GiB/s").unwrap(),
+            8.65 * 8.0 * (1u64 << 30) as f64
+        );
+        assert_eq!(parse_rate_bits("10G").unwrap(), 10e9);
+        assert_eq!(parse_rate_bits("100mbps").unwrap(), 1e8);
         assert!(parse_rate_bits("0Gbit").is_err());
     }
 

@@ -61,6 +61,13 @@ pub trait Transport: Send {
     /// error naming both sizes. Sending to oneself is not supported: collectives copy locally.
     fn exchange(&mut self, sends: &[SendOp], recvs: &mut [RecvOp]) -> Result<()>;
 
+    /// The longest wait with no progress before an operation fails.
+    fn timeout(&self) -> std::time::Duration;
+
+    /// Changes that limit, e.g. for a rank that waits out another pair's long measurement
+    /// (the control channel's heartbeats still end the run if a rank dies meanwhile).
+    fn set_timeout(&mut self, timeout: std::time::Duration) -> Result<()>;
+
     fn send(&mut self, peer: usize, buf: &[u8]) -> Result<()> {
         self.exchange(&[SendOp { peer, buf }], &mut [])
     }

@@ -463,6 +463,15 @@ impl Transport for ShmTransport {
         self.size
     }
 
+    fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    fn set_timeout(&mut self, timeout: Duration) -> Result<()> {
+        self.timeout = timeout;
+        Ok(())
+    }
+
     /// Large buffers live in shared memory, so a peer copies them out with one memcpy.
     fn alloc(&mut self, len: usize) -> Result<Buffer> {
         if self.one_copy && len >= CMA_MIN {

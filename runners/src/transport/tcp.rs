@@ -350,6 +350,19 @@ impl Transport for TcpTransport {
         self.size
     }
 
+    fn timeout(&self) -> Duration {
+        self.opts.timeout
+    }
+
+    fn set_timeout(&mut self, timeout: Duration) -> Result<()> {
+        self.opts.timeout = timeout;
+        for c in self.conns.iter().flatten() {
+            c.set_read_timeout(Some(timeout))?;
+            c.set_write_timeout(Some(timeout))?;
+        }
+        Ok(())
+    }
+
     fn exchange(&mut self, sends: &[SendOp], recvs: &mut [RecvOp]) -> Result<()> {
         let k = self.opts.streams.max(1);
         // channels[peer * k + stream]

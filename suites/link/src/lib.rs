@@ -102,6 +102,9 @@ pub struct BandwidthRow {
     pub msg_rate_per_s: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub percent_of_ceiling: Option<AvgPeak>,
+    /// The one-direction ceiling the percentages compare with (bibw against twice it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ceiling_gbit_per_s: Option<f64>,
     /// Spread of the per-iteration rates, Gbit/s.
     pub iteration_gbit_per_s: Summary,
     pub wrong_bytes: u64,
@@ -147,9 +150,17 @@ impl Suite for LinkSuite {
         };
         for peer in 1..ctx.size() {
             if ctx.rank() == 0 || ctx.rank() == peer {
-                harness::measure_pair(config, ctx, peer, ceiling, &mut results)?;
+                harness::measure_pair(
+                    config,
+                    ctx,
+                    peer,
+                    ceiling,
+                    source == Some("memcpy"),
+                    &mut results,
+                )?;
             }
-            ctx.comm.barrier()?;
+            // The ranks outside this pair wait here for its whole sweep.
+            ctx.comm.barrier_patient()?;
         }
         if ctx.rank() != 0 {
             return Ok(None);

@@ -87,3 +87,49 @@ fn shaped_veth_link_is_measured_at_its_shaped_rate() {
         .unwrap();
     assert!(pct > 95.0 && pct < 105.0, "{pct}");
 }
+
+/// An OpenMPI-style hostfile names hosts only (no `ips`): rank 0 must advertise the address
+/// the others reached it at, not loopback. A small wrapper plays ssh, mapping each host
+/// address to its namespace.
+#[test]
+fn hostfile_without_addresses_routes_data_to_rank_zero_host() {
+    if !is_root() {
+        eprintln!("SKIPPED hostfile_without_addresses_routes_data_to_rank_zero_host: needs root for network namespaces");
+        return;
+    }
+    if !netlab(&["up", "tbu"]).status.success() {
+        eprintln!("SKIPPED hostfile_without_addresses_routes_data_to_rank_zero_host: cannot build the lab");
+        return;
+    }
+    let _lab = Lab("tbu");
+    let dir = tmpdir("netns-noips");
+    let rsh = dir.join("nsrsh");
+    std::fs::write(&rsh, "#!/bin/sh\nhost=$1; shift\ncase $host in 10.72.0.1) ns=tbua;; 10.72.0.2) ns=tbub;; *) exit 255;; esac\nexec ip netns exec $ns \"$@\"\n").unwrap();
+    Command::new("chmod").arg("+x").arg(&rsh).status().unwrap();
+    let hosts = dir.join("hosts");
+    std::fs::write(&hosts, "10.72.0.1 slots=1\n10.72.0.2 slots=1\n").unwrap();
+    let out = dir.join("r.json");
+    let o = run(
+        &[
+            "link",
+            "--hostfile",
+            hosts.to_str().unwrap(),
+            "--rsh",
+            rsh.to_str().unwrap(),
+            "--buffer",
+            "64k",
+            "--iters",
+            "20",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(
+        r["network"]["addresses"],
+        serde_json::json!(["10.72.0.1", "10.72.0.2"])
+    );
+}
