@@ -275,3 +275,68 @@ fn under_mpirun_without_mpi_support_says_how_to_build_it() {
     );
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
+
+#[test]
+fn idle_ranks_outlast_another_pairs_long_sweep() {
+    // With 3 ranks, rank 2 idles while 0 and 1 measure for longer than --timeout; only the
+    // measuring ranks' waits are bounded by it (heartbeats guard the idle ones).
+    let dir = tmpdir("idle");
+    let out = dir.join("r.json");
+    let o = run(
+        &[
+            "link",
+            "--nodes",
+            "3",
+            "--timeout",
+            "1s",
+            "--buffer",
+            "32MiB",
+            "--mode",
+            "bw",
+            "--iters",
+            "30",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(120),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+}
+
+#[test]
+fn failed_shm_start_leaves_no_segment_behind() {
+    let dir = tmpdir("shmleak");
+    let hf = dir.join("hosts");
+    std::fs::write(&hf, "localhost slots=1\nunreachable.invalid slots=1\n").unwrap();
+    let before: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    let o = run(
+        &[
+            "link",
+            "--hostfile",
+            hf.to_str().unwrap(),
+            "--rsh",
+            "false",
+            "--transport",
+            "shm",
+            "--timeout",
+            "2s",
+            "--buffer",
+            "64",
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(err.contains("rank(s) 1") || err.contains("rank 1"), "{err}");
+    let after: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().starts_with("tbbench-") && !before.contains(n))
+        .collect();
+    assert!(after.is_empty(), "left behind: {after:?}");
+}
