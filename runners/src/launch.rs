@@ -276,15 +276,7 @@ fn run_ranks(
     let mut wrote_result = false;
     loop {
         while let Ok(line) = line_rx.try_recv() {
-            if let Some(json) = line.strip_prefix(&format!("{PROTOCOL_PREFIX}RESULT ")) {
-                tbbench_reports::write::write_atomic(
-                    &out_path,
-                    format!("{}\n", pretty(json)).as_bytes(),
-                )?;
-                wrote_result = true;
-            } else {
-                println!("{line}");
-            }
+            wrote_result |= relay(&line, &out_path)?;
         }
         if interrupted.load(Ordering::SeqCst) {
             return Ok(stop_all(&mut ranks, "interrupted: stopped every rank", 130));
@@ -302,15 +294,7 @@ fn run_ranks(
         if let Some(st0) = ranks[0].status {
             // Drain what rank 0 printed last, then give the others a moment to finish.
             for line in line_rx.iter() {
-                if let Some(json) = line.strip_prefix(&format!("{PROTOCOL_PREFIX}RESULT ")) {
-                    tbbench_reports::write::write_atomic(
-                        &out_path,
-                        format!("{}\n", pretty(json)).as_bytes(),
-                    )?;
-                    wrote_result = true;
-                } else {
-                    println!("{line}");
-                }
+                wrote_result |= relay(&line, &out_path)?;
             }
             let grace = Instant::now() + Duration::from_secs(3);
             while ranks
@@ -347,6 +331,24 @@ fn run_ranks(
             }
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Passes one line of rank 0's output on to the user, or writes the result it carries.
+/// Returns whether it was the result.
+fn relay(line: &str, out_path: &std::path::Path) -> Result<bool> {
+    match line.strip_prefix(&format!("{PROTOCOL_PREFIX}RESULT ")) {
+        Some(json) => {
+            tbbench_reports::write::write_atomic(
+                out_path,
+                format!("{}\n", pretty(json)).as_bytes(),
+            )?;
+            Ok(true)
+        }
+        None => {
+            println!("{line}");
+            Ok(false)
+        }
     }
 }
 
