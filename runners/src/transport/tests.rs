@@ -65,47 +65,12 @@ fn swap_all_sizes(t: &mut dyn Transport, peer: usize) {
     }
 }
 
-#[test]
-fn tcp_moves_every_size_both_ways_with_one_and_three_streams() {
-    for streams in [1, 3] {
-        let listeners: Vec<_> = (0..2)
-            .map(|_| bind_listener(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap())
-            .collect();
-        let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
-        let token = [9u8; 16];
-        let handles: Vec<_> = listeners
-            .into_iter()
-            .enumerate()
-            .map(|(rank, l)| {
-                let addrs = addrs.clone();
-                std::thread::spawn(move || {
-                    let opts = TcpOptions {
-                        streams,
-                        timeout: Duration::from_secs(20),
-                        sockbuf: None,
-                    };
-                    let mut t = connect_mesh(
-                        rank,
-                        l,
-                        &addrs,
-                        Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
-                        &token,
-                        names(2),
-                        opts,
-                    )
-                    .unwrap();
-                    swap_all_sizes(&mut t, 1 - rank);
-                })
-            })
-            .collect();
-        for h in handles {
-            h.join().unwrap();
-        }
-    }
-}
-
-#[test]
-fn tcp_names_a_size_mismatch() {
+/// Two tcp ranks on loopback, each running `body` on its own thread; returns their results.
+fn tcp_pair<T: Send + 'static>(
+    streams: usize,
+    timeout: Duration,
+    body: fn(&mut dyn Transport, usize) -> T,
+) -> Vec<T> {
     let listeners: Vec<_> = (0..2)
         .map(|_| bind_listener(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap())
         .collect();
@@ -117,22 +82,46 @@ fn tcp_names_a_size_mismatch() {
             let addrs = addrs.clone();
             std::thread::spawn(move || {
                 let opts = TcpOptions {
-                    streams: 1,
-                    timeout: Duration::from_secs(5),
+                    streams,
+                    timeout,
                     sockbuf: None,
                 };
-                let mut t =
-                    connect_mesh(rank, l, &addrs, None, &[1u8; 16], names(2), opts).unwrap();
-                if rank == 0 {
-                    t.send(1, &[0u8; 10]).unwrap();
-                    None
-                } else {
-                    Some(t.recv(0, &mut [0u8; 12]).unwrap_err().to_string())
-                }
+                let mut t = connect_mesh(
+                    rank,
+                    l,
+                    &addrs,
+                    Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+                    &[9u8; 16],
+                    names(2),
+                    opts,
+                )
+                .unwrap();
+                body(&mut t, 1 - rank)
             })
         })
         .collect();
-    let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+#[test]
+fn tcp_moves_every_size_both_ways_with_one_and_three_streams() {
+    for streams in [1, 3] {
+        tcp_pair(streams, Duration::from_secs(20), |t, peer| {
+            swap_all_sizes(t, peer)
+        });
+    }
+}
+
+#[test]
+fn tcp_names_a_size_mismatch() {
+    let results = tcp_pair(1, Duration::from_secs(5), |t, peer| {
+        if t.rank() == 0 {
+            t.send(peer, &[0u8; 10]).unwrap();
+            None
+        } else {
+            Some(t.recv(peer, &mut [0u8; 12]).unwrap_err().to_string())
+        }
+    });
     let err = results[1].clone().unwrap();
     assert!(
         err.contains("size mismatch")
