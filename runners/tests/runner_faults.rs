@@ -66,9 +66,7 @@ fn killed_rank_ends_the_run_on_every_rank_within_ten_seconds() {
         err.lines().filter(|l| l.contains("error")).count() == 1,
         "one error line: {err}"
     );
-    for (pid, r) in ranks {
-        assert!(!alive(pid), "rank {r} (pid {pid}) outlived the run");
-    }
+    assert_ranks_gone(&ranks, Duration::from_secs(1), "the run");
     assert!(!out.exists(), "no result file from a failed run");
 }
 
@@ -96,10 +94,7 @@ fn frozen_rank_is_noticed_and_named_within_ten_seconds() {
         err.contains("rank 1") && err.contains("stopped answering"),
         "{err}"
     );
-    std::thread::sleep(Duration::from_millis(300));
-    for (pid, r) in ranks {
-        assert!(!alive(pid), "rank {r} (pid {pid}) outlived the run");
-    }
+    assert_ranks_gone(&ranks, Duration::from_secs(1), "the run");
 }
 
 #[test]
@@ -112,10 +107,7 @@ fn interrupt_on_the_launcher_stops_every_rank() {
     assert_eq!(o.status.code(), Some(130), "{}", text(&o.stderr));
     assert!(took < Duration::from_secs(10));
     assert!(text(&o.stderr).contains("interrupted"));
-    std::thread::sleep(Duration::from_millis(300));
-    for (pid, r) in ranks {
-        assert!(!alive(pid), "rank {r} (pid {pid}) outlived Ctrl-C");
-    }
+    assert_ranks_gone(&ranks, Duration::from_secs(1), "Ctrl-C");
 }
 
 #[test]
@@ -125,16 +117,7 @@ fn killed_launcher_leaves_no_orphans() {
     let ranks = wait_for_ranks(launcher, 3);
     signal(launcher, "-KILL");
     let _ = finish(child, Duration::from_secs(5));
-    let start = Instant::now();
-    while ranks.iter().any(|(pid, _)| alive(*pid)) && start.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    for (pid, r) in ranks {
-        assert!(
-            !alive(pid),
-            "rank {r} (pid {pid}) orphaned by a killed launcher"
-        );
-    }
+    assert_ranks_gone(&ranks, Duration::from_secs(10), "a killed launcher");
 }
 
 #[test]
@@ -193,8 +176,7 @@ fn connection_with_a_wrong_token_is_refused_while_the_run_completes() {
             && err.contains("wrong or missing session token"),
         "{err}"
     );
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let r: serde_json::Value = read_json(&out);
     assert_eq!(r["verification"]["passed"], true);
 }
 

@@ -117,3 +117,20 @@ fn unsafe_geteuid() -> u32 {
         })
         .unwrap_or(u32::MAX)
 }
+
+/// Waits up to `within` for every rank process to be gone, then fails naming any left.
+pub fn assert_ranks_gone(ranks: &[(u32, usize)], within: Duration, after: &str) {
+    let start = Instant::now();
+    while ranks.iter().any(|(pid, _)| alive(*pid)) && start.elapsed() < within {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for (pid, r) in ranks {
+        assert!(!alive(*pid), "rank {r} (pid {pid}) outlived {after}");
+    }
+}
+
+/// A result file, parsed.
+pub fn read_json(path: &std::path::Path) -> serde_json::Value {
+    let raw = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&raw).unwrap()
+}

@@ -47,8 +47,7 @@ fn ranks_started_by_mpirun_meet_and_measure() {
             return;
         };
         assert!(o.status.success(), "{}", text(&o.stderr));
-        let r: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        let r: serde_json::Value = read_json(&out);
         assert_eq!(
             r["ranks"].as_array().unwrap().len(),
             np.parse::<usize>().unwrap()

@@ -21,6 +21,22 @@ fn netlab(args: &[&str]) -> std::process::Output {
 
 /// Removes the namespaces even when the test fails.
 struct Lab(&'static str);
+
+impl Lab {
+    /// Builds the lab under `prefix`, or says why `test` skips (not root, no netns support).
+    fn up(prefix: &'static str, test: &str) -> Option<Lab> {
+        if !is_root() {
+            eprintln!("SKIPPED {test}: needs root for network namespaces");
+            return None;
+        }
+        let up = netlab(&["up", prefix]);
+        if !up.status.success() {
+            eprintln!("SKIPPED {test}: cannot build the lab: {}", text(&up.stderr));
+            return None;
+        }
+        Some(Lab(prefix))
+    }
+}
 impl Drop for Lab {
     fn drop(&mut self) {
         netlab(&["down", self.0]);
@@ -29,19 +45,9 @@ impl Drop for Lab {
 
 #[test]
 fn shaped_veth_link_is_measured_at_its_shaped_rate() {
-    if !is_root() {
-        eprintln!("SKIPPED shaped_veth_link_is_measured_at_its_shaped_rate: needs root for network namespaces");
+    let Some(_lab) = Lab::up("tbt", "shaped_veth_link_is_measured_at_its_shaped_rate") else {
         return;
-    }
-    let up = netlab(&["up", "tbt"]);
-    if !up.status.success() {
-        eprintln!(
-            "SKIPPED shaped_veth_link_is_measured_at_its_shaped_rate: cannot build the lab: {}",
-            text(&up.stderr)
-        );
-        return;
-    }
-    let _lab = Lab("tbt");
+    };
     let dir = tmpdir("netns");
     let hosts = dir.join("hosts.json");
     std::fs::write(&hosts, netlab(&["hostfile", "tbt", "0"]).stdout).unwrap();
@@ -67,8 +73,7 @@ fn shaped_veth_link_is_measured_at_its_shaped_rate() {
         Duration::from_secs(120),
     );
     assert!(o.status.success(), "{}", text(&o.stderr));
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let r: serde_json::Value = read_json(&out);
     assert_eq!(
         r["network"]["addresses"],
         serde_json::json!(["10.71.0.1", "10.71.0.2"])
@@ -93,15 +98,12 @@ fn shaped_veth_link_is_measured_at_its_shaped_rate() {
 /// address to its namespace.
 #[test]
 fn hostfile_without_addresses_routes_data_to_rank_zero_host() {
-    if !is_root() {
-        eprintln!("SKIPPED hostfile_without_addresses_routes_data_to_rank_zero_host: needs root for network namespaces");
+    let Some(_lab) = Lab::up(
+        "tbu",
+        "hostfile_without_addresses_routes_data_to_rank_zero_host",
+    ) else {
         return;
-    }
-    if !netlab(&["up", "tbu"]).status.success() {
-        eprintln!("SKIPPED hostfile_without_addresses_routes_data_to_rank_zero_host: cannot build the lab");
-        return;
-    }
-    let _lab = Lab("tbu");
+    };
     let dir = tmpdir("netns-noips");
     let rsh = dir.join("nsrsh");
     std::fs::write(&rsh, "#!/bin/sh\nhost=$1; shift\ncase $host in 10.72.0.1) ns=tbua;; 10.72.0.2) ns=tbub;; *) exit 255;; esac\nexec ip netns exec $ns \"$@\"\n").unwrap();
@@ -126,8 +128,7 @@ fn hostfile_without_addresses_routes_data_to_rank_zero_host() {
         Duration::from_secs(60),
     );
     assert!(o.status.success(), "{}", text(&o.stderr));
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let r: serde_json::Value = read_json(&out);
     assert_eq!(
         r["network"]["addresses"],
         serde_json::json!(["10.72.0.1", "10.72.0.2"])
