@@ -141,6 +141,15 @@ pub struct ShmTransport {
     regions: Vec<Weak<SharedRegion>>,
     maps: Vec<PeerMap>,
     map_clock: u64,
+    /// Reused by every exchange, so the latency path allocates nothing.
+    scratch: Scratch,
+}
+
+#[derive(Default)]
+struct Scratch {
+    out: Vec<Pending>,
+    inc: Vec<Pending>,
+    blocked: Vec<bool>,
 }
 
 // The mapping is owned by this transport; the rings are shared only through atomics.
@@ -200,6 +209,7 @@ impl ShmTransport {
             regions: Vec::new(),
             maps: Vec::new(),
             map_clock: 0,
+            scratch: Scratch::default(),
         };
         let h = t.header();
         if rank == 0 {
@@ -487,7 +497,26 @@ impl Transport for ShmTransport {
     }
 
     fn exchange(&mut self, sends: &[SendOp], recvs: &mut [RecvOp]) -> Result<()> {
-        let mut out: Vec<Pending> = Vec::with_capacity(sends.len());
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let result = self.exchange_with(&mut scratch, sends, recvs);
+        self.scratch = scratch;
+        result
+    }
+}
+
+impl ShmTransport {
+    fn exchange_with(
+        &mut self,
+        scratch: &mut Scratch,
+        sends: &[SendOp],
+        recvs: &mut [RecvOp],
+    ) -> Result<()> {
+        let Scratch { out, inc, blocked } = scratch;
+        out.clear();
+        inc.clear();
+        // Per peer: an earlier message to (or from) it is still entering (leaving) the ring.
+        blocked.clear();
+        blocked.resize(self.size, false);
         for (i, op) in sends.iter().enumerate() {
             if op.peer >= self.size || op.peer == self.rank {
                 bail!("rank {} cannot send to rank {}", self.rank, op.peer);
@@ -524,7 +553,6 @@ impl Transport for ShmTransport {
                 ack_at,
             });
         }
-        let mut inc: Vec<Pending> = Vec::with_capacity(recvs.len());
         for (i, op) in recvs.iter().enumerate() {
             if op.peer >= self.size || op.peer == self.rank {
                 bail!("rank {} cannot receive from rank {}", self.rank, op.peer);
@@ -543,8 +571,6 @@ impl Transport for ShmTransport {
         // so only the first unfinished entry per peer may move.
         let mut last_progress = Instant::now();
         let mut idle_spins = 0u32;
-        // Per peer: an earlier message to (or from) it is still entering (leaving) the ring.
-        let mut blocked = vec![false; self.size];
         loop {
             let mut progressed = false;
             let mut all_done = true;

@@ -49,7 +49,21 @@ pub struct TcpTransport {
     conns: Vec<Vec<TcpStream>>,
     names: Vec<PeerName>,
     opts: TcpOptions,
+    /// Reused by every exchange, so the latency path allocates nothing. Empty between calls.
+    scratch: Scratch,
 }
+
+#[derive(Default)]
+struct Scratch {
+    /// channels[peer * streams + stream]
+    channels: Vec<Channel>,
+    busy: Vec<usize>,
+    pollfds: Vec<libc::pollfd>,
+}
+
+// The scratch pieces hold raw pointers only during an exchange (they are cleared before it
+// returns); the sockets themselves are Send.
+unsafe impl Send for TcpTransport {}
 
 /// Connects every pair of ranks: each rank dials the ranks below it and accepts the ranks above
 /// it (dialling first cannot deadlock: the kernel completes a connect from the listen backlog).
@@ -137,6 +151,7 @@ pub fn connect_mesh(
         conns: ready,
         names,
         opts,
+        scratch: Scratch::default(),
     })
 }
 
@@ -366,9 +381,32 @@ impl Transport for TcpTransport {
     }
 
     fn exchange(&mut self, sends: &[SendOp], recvs: &mut [RecvOp]) -> Result<()> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let result = self.exchange_with(&mut scratch, sends, recvs);
+        // No piece (and no pointer into the caller's buffers) outlives the call.
+        for c in &mut scratch.channels {
+            c.sends.clear();
+            c.recvs.clear();
+        }
+        self.scratch = scratch;
+        result
+    }
+}
+
+impl TcpTransport {
+    fn exchange_with(
+        &mut self,
+        scratch: &mut Scratch,
+        sends: &[SendOp],
+        recvs: &mut [RecvOp],
+    ) -> Result<()> {
         let k = self.opts.streams.max(1);
-        // channels[peer * k + stream]
-        let mut channels: Vec<Channel> = (0..self.size * k).map(|_| Channel::default()).collect();
+        let Scratch {
+            channels,
+            busy,
+            pollfds,
+        } = scratch;
+        channels.resize_with(self.size * k, Channel::default);
         for op in sends.iter() {
             if op.peer >= self.size || op.peer == self.rank {
                 bail!("rank {} cannot send to rank {}", self.rank, op.peer);
@@ -399,13 +437,13 @@ impl Transport for TcpTransport {
                 });
             }
         }
-        let mut pollfds: Vec<libc::pollfd> = Vec::new();
-        let mut poll_map: Vec<usize> = Vec::new();
         let mut last_progress = Instant::now();
         loop {
-            let busy: Vec<usize> = (0..channels.len())
-                .filter(|c| !channels[*c].sends.is_empty() || !channels[*c].recvs.is_empty())
-                .collect();
+            busy.clear();
+            busy.extend(
+                (0..channels.len())
+                    .filter(|c| !channels[*c].sends.is_empty() || !channels[*c].recvs.is_empty()),
+            );
             if busy.is_empty() {
                 return Ok(());
             }
@@ -414,7 +452,7 @@ impl Transport for TcpTransport {
             let single = busy.len() == 1
                 && (channels[busy[0]].sends.is_empty() || channels[busy[0]].recvs.is_empty());
             let mut progressed = false;
-            for &c in &busy {
+            for &c in busy.iter() {
                 let (peer, s) = (c / k, c % k);
                 let fd = self.conns[peer][s].as_raw_fd();
                 while !channels[c].sends.is_empty() {
@@ -478,8 +516,7 @@ impl Transport for TcpTransport {
                 );
             }
             pollfds.clear();
-            poll_map.clear();
-            for &c in &busy {
+            for &c in busy.iter() {
                 let (peer, s) = (c / k, c % k);
                 let mut events = 0;
                 if !channels[c].sends.is_empty() {
@@ -493,7 +530,6 @@ impl Transport for TcpTransport {
                     events,
                     revents: 0,
                 });
-                poll_map.push(c);
             }
             let left = (self.opts.timeout - waited)
                 .as_millis()
