@@ -1,0 +1,149 @@
+//! The P × Q process grid and 2D block-cyclic index maths (ScaLAPACK's numroc, indxg2l,
+//! indxl2g, indxg2p), with the matrix's first block on process (0, 0) as HPL places it.
+
+use serde::Serialize;
+
+/// HPL.dat's PMAP: how ranks are laid over the grid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProcessMap {
+    /// Rank r sits at row r / Q, column r % Q.
+    RowMajor,
+    /// Rank r sits at row r % P, column r / P.
+    ColumnMajor,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Grid {
+    pub p: usize,
+    pub q: usize,
+    pub map: ProcessMap,
+}
+
+impl Grid {
+    /// The grid for `ranks` processes as HPL users pick it: as square as possible, P ≤ Q.
+    pub fn squarest(ranks: usize, map: ProcessMap) -> Grid {
+        let p = (1..=ranks)
+            .take_while(|p| p * p <= ranks)
+            .filter(|p| ranks % p == 0)
+            .max()
+            .unwrap_or(1);
+        Grid {
+            p,
+            q: ranks / p.max(1),
+            map,
+        }
+    }
+
+    pub fn size(&self) -> usize {
+        self.p * self.q
+    }
+
+    /// (row, column) of a rank.
+    pub fn coords(&self, rank: usize) -> (usize, usize) {
+        match self.map {
+            ProcessMap::RowMajor => (rank / self.q, rank % self.q),
+            ProcessMap::ColumnMajor => (rank % self.p, rank / self.p),
+        }
+    }
+
+    /// The rank at (row, column).
+    pub fn rank_at(&self, row: usize, col: usize) -> usize {
+        match self.map {
+            ProcessMap::RowMajor => row * self.q + col,
+            ProcessMap::ColumnMajor => col * self.p + row,
+        }
+    }
+}
+
+/// How many of `n` indices, dealt in blocks of `nb` over `procs` processes, `me` owns.
+pub fn numroc(n: usize, nb: usize, me: usize, procs: usize) -> usize {
+    let blocks = n / nb;
+    let mut count = (blocks / procs) * nb;
+    let extra = blocks % procs;
+    if me < extra {
+        count += nb;
+    } else if me == extra {
+        count += n % nb;
+    }
+    count
+}
+
+/// The process owning global index `g`.
+pub fn owner(g: usize, nb: usize, procs: usize) -> usize {
+    (g / nb) % procs
+}
+
+/// Global index `g`'s position in its owner's local array.
+pub fn global_to_local(g: usize, nb: usize, procs: usize) -> usize {
+    (g / (nb * procs)) * nb + g % nb
+}
+
+/// Local index `l` of process `me` as a global index.
+pub fn local_to_global(l: usize, nb: usize, me: usize, procs: usize) -> usize {
+    ((l / nb) * procs + me) * nb + l % nb
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn squarest_grids_keep_p_at_most_q() {
+        let shape = |n| {
+            let g = Grid::squarest(n, ProcessMap::RowMajor);
+            (g.p, g.q)
+        };
+        assert_eq!(
+            [shape(1), shape(2), shape(4), shape(6), shape(8), shape(7)],
+            [(1, 1), (1, 2), (2, 2), (2, 3), (2, 4), (1, 7)]
+        );
+    }
+
+    #[test]
+    fn rank_maps_invert() {
+        for map in [ProcessMap::RowMajor, ProcessMap::ColumnMajor] {
+            let g = Grid { p: 2, q: 3, map };
+            for r in 0..6 {
+                let (row, col) = g.coords(r);
+                assert!(row < 2 && col < 3);
+                assert_eq!(g.rank_at(row, col), r);
+            }
+        }
+        assert_eq!(
+            Grid {
+                p: 2,
+                q: 3,
+                map: ProcessMap::RowMajor
+            }
+            .coords(4),
+            (1, 1)
+        );
+        assert_eq!(
+            Grid {
+                p: 2,
+                q: 3,
+                map: ProcessMap::ColumnMajor
+            }
+            .coords(4),
+            (0, 2)
+        );
+    }
+
+    #[test]
+    fn every_index_has_one_owner_and_round_trips() {
+        for (n, nb, procs) in [(35, 4, 3), (29, 1, 2), (100, 7, 4), (8, 8, 3), (0, 3, 2)] {
+            let counts: Vec<usize> = (0..procs).map(|me| numroc(n, nb, me, procs)).collect();
+            assert_eq!(counts.iter().sum::<usize>(), n, "{n} {nb} {procs}");
+            let mut seen = vec![0usize; procs];
+            for g in 0..n {
+                let me = owner(g, nb, procs);
+                let l = global_to_local(g, nb, procs);
+                assert_eq!(local_to_global(l, nb, me, procs), g);
+                assert!(l < counts[me]);
+                seen[me] += 1;
+            }
+            assert_eq!(seen, counts);
+        }
+    }
+}

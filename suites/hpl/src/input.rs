@@ -1,0 +1,449 @@
+//! netlib HPL's input file, HPL.dat: the same 31 lines, read the way HPL reads them (the
+//! first words of each line; the rest is comment), every combination it lists enumerated in
+//! HPL's order, and the variant code HPL prints (`WR11C2R4`).
+
+use crate::grid::{Grid, ProcessMap};
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::path::Path;
+
+/// HPL's own limit on each list (MAXNS etc.).
+const MAX_LIST: usize = 20;
+
+/// Left-looking, Crout or right-looking, for the panel (PFACT) and its recursion (RFACT).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Factorization {
+    Left,
+    Crout,
+    Right,
+}
+
+impl Factorization {
+    fn from_code(c: i64) -> Option<Self> {
+        match c {
+            0 => Some(Factorization::Left),
+            1 => Some(Factorization::Crout),
+            2 => Some(Factorization::Right),
+            _ => None,
+        }
+    }
+    pub fn letter(&self) -> char {
+        match self {
+            Factorization::Left => 'L',
+            Factorization::Crout => 'C',
+            Factorization::Right => 'R',
+        }
+    }
+}
+
+/// The panel broadcasts HPL offers, by their HPL.dat codes 0..5.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Broadcast {
+    /// 0: increasing ring.
+    IncreasingRing,
+    /// 1: increasing ring, modified.
+    IncreasingRingModified,
+    /// 2: increasing 2-ring.
+    IncreasingTwoRing,
+    /// 3: increasing 2-ring, modified.
+    IncreasingTwoRingModified,
+    /// 4: long (bandwidth-reducing).
+    Long,
+    /// 5: long, modified.
+    LongModified,
+}
+
+impl Broadcast {
+    fn from_code(c: i64) -> Option<Self> {
+        Some(match c {
+            0 => Broadcast::IncreasingRing,
+            1 => Broadcast::IncreasingRingModified,
+            2 => Broadcast::IncreasingTwoRing,
+            3 => Broadcast::IncreasingTwoRingModified,
+            4 => Broadcast::Long,
+            5 => Broadcast::LongModified,
+            _ => return None,
+        })
+    }
+    pub fn code(&self) -> u8 {
+        *self as u8
+    }
+}
+
+/// How pivot rows are exchanged (HPL's SWAP line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Swap {
+    BinaryExchange,
+    Long,
+    /// Binary exchange below the threshold (in columns), long above.
+    Mix {
+        threshold: usize,
+    },
+}
+
+/// Everything an HPL.dat file says.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HplDat {
+    pub output_file: String,
+    pub device_out: i64,
+    pub ns: Vec<usize>,
+    pub nbs: Vec<usize>,
+    pub pmap: ProcessMap,
+    pub grids: Vec<(usize, usize)>,
+    pub threshold: f64,
+    pub pfacts: Vec<Factorization>,
+    pub nbmins: Vec<usize>,
+    pub ndivs: Vec<usize>,
+    pub rfacts: Vec<Factorization>,
+    pub bcasts: Vec<Broadcast>,
+    pub depths: Vec<usize>,
+    pub swap: Swap,
+    /// L1 stored transposed (HPL's 0) or not (1).
+    pub l1_transposed: bool,
+    pub u_transposed: bool,
+    pub equilibration: bool,
+    pub alignment: usize,
+}
+
+/// One run: a single combination of everything HPL.dat lists.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Variant {
+    pub n: usize,
+    pub nb: usize,
+    pub grid: Grid,
+    pub pfact: Factorization,
+    pub nbmin: usize,
+    pub ndiv: usize,
+    pub rfact: Factorization,
+    pub bcast: Broadcast,
+    pub depth: usize,
+    pub swap: Swap,
+    pub threshold: f64,
+}
+
+impl Variant {
+    /// HPL's T/V code: W, the process map, depth, broadcast, RFACT, NDIV, PFACT, NBMIN.
+    pub fn code(&self) -> String {
+        let map = if self.grid.map == ProcessMap::RowMajor {
+            'R'
+        } else {
+            'C'
+        };
+        format!(
+            "W{map}{}{}{}{}{}{}",
+            self.depth,
+            self.bcast.code(),
+            self.rfact.letter(),
+            self.ndiv,
+            self.pfact.letter(),
+            self.nbmin
+        )
+    }
+}
+
+impl HplDat {
+    pub fn read(path: &Path) -> Result<HplDat> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        HplDat::parse(&text).with_context(|| format!("bad HPL.dat {}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> Result<HplDat> {
+        let lines: Vec<&str> = text.lines().collect();
+        if lines.len() < 31 {
+            bail!(
+                "{} lines, HPL.dat has 31 (is the file cut short?)",
+                lines.len()
+            );
+        }
+        let r = Reader { lines: &lines };
+        let ns = r.list(4, 5, "problem sizes (N)", |n| n >= 0)?;
+        let nbs = r.list(6, 7, "block sizes (NB)", |nb| nb >= 1)?;
+        let pmap = match r.int(8, "PMAP process mapping")? {
+            0 => ProcessMap::RowMajor,
+            1 => ProcessMap::ColumnMajor,
+            v => bail!("line 9: PMAP must be 0 (row-major) or 1 (column-major), not {v}"),
+        };
+        let ps = r.list(9, 10, "process grids (P)", |p| p >= 1)?;
+        let qs = r.list_n(ps.len(), 11, "Qs", |q| q >= 1)?;
+        let threshold = r.float(12, "threshold")?;
+        let pfacts = r.list(13, 14, "panel factorizations (PFACT)", |c| {
+            (0..=2).contains(&c)
+        })?;
+        let nbmins = r.list(15, 16, "recursive stopping criteria (NBMIN)", |v| v >= 1)?;
+        let ndivs = r.list(17, 18, "panels in recursion (NDIV)", |v| v >= 2)?;
+        let rfacts = r.list(19, 20, "recursive panel factorizations (RFACT)", |c| {
+            (0..=2).contains(&c)
+        })?;
+        let bcasts = r.list(21, 22, "broadcasts (BCAST)", |c| (0..=5).contains(&c))?;
+        let depths = r.list(23, 24, "lookahead depths (DEPTH)", |d| d >= 0)?;
+        let swap = match r.int(25, "SWAP")? {
+            0 => Swap::BinaryExchange,
+            1 => Swap::Long,
+            2 => Swap::Mix {
+                threshold: r.int(26, "swapping threshold")?.max(0) as usize,
+            },
+            v => bail!("line 26: SWAP must be 0 (bin-exch), 1 (long) or 2 (mix), not {v}"),
+        };
+        let flag = |line: usize, what: &str| -> Result<bool> {
+            match r.int(line, what)? {
+                0 => Ok(false),
+                1 => Ok(true),
+                v => bail!("line {}: {what} must be 0 or 1, not {v}", line + 1),
+            }
+        };
+        let fact = |v: Vec<i64>| {
+            v.into_iter()
+                .filter_map(Factorization::from_code)
+                .collect::<Vec<_>>()
+        };
+        Ok(HplDat {
+            output_file: r.word(2)?.to_string(),
+            device_out: r.int(3, "device out")?,
+            ns: ns.into_iter().map(|v| v as usize).collect(),
+            nbs: nbs.into_iter().map(|v| v as usize).collect(),
+            pmap,
+            grids: ps
+                .into_iter()
+                .zip(qs)
+                .map(|(p, q)| (p as usize, q as usize))
+                .collect(),
+            threshold,
+            pfacts: fact(pfacts),
+            nbmins: nbmins.into_iter().map(|v| v as usize).collect(),
+            ndivs: ndivs.into_iter().map(|v| v as usize).collect(),
+            rfacts: fact(rfacts),
+            bcasts: bcasts
+                .into_iter()
+                .filter_map(Broadcast::from_code)
+                .collect(),
+            depths: depths.into_iter().map(|v| v as usize).collect(),
+            swap,
+            // HPL.dat says 0 for transposed, 1 for not.
+            l1_transposed: !flag(27, "L1 form")?,
+            u_transposed: !flag(28, "U form")?,
+            equilibration: flag(29, "Equilibration")?,
+            alignment: r.int(30, "memory alignment")?.max(1) as usize,
+        })
+    }
+
+    /// Every run the file asks for, in netlib HPL's loop order (grids outermost, then N, NB,
+    /// DEPTH, BCAST, RFACT, NBMIN, NDIV, PFACT).
+    pub fn variants(&self) -> Vec<Variant> {
+        let mut out = Vec::new();
+        for &(p, q) in &self.grids {
+            let grid = Grid {
+                p,
+                q,
+                map: self.pmap,
+            };
+            for &n in &self.ns {
+                for &nb in &self.nbs {
+                    for &depth in &self.depths {
+                        for &bcast in &self.bcasts {
+                            for &rfact in &self.rfacts {
+                                for &nbmin in &self.nbmins {
+                                    for &ndiv in &self.ndivs {
+                                        for &pfact in &self.pfacts {
+                                            out.push(Variant {
+                                                n,
+                                                nb,
+                                                grid,
+                                                pfact,
+                                                nbmin,
+                                                ndiv,
+                                                rfact,
+                                                bcast,
+                                                depth,
+                                                swap: self.swap,
+                                                threshold: self.threshold,
+                                            });
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Reads HPL.dat's lines by 0-based index; errors say the 1-based line number.
+struct Reader<'a> {
+    lines: &'a [&'a str],
+}
+
+impl Reader<'_> {
+    fn word(&self, line: usize) -> Result<&str> {
+        self.lines[line]
+            .split_whitespace()
+            .next()
+            .with_context(|| format!("line {} is empty", line + 1))
+    }
+
+    fn int(&self, line: usize, what: &str) -> Result<i64> {
+        let w = self.word(line)?;
+        w.parse().map_err(|_| {
+            anyhow::anyhow!(
+                "line {}: {what} must be a whole number, not '{w}'",
+                line + 1
+            )
+        })
+    }
+
+    fn float(&self, line: usize, what: &str) -> Result<f64> {
+        let w = self.word(line)?;
+        w.parse()
+            .map_err(|_| anyhow::anyhow!("line {}: {what} must be a number, not '{w}'", line + 1))
+    }
+
+    /// A count on `count_line`, then that many values on `values_line`.
+    fn list(
+        &self,
+        count_line: usize,
+        values_line: usize,
+        what: &str,
+        ok: impl Fn(i64) -> bool,
+    ) -> Result<Vec<i64>> {
+        let n = self.int(count_line, &format!("the number of {what}"))?;
+        if n < 1 || n as usize > MAX_LIST {
+            bail!(
+                "line {}: the number of {what} must be 1 to {MAX_LIST}, not {n}",
+                count_line + 1
+            );
+        }
+        self.list_n(n as usize, values_line, what, ok)
+    }
+
+    fn list_n(
+        &self,
+        n: usize,
+        line: usize,
+        what: &str,
+        ok: impl Fn(i64) -> bool,
+    ) -> Result<Vec<i64>> {
+        // Values come first; the words after them are HPL.dat's comment.
+        let given = self.lines[line]
+            .split_whitespace()
+            .take_while(|w| w.parse::<f64>().is_ok())
+            .count();
+        let words: Vec<&str> = self.lines[line].split_whitespace().take(n).collect();
+        if given < n {
+            bail!("line {}: {n} {what} announced, {given} given", line + 1);
+        }
+        words
+            .into_iter()
+            .map(|w| match w.parse::<i64>() {
+                Ok(v) if ok(v) => Ok(v),
+                Ok(v) => bail!("line {}: {v} is not a valid value for {what}", line + 1),
+                Err(_) => bail!("line {}: {what} must be whole numbers, not '{w}'", line + 1),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> String {
+        std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../fixtures/netlib-HPL.dat"
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn netlibs_sample_file_reads_whole() {
+        let d = HplDat::parse(&sample()).unwrap();
+        assert_eq!(d.output_file, "HPL.out");
+        assert_eq!(d.device_out, 6);
+        assert_eq!(d.ns, vec![29, 30, 34, 35]);
+        assert_eq!(d.nbs, vec![1, 2, 3, 4]);
+        assert_eq!(d.pmap, ProcessMap::RowMajor);
+        assert_eq!(d.grids, vec![(2, 2), (1, 4), (4, 1)]);
+        assert_eq!(d.threshold, 16.0);
+        assert_eq!(
+            d.pfacts,
+            vec![
+                Factorization::Left,
+                Factorization::Crout,
+                Factorization::Right
+            ]
+        );
+        assert_eq!(d.nbmins, vec![2, 4]);
+        assert_eq!(d.ndivs, vec![2]);
+        assert_eq!(d.rfacts.len(), 3);
+        assert_eq!(d.bcasts, vec![Broadcast::IncreasingRing]);
+        assert_eq!(d.depths, vec![0]);
+        assert_eq!(d.swap, Swap::Mix { threshold: 64 });
+        assert!(d.l1_transposed && d.u_transposed && d.equilibration);
+        assert_eq!(d.alignment, 8);
+        // 3 grids x 4 N x 4 NB x 1 depth x 1 bcast x 3 RFACT x 2 NBMIN x 1 NDIV x 3 PFACT.
+        let v = d.variants();
+        assert_eq!(v.len(), 3 * 4 * 4 * 3 * 2 * 3);
+        assert_eq!(v[0].code(), "WR00L2L2");
+        assert_eq!((v[0].n, v[0].nb, v[0].grid.p, v[0].grid.q), (29, 1, 2, 2));
+        assert_eq!(v[1].code(), "WR00L2C2", "PFACT varies fastest");
+        assert_eq!(v.last().unwrap().code(), "WR00R2R4");
+    }
+
+    #[test]
+    fn variant_codes_read_as_hpl_prints_them() {
+        let mut d = HplDat::parse(&sample()).unwrap();
+        d.depths = vec![1];
+        d.bcasts = vec![Broadcast::IncreasingRingModified];
+        d.rfacts = vec![Factorization::Crout];
+        d.pfacts = vec![Factorization::Right];
+        d.nbmins = vec![4];
+        assert_eq!(d.variants()[0].code(), "WR11C2R4");
+    }
+
+    fn broken(line: usize, replacement: &str) -> String {
+        let text = sample();
+        let mut lines: Vec<String> = text.lines().map(String::from).collect();
+        lines[line - 1] = replacement.to_string();
+        lines.join("\n")
+    }
+
+    #[test]
+    fn malformed_files_name_the_line_and_the_problem() {
+        let cases = [
+            (broken(5, "x            # of problems sizes (N)"), "line 5"),
+            (
+                broken(6, "29 30        Ns"),
+                "line 6: 4 problem sizes (N) announced, 2 given",
+            ),
+            (
+                broken(8, "1 0 3 4      NBs"),
+                "line 8: 0 is not a valid value for block sizes",
+            ),
+            (broken(9, "2            PMAP"), "line 9: PMAP"),
+            (
+                broken(12, "2 4          Qs"),
+                "line 12: 3 Qs announced, 2 given",
+            ),
+            (broken(15, "0 1 7        PFACTs"), "line 15"),
+            (broken(23, "9            BCASTs"), "line 23"),
+            (broken(26, "3            SWAP"), "line 26"),
+            (broken(13, "sixteen      threshold"), "line 13: threshold"),
+            (broken(5, "21           # of problems sizes (N)"), "1 to 20"),
+            (
+                "HPLinpack benchmark input file\nonly two lines".to_string(),
+                "2 lines",
+            ),
+        ];
+        for (text, want) in cases {
+            let err = format!("{:#}", HplDat::parse(&text).unwrap_err());
+            assert!(err.contains(want), "want '{want}' in: {err}");
+            assert!(!err.contains('\n'));
+        }
+    }
+}
