@@ -82,21 +82,26 @@ impl Comm {
 
     /// Binomial-tree broadcast of `buf` from `root`.
     pub fn bcast(&mut self, root: usize, buf: &mut [u8]) -> Result<()> {
-        let n = self.size();
-        let me = (self.rank() + n - root) % n;
+        self.bcast_in(Group::All, root, buf)
+    }
+
+    /// Broadcast within `group` from its member `root` (a world rank).
+    pub fn bcast_in(&mut self, group: Group, root: usize, buf: &mut [u8]) -> Result<()> {
+        let n = group.len(self.size());
+        let (me, root_i) = (group.index_of(self.rank())?, group.index_of(root)?);
+        let rel = (me + n - root_i) % n;
         let mut mask = 1;
         while mask < n {
-            if me & mask != 0 {
-                let from = (me - mask + root) % n;
-                self.t.recv(from, buf)?;
+            if rel & mask != 0 {
+                self.t.recv(group.rank((rel - mask + root_i) % n), buf)?;
                 break;
             }
             mask <<= 1;
         }
         mask >>= 1;
         while mask > 0 {
-            if me + mask < n {
-                self.t.send((me + mask + root) % n, buf)?;
+            if rel + mask < n {
+                self.t.send(group.rank((rel + mask + root_i) % n), buf)?;
             }
             mask >>= 1;
         }
@@ -127,42 +132,70 @@ impl Comm {
 
     /// All-reduce of f64s: binomial reduce to rank 0, then broadcast.
     pub fn allreduce_f64(&mut self, data: &mut [f64], op: ReduceOp) -> Result<()> {
-        let (r, n) = (self.rank(), self.size());
-        let mut tmp = vec![0f64; data.len()];
-        let mut mask = 1;
-        while mask < n {
-            if r & mask != 0 {
-                self.t.send(r - mask, f64_bytes(data))?;
-                break;
+        self.allreduce_f64_in(Group::All, data, op)
+    }
+
+    /// All-reduce of f64s within `group`, elementwise.
+    pub fn allreduce_f64_in(&mut self, group: Group, data: &mut [f64], op: ReduceOp) -> Result<()> {
+        self.reduce_bcast(group, data, |acc, other| {
+            for (a, b) in acc.iter_mut().zip(other) {
+                *a = match op {
+                    ReduceOp::Sum => *a + *b,
+                    ReduceOp::Max => a.max(*b),
+                    ReduceOp::Min => a.min(*b),
+                };
             }
-            if r + mask < n {
-                self.t.recv(r + mask, f64_bytes_mut(&mut tmp))?;
-                for (a, b) in data.iter_mut().zip(&tmp) {
-                    *a = match op {
-                        ReduceOp::Sum => *a + *b,
-                        ReduceOp::Max => a.max(*b),
-                        ReduceOp::Min => a.min(*b),
-                    };
-                }
-            }
-            mask <<= 1;
-        }
-        self.bcast(0, f64_bytes_mut(data))
+        })
     }
 
     /// The largest value over all ranks and the index that came with it; ties go to the
     /// smallest index (as HPL picks its pivot).
     pub fn allreduce_maxloc(&mut self, value: f64, index: u64) -> Result<(f64, u64)> {
-        let mine = [value, f64::from_bits(index)];
-        let all = self.allgather_f64(&mine)?;
-        let mut best = (value, index);
-        for pair in all.chunks(2) {
-            let (v, i) = (pair[0], pair[1].to_bits());
-            if v > best.0 || (v == best.0 && i < best.1) {
-                best = (v, i);
+        self.allreduce_maxloc_in(Group::All, value, index)
+    }
+
+    /// Maxloc within `group`.
+    pub fn allreduce_maxloc_in(
+        &mut self,
+        group: Group,
+        value: f64,
+        index: u64,
+    ) -> Result<(f64, u64)> {
+        let mut pair = [value, f64::from_bits(index)];
+        self.reduce_bcast(group, &mut pair, |acc, other| {
+            let (v, i) = (other[0], other[1].to_bits());
+            if v > acc[0] || (v == acc[0] && i < acc[1].to_bits()) {
+                acc.copy_from_slice(other);
             }
+        })?;
+        Ok((pair[0], pair[1].to_bits()))
+    }
+
+    /// Binomial reduce to the group's first member (always the same tree, so the same order
+    /// of operations on every run), then broadcast of the result.
+    fn reduce_bcast(
+        &mut self,
+        group: Group,
+        data: &mut [f64],
+        combine: impl Fn(&mut [f64], &[f64]),
+    ) -> Result<()> {
+        let n = group.len(self.size());
+        let me = group.index_of(self.rank())?;
+        let mut tmp = vec![0f64; data.len()];
+        let mut mask = 1;
+        while mask < n {
+            if me & mask != 0 {
+                self.t.send(group.rank(me - mask), f64_bytes(data))?;
+                break;
+            }
+            if me + mask < n {
+                self.t
+                    .recv(group.rank(me + mask), f64_bytes_mut(&mut tmp))?;
+                combine(data, &tmp);
+            }
+            mask <<= 1;
         }
-        Ok(best)
+        self.bcast_in(group, group.rank(0), f64_bytes_mut(data))
     }
 
     /// Every rank's `mine` (all the same length), concatenated in rank order, on every rank.
@@ -179,6 +212,38 @@ impl Comm {
     }
 }
 
+/// The ranks a collective runs over: all of them, or a subset such as one row or column of
+/// HPL's process grid (listed in the order that fixes the tree).
+#[derive(Debug, Clone, Copy)]
+pub enum Group<'a> {
+    All,
+    Members(&'a [usize]),
+}
+
+impl Group<'_> {
+    fn len(&self, world: usize) -> usize {
+        match self {
+            Group::All => world,
+            Group::Members(m) => m.len(),
+        }
+    }
+    fn rank(&self, index: usize) -> usize {
+        match self {
+            Group::All => index,
+            Group::Members(m) => m[index],
+        }
+    }
+    fn index_of(&self, rank: usize) -> Result<usize> {
+        match self {
+            Group::All => Ok(rank),
+            Group::Members(m) => m
+                .iter()
+                .position(|r| *r == rank)
+                .ok_or_else(|| anyhow::anyhow!("rank {rank} is not in the group {m:?}")),
+        }
+    }
+}
+
 pub fn f64_bytes(v: &[f64]) -> &[u8] {
     // SAFETY: f64 has no padding and any byte pattern is a valid u8.
     unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
@@ -187,4 +252,91 @@ pub fn f64_bytes(v: &[f64]) -> &[u8] {
 pub fn f64_bytes_mut(v: &mut [f64]) -> &mut [u8] {
     // SAFETY: every byte pattern is a valid f64; the slice is exclusively borrowed.
     unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, std::mem::size_of_val(v)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::shm::{create_segment, ShmTransport};
+    use crate::transport::PeerName;
+    use std::time::Duration;
+
+    /// `n` ranks as threads, each with its own shm transport, running `body`.
+    fn ranks<T: Send + 'static>(n: usize, token: u8, body: fn(&mut Comm) -> T) -> Vec<T> {
+        let token = [token; 16];
+        create_segment(&token, n).unwrap();
+        let handles: Vec<_> = (0..n)
+            .map(|rank| {
+                std::thread::spawn(move || {
+                    let names = (0..n)
+                        .map(|rank| PeerName {
+                            rank,
+                            host: "test".into(),
+                        })
+                        .collect();
+                    let t = ShmTransport::attach(rank, n, &token, names, Duration::from_secs(20))
+                        .unwrap();
+                    body(&mut Comm::new(Box::new(t)))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+
+    #[test]
+    fn world_collectives_agree_on_every_rank() {
+        let out = ranks(4, 21, |c| {
+            let r = c.rank() as f64;
+            c.barrier().unwrap();
+            let mut b = if c.rank() == 2 { [7u8, 8, 9] } else { [0u8; 3] };
+            c.bcast(2, &mut b).unwrap();
+            let mut v = [r, -r, 0.1 * r];
+            c.allreduce_f64(&mut v, ReduceOp::Sum).unwrap();
+            let mut m = [r, -r];
+            c.allreduce_f64(&mut m, ReduceOp::Max).unwrap();
+            // Ranks 1 and 3 tie on |value| 5; the smaller index (10) wins.
+            let (value, index) = match c.rank() {
+                1 => (5.0, 30),
+                3 => (5.0, 10),
+                _ => (r, r as u64),
+            };
+            let loc = c.allreduce_maxloc(value, index).unwrap();
+            let all = c.allgather_f64(&[r, r * 10.0]).unwrap();
+            (b, v, m, loc, all)
+        });
+        for (b, v, m, loc, all) in &out {
+            assert_eq!(*b, [7, 8, 9]);
+            assert_eq!(v[0], 6.0);
+            assert_eq!(v[1], -6.0);
+            assert_eq!(m, &[3.0, 0.0]);
+            assert_eq!(*loc, (5.0, 10));
+            assert_eq!(all, &vec![0.0, 0.0, 1.0, 10.0, 2.0, 20.0, 3.0, 30.0]);
+        }
+        // Fixed trees: every rank holds bit-identical sums.
+        assert!(out
+            .iter()
+            .all(|o| o.1[2].to_bits() == out[0].1[2].to_bits()));
+    }
+
+    #[test]
+    fn group_collectives_stay_inside_the_group() {
+        let out = ranks(4, 22, |c| {
+            let r = c.rank();
+            // Two groups at once, as the rows of a 2x2 grid: {0,1} and {2,3}.
+            let row: &[usize] = if r < 2 { &[0, 1] } else { &[2, 3] };
+            let mut v = [r as f64];
+            c.allreduce_f64_in(Group::Members(row), &mut v, ReduceOp::Sum)
+                .unwrap();
+            let mut b = [r as u8];
+            c.bcast_in(Group::Members(row), row[1], &mut b).unwrap();
+            let loc = c
+                .allreduce_maxloc_in(Group::Members(row), -(r as f64), r as u64)
+                .unwrap();
+            (v[0], b[0], loc)
+        });
+        assert_eq!(out[0], (1.0, 1, (-0.0, 0)));
+        assert_eq!(out[1], (1.0, 1, (-0.0, 0)));
+        assert_eq!(out[2], (5.0, 3, (-2.0, 2)));
+        assert_eq!(out[3], (5.0, 3, (-2.0, 2)));
+    }
 }
