@@ -6,7 +6,12 @@
 //! factorization, broadcasts and update come next (see issue 3's note).
 
 pub mod check;
+pub mod factor;
 pub mod generator;
 pub mod grid;
 pub mod input;
+pub mod kernels;
+pub mod matrix;
 pub mod reference;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,291 @@
+//! The distributed right-looking LU with partial pivoting of [A | b] (b is eliminated with
+//! A, as HPL does), then the distributed back substitution. One panel of NB columns at a time:
+//!
+//! 1. panel: the process column owning it factors it, column by column, picking each pivot
+//!    with a maxloc over the column and swapping/broadcasting the pivot row;
+//! 2. broadcast: the panel (L21 and the pivots) goes along each process row;
+//! 3. swaps: every process column applies the pivots to its trailing columns;
+//! 4. update: the process row owning the panel's rows solves U12 = L11⁻¹·A12 and sends it
+//!    down each process column; everyone updates A22 −= L21·U12.
+//!
+//! Lookahead (DEPTH ≥ 1) and HPL's broadcast and swap variants are not in yet.
+
+use crate::grid::{owner, Grid};
+use crate::kernels;
+use crate::matrix::LocalMatrix;
+use anyhow::Result;
+use serde::Serialize;
+use std::time::Instant;
+use tbbench_runners::comm::{f64_bytes, f64_bytes_mut, Comm, Group};
+
+/// Where one rank's time went, in seconds.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Timings {
+    pub panel: f64,
+    pub broadcast: f64,
+    pub swap: f64,
+    pub update: f64,
+    pub solve: f64,
+}
+
+fn column_group(grid: &Grid, col: usize) -> Vec<usize> {
+    (0..grid.p).map(|r| grid.rank_at(r, col)).collect()
+}
+
+fn row_group(grid: &Grid, row: usize) -> Vec<usize> {
+    (0..grid.q).map(|c| grid.rank_at(row, c)).collect()
+}
+
+/// Swaps global rows `j` and `g` over local columns `cols` within this process column:
+/// locally when one process row owns both, else by exchanging the two segments.
+fn swap_rows(
+    m: &mut LocalMatrix,
+    comm: &mut Comm,
+    j: usize,
+    g: usize,
+    cols: std::ops::Range<usize>,
+) -> Result<()> {
+    if j == g || cols.is_empty() {
+        return Ok(());
+    }
+    let (p, nb) = (m.grid.p, m.nb);
+    let (oj, og) = (owner(j, nb, p), owner(g, nb, p));
+    let lj = m.rows_before(j);
+    let lg = m.rows_before(g);
+    if oj == og {
+        if m.myrow == oj {
+            m.swap_local_rows(lj, lg, cols);
+        }
+        return Ok(());
+    }
+    let (mine, other_row) = if m.myrow == oj {
+        (lj, og)
+    } else if m.myrow == og {
+        (lg, oj)
+    } else {
+        return Ok(());
+    };
+    let out = m.row_segment(mine, cols.clone());
+    let mut back = vec![0.0; out.len()];
+    let peer = m.grid.rank_at(other_row, m.mycol);
+    comm.sendrecv(peer, f64_bytes(&out), peer, f64_bytes_mut(&mut back))?;
+    m.set_row_segment(mine, cols, &back);
+    Ok(())
+}
+
+/// Factors [A | b] in place; on return this rank's share holds its part of U and of the
+/// transformed b. `on_panel(columns done)` runs on every rank after each panel.
+pub fn factor(
+    m: &mut LocalMatrix,
+    comm: &mut Comm,
+    t: &mut Timings,
+    mut on_panel: impl FnMut(usize),
+) -> Result<()> {
+    let (n, nb, grid) = (m.n, m.nb, m.grid);
+    let me = comm.rank();
+    let my_column = column_group(&grid, m.mycol);
+    let my_row = row_group(&grid, m.myrow);
+    let mut j0 = 0;
+    while j0 < n {
+        let jb = nb.min(n - j0);
+        let pc = owner(j0, nb, grid.q);
+        let pr = owner(j0, nb, grid.p);
+        let r0 = m.rows_before(j0);
+        let c0 = m.cols_before(j0);
+        let rows = m.mp - r0;
+        let mut ipiv = vec![0u64; jb];
+
+        // 1. Panel factorization, on the process column that owns it.
+        let clock = Instant::now();
+        if m.mycol == pc {
+            let panel_cols = c0..c0 + jb;
+            for jj in 0..jb {
+                let j = j0 + jj;
+                let lc = c0 + jj;
+                let lr = m.rows_before(j);
+                let (mut best, mut at) = (-1.0f64, u64::MAX);
+                for i in lr..m.mp {
+                    let v = m.at(i, lc).abs();
+                    if v > best {
+                        best = v;
+                        at = m.global_row(i) as u64;
+                    }
+                }
+                let (_, g) = comm.allreduce_maxloc_in(Group::Members(&my_column), best, at)?;
+                ipiv[jj] = g;
+                swap_rows(m, comm, j, g as usize, panel_cols.clone())?;
+                // Everyone in the column needs the pivot row (its diagonal and U part).
+                let oj = owner(j, nb, grid.p);
+                let mut urow = if m.myrow == oj {
+                    m.row_segment(m.rows_before(j), panel_cols.clone())
+                } else {
+                    vec![0.0; jb]
+                };
+                comm.bcast_in(
+                    Group::Members(&my_column),
+                    grid.rank_at(oj, m.mycol),
+                    f64_bytes_mut(&mut urow),
+                )?;
+                let d = urow[jj];
+                let below = m.rows_before(j + 1);
+                let lda = m.lda;
+                for i in below..m.mp {
+                    m.a[lc * lda + i] /= d;
+                }
+                for k in jj + 1..jb {
+                    let u = urow[k];
+                    if u != 0.0 {
+                        for i in below..m.mp {
+                            let l = m.a[lc * lda + i];
+                            m.a[(c0 + k) * lda + i] -= l * u;
+                        }
+                    }
+                }
+            }
+        }
+        t.panel += clock.elapsed().as_secs_f64();
+
+        // 2. The panel's rows at and below j0, and its pivots, along each process row.
+        let clock = Instant::now();
+        let mut packed = vec![0.0; rows * jb + jb];
+        if m.mycol == pc {
+            for k in 0..jb {
+                let src = (c0 + k) * m.lda + r0;
+                packed[k * rows..(k + 1) * rows].copy_from_slice(&m.a[src..src + rows]);
+            }
+            for (k, p) in ipiv.iter().enumerate() {
+                packed[rows * jb + k] = f64::from_bits(*p);
+            }
+        }
+        comm.bcast_in(
+            Group::Members(&my_row),
+            grid.rank_at(m.myrow, pc),
+            f64_bytes_mut(&mut packed),
+        )?;
+        for (k, p) in ipiv.iter_mut().enumerate() {
+            *p = packed[rows * jb + k].to_bits();
+        }
+        t.broadcast += clock.elapsed().as_secs_f64();
+
+        // 3. The pivots, applied to the trailing columns (b's included).
+        let clock = Instant::now();
+        let ct = m.cols_before(j0 + jb);
+        for (jj, &g) in ipiv.iter().enumerate() {
+            swap_rows(m, comm, j0 + jj, g as usize, ct..m.nq)?;
+        }
+        t.swap += clock.elapsed().as_secs_f64();
+
+        // 4. U12 on the panel's process row, sent down each column; then A22 −= L21·U12.
+        let clock = Instant::now();
+        let width = m.nq - ct;
+        let mut u12 = vec![0.0; jb * width];
+        if m.myrow == pr && width > 0 {
+            let lda = m.lda;
+            kernels::trsm_unit_lower(jb, width, &packed, rows, &mut m.a[ct * lda + r0..], lda);
+            for c in 0..width {
+                let src = (ct + c) * lda + r0;
+                u12[c * jb..(c + 1) * jb].copy_from_slice(&m.a[src..src + jb]);
+            }
+        }
+        if width > 0 {
+            comm.bcast_in(
+                Group::Members(&my_column),
+                grid.rank_at(pr, m.mycol),
+                f64_bytes_mut(&mut u12),
+            )?;
+        }
+        let below = m.rows_before(j0 + jb);
+        let skip = below - r0;
+        let lda = m.lda;
+        if width > 0 && below < m.mp {
+            kernels::gemm_minus(
+                m.mp - below,
+                width,
+                jb,
+                &packed[skip..],
+                rows,
+                &u12,
+                jb,
+                &mut m.a[ct * lda + below..],
+                lda,
+            );
+        }
+        t.update += clock.elapsed().as_secs_f64();
+
+        j0 += jb;
+        let _ = me;
+        on_panel(j0);
+    }
+    Ok(())
+}
+
+/// Back substitution Ux = y over the distributed U, y being the transformed b (global
+/// column n). Every rank ends with all of x.
+pub fn solve(m: &LocalMatrix, comm: &mut Comm, t: &mut Timings) -> Result<Vec<f64>> {
+    let clock = Instant::now();
+    let (n, nb, grid) = (m.n, m.nb, m.grid);
+    let pc_b = owner(n, nb, grid.q);
+    let lc_b = m.cols_before(n);
+    // This rank's piece of y (only the process column holding b has one).
+    let mut y: Vec<f64> = if m.mycol == pc_b {
+        (0..m.mp).map(|i| m.at(i, lc_b)).collect()
+    } else {
+        Vec::new()
+    };
+    let mut x = vec![0.0; n];
+    let blocks = n.div_ceil(nb);
+    for k in (0..blocks).rev() {
+        let kb = k * nb;
+        let kw = nb.min(n - kb);
+        let (prk, pck) = (owner(kb, nb, grid.p), owner(kb, nb, grid.q));
+        let diag = grid.rank_at(prk, pck);
+        let lr = m.rows_before(kb);
+        let mut xk = vec![0.0; kw];
+        if m.myrow == prk {
+            // y_k travels from the b column to the diagonal block's owner.
+            let holder = grid.rank_at(prk, pc_b);
+            if comm.rank() == holder {
+                xk.copy_from_slice(&y[lr..lr + kw]);
+                if holder != diag {
+                    comm.send(diag, f64_bytes(&xk))?;
+                }
+            } else if comm.rank() == diag {
+                comm.recv(holder, f64_bytes_mut(&mut xk))?;
+            }
+            if comm.rank() == diag {
+                let lc = m.cols_before(kb);
+                kernels::trsv_upper(kw, &m.a[lc * m.lda + lr..], m.lda, &mut xk);
+            }
+        }
+        comm.bcast(diag, f64_bytes_mut(&mut xk))?;
+        x[kb..kb + kw].copy_from_slice(&xk);
+        // y_above −= U(above, block k) · x_k: computed where U's block column lives, applied
+        // where y lives.
+        if lr == 0 {
+            continue;
+        }
+        let mut part = vec![0.0; lr];
+        if m.mycol == pck {
+            let lc = m.cols_before(kb);
+            for (c, xv) in xk.iter().enumerate() {
+                let col = &m.a[(lc + c) * m.lda..(lc + c) * m.lda + lr];
+                for (p, u) in part.iter_mut().zip(col) {
+                    *p += u * xv;
+                }
+            }
+            if pck != pc_b {
+                comm.send(grid.rank_at(m.myrow, pc_b), f64_bytes(&part))?;
+            }
+        }
+        if m.mycol == pc_b {
+            if pck != pc_b {
+                comm.recv(grid.rank_at(m.myrow, pck), f64_bytes_mut(&mut part))?;
+            }
+            for (yi, p) in y.iter_mut().zip(&part) {
+                *yi -= p;
+            }
+        }
+    }
+    t.solve += clock.elapsed().as_secs_f64();
+    Ok(x)
+}

@@ -1,0 +1,95 @@
+//! One rank's share of the N × (N+1) matrix [A | b]: its blocks of the 2D block-cyclic
+//! distribution, stored column-major, generated in place (no rank ever holds the whole).
+
+use crate::generator;
+use crate::grid::{local_to_global, numroc, Grid};
+
+pub struct LocalMatrix {
+    pub n: usize,
+    pub nb: usize,
+    pub grid: Grid,
+    pub myrow: usize,
+    pub mycol: usize,
+    /// Local rows and columns (the columns include b's, global column n).
+    pub mp: usize,
+    pub nq: usize,
+    /// Leading dimension: at least 1, so empty shares still index safely.
+    pub lda: usize,
+    pub a: Vec<f64>,
+}
+
+impl LocalMatrix {
+    /// Bytes one rank at (myrow, mycol) needs for its share, before allocating it.
+    pub fn bytes(n: usize, nb: usize, grid: &Grid, myrow: usize, mycol: usize) -> u64 {
+        let mp = numroc(n, nb, myrow, grid.p).max(1) as u64;
+        let nq = numroc(n + 1, nb, mycol, grid.q) as u64;
+        mp * nq * 8
+    }
+
+    /// This rank's blocks of HPL's [A | b] for `seed`.
+    pub fn generate(n: usize, nb: usize, grid: Grid, rank: usize, seed: u64) -> LocalMatrix {
+        let (myrow, mycol) = grid.coords(rank);
+        let mp = numroc(n, nb, myrow, grid.p);
+        let nq = numroc(n + 1, nb, mycol, grid.q);
+        let lda = mp.max(1);
+        let mut a = vec![0.0; lda * nq];
+        let rows: Vec<u64> = (0..mp)
+            .map(|l| local_to_global(l, nb, myrow, grid.p) as u64)
+            .collect();
+        for lc in 0..nq {
+            let g = local_to_global(lc, nb, mycol, grid.q) as u64;
+            generator::column(seed, n as u64, g, &rows, &mut a[lc * lda..lc * lda + mp]);
+        }
+        LocalMatrix {
+            n,
+            nb,
+            grid,
+            myrow,
+            mycol,
+            mp,
+            nq,
+            lda,
+            a,
+        }
+    }
+
+    /// How many of this rank's rows come before global row `g` (its first local row ≥ g).
+    pub fn rows_before(&self, g: usize) -> usize {
+        numroc(g.min(self.n), self.nb, self.myrow, self.grid.p)
+    }
+
+    /// How many of this rank's columns come before global column `g`.
+    pub fn cols_before(&self, g: usize) -> usize {
+        numroc(g.min(self.n + 1), self.nb, self.mycol, self.grid.q)
+    }
+
+    pub fn global_row(&self, l: usize) -> usize {
+        local_to_global(l, self.nb, self.myrow, self.grid.p)
+    }
+
+    pub fn global_col(&self, l: usize) -> usize {
+        local_to_global(l, self.nb, self.mycol, self.grid.q)
+    }
+
+    #[inline]
+    pub fn at(&self, i: usize, j: usize) -> f64 {
+        self.a[j * self.lda + i]
+    }
+
+    /// Copies local rows `row` of columns `cols` out (for a swap or a broadcast).
+    pub fn row_segment(&self, row: usize, cols: std::ops::Range<usize>) -> Vec<f64> {
+        cols.map(|c| self.a[c * self.lda + row]).collect()
+    }
+
+    pub fn set_row_segment(&mut self, row: usize, cols: std::ops::Range<usize>, values: &[f64]) {
+        for (c, v) in cols.zip(values) {
+            self.a[c * self.lda + row] = *v;
+        }
+    }
+
+    pub fn swap_local_rows(&mut self, r1: usize, r2: usize, cols: std::ops::Range<usize>) {
+        for c in cols {
+            self.a.swap(c * self.lda + r1, c * self.lda + r2);
+        }
+    }
+}
