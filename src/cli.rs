@@ -23,6 +23,8 @@ pub struct Cli {
 pub enum Command {
     /// Ping-pong latency and bandwidth between ranks across message sizes.
     Link(LinkArgs),
+    /// A distributed FP64 LU solve, HPL-style, with HPL's residual check and result line.
+    Hpl(HplArgs),
 }
 
 /// Where ranks run and how they connect; the same for every suite.
@@ -94,6 +96,38 @@ pub struct LinkArgs {
     pub ceiling: Option<f64>,
 }
 
+#[derive(Args, Debug, Clone)]
+pub struct HplArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Order of the system (default: from memory, see --mem-fraction and --max-minutes).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub n: Option<u64>,
+    /// Block size.
+    #[arg(long, default_value_t = 192, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub nb: u64,
+    /// Process grid rows (with --q; default: as square as possible, P <= Q).
+    #[arg(long, requires = "q", value_parser = clap::value_parser!(u64).range(1..))]
+    pub p: Option<u64>,
+    #[arg(long, requires = "p", value_parser = clap::value_parser!(u64).range(1..))]
+    pub q: Option<u64>,
+    /// netlib HPL's input file: run every combination it lists.
+    #[arg(long, conflicts_with_all = ["n", "p", "q"])]
+    pub dat: Option<std::path::PathBuf>,
+    /// Share of the smallest host's free memory the matrix may use when N is not given.
+    #[arg(long, default_value_t = 0.8)]
+    pub mem_fraction: f64,
+    /// When N is not given: keep the estimated run under this many minutes.
+    #[arg(long, default_value_t = 10.0)]
+    pub max_minutes: f64,
+    /// Threads per rank (default: the host's cores over its ranks).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Skip the single-rank DGEMM measurement that efficiency is quoted against.
+    #[arg(long)]
+    pub no_dgemm_probe: bool,
+}
+
 // clap wants one parser per flag, returning the value whole; these keep the one-line errors
 // from the units module.
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -159,5 +193,100 @@ impl LinkArgs {
             window: self.window as usize,
             ceiling_bits_per_s: self.ceiling,
         }
+    }
+}
+
+impl HplArgs {
+    /// The suite's config; HPL.dat combinations this build does not run are listed, not
+    /// silently replaced.
+    pub fn config(&self) -> anyhow::Result<tbbench_hpl::HplConfig> {
+        use tbbench_hpl::grid::{Grid, ProcessMap};
+        use tbbench_hpl::input::{Broadcast, Factorization, HplDat, Swap, Variant};
+        let nodes = self.run.nodes;
+        if !(self.mem_fraction > 0.0 && self.mem_fraction <= 1.0) {
+            anyhow::bail!(
+                "--mem-fraction must be above 0 and at most 1, not {}",
+                self.mem_fraction
+            );
+        }
+        let mut skipped = Vec::new();
+        let mut runs = Vec::new();
+        let grid = match (self.p, self.q) {
+            (Some(p), Some(q)) if (p * q) as usize != nodes => anyhow::bail!(
+                "--p {p} --q {q} is a grid of {} ranks, but --nodes is {nodes}",
+                p * q
+            ),
+            (Some(p), Some(q)) => Some((p as usize, q as usize)),
+            _ => None,
+        };
+        if let Some(path) = &self.dat {
+            let dat = HplDat::read(path)?;
+            for v in dat.variants() {
+                if v.grid.size() != nodes {
+                    skipped.push(format!(
+                        "{} N={} NB={}: grid {}x{} needs --nodes {}",
+                        v.code(),
+                        v.n,
+                        v.nb,
+                        v.grid.p,
+                        v.grid.q,
+                        v.grid.size()
+                    ));
+                } else if v.depth > 0 {
+                    skipped.push(format!(
+                        "{} N={} NB={}: lookahead DEPTH {} is not implemented yet",
+                        v.code(),
+                        v.n,
+                        v.nb,
+                        v.depth
+                    ));
+                } else {
+                    runs.push(v);
+                }
+            }
+            if runs.is_empty() {
+                anyhow::bail!(
+                    "{}: no combination can run here ({})",
+                    path.display(),
+                    skipped.first().cloned().unwrap_or_default()
+                );
+            }
+            skipped.push("every panel is factored column by column (right-looking, no recursion) whatever PFACT/RFACT/NBMIN/NDIV say, broadcast with a binomial tree whatever BCAST says, and its rows swapped pairwise whatever SWAP says: those variants are not implemented yet".into());
+        } else if let Some(n) = self.n {
+            let g = grid
+                .map(|(p, q)| Grid {
+                    p,
+                    q,
+                    map: ProcessMap::RowMajor,
+                })
+                .unwrap_or_else(|| Grid::squarest(nodes, ProcessMap::RowMajor));
+            runs.push(Variant {
+                n: n as usize,
+                nb: self.nb as usize,
+                grid: g,
+                pfact: Factorization::Right,
+                nbmin: 4,
+                ndiv: 2,
+                rfact: Factorization::Right,
+                bcast: Broadcast::IncreasingRing,
+                depth: 0,
+                swap: Swap::Mix { threshold: 64 },
+                threshold: 16.0,
+            });
+        }
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        Ok(tbbench_hpl::HplConfig {
+            runs,
+            nb: self.nb as usize,
+            grid,
+            mem_fraction: self.mem_fraction,
+            auto_time_budget_s: self.max_minutes * 60.0,
+            threads: self.threads.unwrap_or((cores / nodes.max(1)).max(1)),
+            dgemm_probe: !self.no_dgemm_probe,
+            dat: self.dat.as_ref().map(|p| p.display().to_string()),
+            skipped,
+        })
     }
 }

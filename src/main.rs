@@ -44,6 +44,9 @@ fn main() {
         Command::Link(args) => {
             driver::run::<tbbench_link::LinkSuite>(&args.config(), &args.run.options(), &tool())
         }
+        Command::Hpl(args) => args.config().and_then(|config| {
+            driver::run::<tbbench_hpl::HplSuite>(&config, &args.run.options(), &tool())
+        }),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -382,7 +382,20 @@ fn spawn(
     let mut stdin = child.stdin.take().context("no stdin pipe")?;
     // The token goes over the pipe, never on a command line where `ps` would show it. The pipe
     // then stays open (leaked on purpose) until this process exits: its closing is the signal.
-    writeln!(stdin, "{}", token.hex()).context("cannot hand the session token to the rank")?;
+    if writeln!(stdin, "{}", token.hex()).is_err() {
+        // The rank was gone before it could read a line: a remote shell that could not reach
+        // the host, or a binary that does not run there.
+        let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
+        let hint = if p.host.is_some() {
+            format!("; check that `{} {}` works", opts.rsh, p.label)
+        } else {
+            String::new()
+        };
+        bail!(
+            "rank {rank} ({}) exited as it started ({status}){hint}",
+            p.label
+        );
+    }
     std::mem::forget(stdin);
     if let (Some(out), Some(tx)) = (child.stdout.take(), lines) {
         std::thread::spawn(move || {

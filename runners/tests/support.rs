@@ -27,24 +27,56 @@ pub fn spawn(args: &[&str]) -> Child {
         .expect("tbbench starts")
 }
 
-/// Waits for the child, killing it (and failing) after `limit`.
+/// Waits for the child, killing it (and failing) after `limit`. Its output is drained while
+/// it runs, so a chatty child never blocks on a full pipe.
 pub fn finish(mut child: Child, limit: Duration) -> (Output, Duration) {
+    use std::io::Read;
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
     let start = Instant::now();
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return (child.wait_with_output().unwrap(), start.elapsed());
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
         }
         if start.elapsed() > limit {
             let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
+            let _ = child.wait();
             panic!(
                 "tbbench did not finish within {limit:?}\nstdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
+                String::from_utf8_lossy(&out.join().unwrap()),
+                String::from_utf8_lossy(&err.join().unwrap())
             );
         }
         std::thread::sleep(Duration::from_millis(20));
-    }
+    };
+    let took = start.elapsed();
+    (
+        Output {
+            status,
+            stdout: out.join().unwrap(),
+            stderr: err.join().unwrap(),
+        },
+        took,
+    )
 }
 
 pub fn run(args: &[&str], limit: Duration) -> Output {

@@ -713,12 +713,18 @@ impl ShmTransport {
                 continue;
             }
             idle_spins += 1;
-            // Spin briefly (the latency path), then yield so oversubscribed ranks still run.
+            // Spin briefly (the latency path), then yield so oversubscribed ranks still run,
+            // then, once a wait has lasted a couple of milliseconds (another rank computing,
+            // a barrier), sleep in short naps so idle ranks stop taking cores from busy ones.
             if idle_spins < 256 {
                 std::hint::spin_loop();
                 continue;
             }
-            std::thread::yield_now();
+            if idle_spins < 4096 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
             if idle_spins.is_multiple_of(1024) {
                 let waited = last_progress.elapsed();
                 let waiting_on: Vec<usize> = out

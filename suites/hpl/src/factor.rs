@@ -132,8 +132,7 @@ pub fn factor(
                 for i in below..m.mp {
                     m.a[lc * lda + i] /= d;
                 }
-                for k in jj + 1..jb {
-                    let u = urow[k];
+                for (k, &u) in urow.iter().enumerate().skip(jj + 1) {
                     if u != 0.0 {
                         for i in below..m.mp {
                             let l = m.a[lc * lda + i];

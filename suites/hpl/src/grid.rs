@@ -25,7 +25,7 @@ impl Grid {
     pub fn squarest(ranks: usize, map: ProcessMap) -> Grid {
         let p = (1..=ranks)
             .take_while(|p| p * p <= ranks)
-            .filter(|p| ranks % p == 0)
+            .filter(|p| ranks.is_multiple_of(*p))
             .max()
             .unwrap_or(1);
         Grid {

@@ -2,8 +2,9 @@
 //! pivoting — on tbbench's runners, checked and reported the way netlib HPL does it.
 //!
 //! Laid out as netlib HPL is (STYLE.md): `input` reads HPL.dat, `generator` makes HPL's
-//! matrix, `grid` holds the block-cyclic index maths, `check` is HPL's residual test. The
-//! factorization, broadcasts and update come next (see issue 3's note).
+//! matrix, `grid` holds the block-cyclic index maths, `matrix` a rank's share, `factor` the
+//! panel factorization, broadcasts, swaps, update and back substitution, `kernels` the local
+//! dense kernels, `check` HPL's residual test, `suite` the runs and their results.
 
 pub mod check;
 pub mod factor;
@@ -13,5 +14,8 @@ pub mod input;
 pub mod kernels;
 pub mod matrix;
 pub mod reference;
+pub mod suite;
 #[cfg(test)]
 mod tests;
+
+pub use suite::{HplConfig, HplSuite};

@@ -1,0 +1,407 @@
+//! The suite: turns a config into runs (one per HPL.dat combination), checks memory before
+//! allocating, times factorization + solve as HPL does, checks the residual, prints HPL's
+//! lines and hands rank 0's figures to the result file.
+
+use crate::check;
+use crate::factor::{self, Timings};
+use crate::generator::{self, HPL_SEED};
+use crate::grid::{Grid, ProcessMap};
+use crate::input::{Broadcast, Factorization, Swap, Variant};
+use crate::kernels;
+use crate::matrix::LocalMatrix;
+use anyhow::{bail, Result};
+use serde::Serialize;
+use std::time::Instant;
+use tbbench_reports::{Blas, Check};
+use tbbench_runners::comm::{Group, ReduceOp};
+use tbbench_runners::suite::{Context, Suite, SuiteOutput};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HplConfig {
+    /// Explicit runs (from flags or HPL.dat); None for N chosen from memory at run time.
+    pub runs: Vec<Variant>,
+    /// When `runs` is empty: the one run's NB and grid (None: the squarest grid).
+    pub nb: usize,
+    pub grid: Option<(usize, usize)>,
+    /// Fraction of the smallest host's available memory (per rank) the matrix may use.
+    pub mem_fraction: f64,
+    /// Longest estimated run when N is chosen automatically, in seconds.
+    pub auto_time_budget_s: f64,
+    pub threads: usize,
+    pub dgemm_probe: bool,
+    pub dat: Option<String>,
+    /// HPL.dat combinations not run, and why.
+    pub skipped: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunResult {
+    pub code: String,
+    pub n: usize,
+    pub nb: usize,
+    pub p: usize,
+    pub q: usize,
+    pub pmap: ProcessMap,
+    pub depth: usize,
+    pub bcast: Broadcast,
+    pub pfact: Factorization,
+    pub rfact: Factorization,
+    pub nbmin: usize,
+    pub ndiv: usize,
+    pub swap: Swap,
+    /// The slowest rank's factorization + solve, seconds.
+    pub time_s: f64,
+    pub gflops: f64,
+    pub resid: f64,
+    pub threshold: f64,
+    pub passed: bool,
+    pub norms: Norms,
+    /// Gflops over (ranks × the single-rank DGEMM rate), where the probe ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub efficiency_vs_dgemm: Option<f64>,
+    /// Each rank's time split; communication is broadcast + swap (+ part of panel and solve).
+    pub per_rank: Vec<Timings>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Norms {
+    pub a_inf: f64,
+    pub x_inf: f64,
+    pub b_inf: f64,
+    pub r_inf: f64,
+}
+
+pub struct HplSuite;
+
+impl Suite for HplSuite {
+    const NAME: &'static str = "hpl";
+    type Config = HplConfig;
+
+    fn run(config: &HplConfig, ctx: &mut Context) -> Result<Option<SuiteOutput>> {
+        let ranks = ctx.size();
+        let rank = ctx.rank();
+        // The kernels are tbbench's own until a BLAS is wired in: say so in every host record.
+        let env: Vec<String> = [
+            "OPENBLAS_CORETYPE",
+            "OPENBLAS_L2_SIZE",
+            "OPENBLAS_NUM_THREADS",
+        ]
+        .iter()
+        .filter_map(|v| std::env::var(v).ok().map(|x| format!("{v}={x}")))
+        .collect();
+        for h in &mut ctx.hosts {
+            h.blas = Some(Blas {
+                name: "rust-fallback".into(),
+                kernel: "tbbench kernels::gemm_minus (pure Rust, one thread)".into(),
+                env: env.clone(),
+            });
+        }
+        let dgemm = if config.dgemm_probe {
+            let mut rate = [if rank == 0 { dgemm_rate() } else { 0.0 }];
+            ctx.comm
+                .bcast(0, tbbench_runners::comm::f64_bytes_mut(&mut rate))?;
+            Some(rate[0])
+        } else {
+            None
+        };
+        let mut warnings = config.skipped.clone();
+        if config.threads > 1 {
+            warnings.push(format!(
+                "--threads {} asked for, but the pure-Rust kernels run on one thread per rank",
+                config.threads
+            ));
+        }
+        let runs = if config.runs.is_empty() {
+            vec![auto_run(config, ctx, dgemm, &mut warnings)?]
+        } else {
+            config.runs.clone()
+        };
+        let mut results = Vec::new();
+        if rank == 0 {
+            for w in &warnings {
+                eprintln!("tbbench: note: {w}");
+            }
+            println!("{}", check::TABLE_HEADER);
+            println!("{}", "-".repeat(check::TABLE_HEADER.len()));
+        }
+        for v in &runs {
+            if v.grid.size() != ranks {
+                bail!(
+                    "grid {}x{} needs {} ranks, this run has {ranks} (--nodes {})",
+                    v.grid.p,
+                    v.grid.q,
+                    v.grid.size(),
+                    v.grid.size()
+                );
+            }
+            check_memory(v, ctx, config.mem_fraction)?;
+            let r = run_one(v, ctx, dgemm)?;
+            if rank == 0 {
+                println!(
+                    "{}",
+                    check::result_line(&r.code, r.n, r.nb, r.p, r.q, r.time_s, r.gflops)
+                );
+                println!("{}", check::residual_line(r.resid, r.threshold));
+                println!();
+            }
+            results.push(r);
+        }
+        if rank != 0 {
+            return Ok(None);
+        }
+        let checks = results
+            .iter()
+            .map(|r| Check {
+                name: format!("residual {} N={} NB={} {}x{}", r.code, r.n, r.nb, r.p, r.q),
+                passed: r.passed,
+                detail: format!("scaled residual {:.7} (threshold {})", r.resid, r.threshold),
+            })
+            .collect();
+        let out = serde_json::json!({ "dgemm_gflops_single_rank": dgemm, "runs": results });
+        Ok(Some(SuiteOutput {
+            results: out,
+            checks,
+            warnings,
+        }))
+    }
+}
+
+/// Single-rank DGEMM rate of this build's kernel, Gflops (the ceiling efficiency is quoted against).
+fn dgemm_rate() -> f64 {
+    let n = 384;
+    let a: Vec<f64> = (0..n * n).map(|i| (i % 7) as f64 * 0.1).collect();
+    let b = a.clone();
+    let mut c = vec![0.0; n * n];
+    kernels::gemm_minus(n, n, n, &a, n, &b, n, &mut c, n);
+    let mut best = f64::MAX;
+    for _ in 0..3 {
+        let t = Instant::now();
+        kernels::gemm_minus(n, n, n, &a, n, &b, n, &mut c, n);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    2.0 * (n * n * n) as f64 / best / 1e9
+}
+
+/// The bytes each rank may use: `fraction` of its host's available memory, shared by the
+/// ranks on that host.
+fn budget_per_rank(ctx: &Context, rank: usize, fraction: f64) -> u64 {
+    let host = &ctx.rank_hosts[rank];
+    ctx.hosts
+        .iter()
+        .find(|h| &h.hostname == host)
+        .map(|h| (h.memory_available_bytes as f64 * fraction / h.ranks.len().max(1) as f64) as u64)
+        .unwrap_or(0)
+}
+
+/// The largest N whose shares fit every rank's budget (a multiple of NB).
+fn largest_fitting_n(grid: &Grid, nb: usize, ctx: &Context, fraction: f64) -> usize {
+    let fits = |n: usize| {
+        (0..grid.size()).all(|r| {
+            let (row, col) = grid.coords(r);
+            LocalMatrix::bytes(n, nb, grid, row, col) <= budget_per_rank(ctx, r, fraction)
+        })
+    };
+    let (mut lo, mut hi) = (0usize, 1usize << 22);
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    lo / nb * nb
+}
+
+/// Refuses, before anything is allocated, an N whose share does not fit some rank.
+fn check_memory(v: &Variant, ctx: &Context, fraction: f64) -> Result<()> {
+    for r in 0..v.grid.size() {
+        let (row, col) = v.grid.coords(r);
+        let need = LocalMatrix::bytes(v.n, v.nb, &v.grid, row, col);
+        let have = budget_per_rank(ctx, r, fraction);
+        if need > have {
+            let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+            let max_n = largest_fitting_n(&v.grid, v.nb, ctx, fraction);
+            bail!(
+                "N={} does not fit: rank {r} ({}) needs {:.2} GiB for its share, {:.2} GiB is available to it ({:.0}% of its host's free memory over its ranks); the largest N that fits is {max_n}",
+                v.n,
+                ctx.rank_hosts[r],
+                gib(need),
+                gib(have),
+                fraction * 100.0
+            );
+        }
+    }
+    Ok(())
+}
+
+/// N from memory when not given, held to the time budget at the probed DGEMM rate.
+fn auto_run(
+    config: &HplConfig,
+    ctx: &Context,
+    dgemm: Option<f64>,
+    warnings: &mut Vec<String>,
+) -> Result<Variant> {
+    let grid = match config.grid {
+        Some((p, q)) => Grid {
+            p,
+            q,
+            map: ProcessMap::RowMajor,
+        },
+        None => Grid::squarest(ctx.size(), ProcessMap::RowMajor),
+    };
+    let nb = config.nb;
+    let from_memory = largest_fitting_n(&grid, nb, ctx, config.mem_fraction);
+    if from_memory == 0 {
+        bail!(
+            "not even N={nb} fits in {:.0}% of the available memory",
+            config.mem_fraction * 100.0
+        );
+    }
+    let mut n = from_memory;
+    if let Some(rate) = dgemm.filter(|r| *r > 0.0) {
+        let aggregate = rate * ctx.size() as f64 * 1e9;
+        let by_time =
+            ((config.auto_time_budget_s * aggregate * 1.5).cbrt() as usize / nb * nb).max(nb);
+        if by_time < n {
+            warnings.push(format!(
+                "N {from_memory} would fill {:.0}% of memory but take about {:.0} min at the probed {rate:.1} Gflops/rank; running N {by_time} (about {:.0} min). --n sets N",
+                config.mem_fraction * 100.0,
+                check::flops(from_memory) / aggregate / 60.0,
+                check::flops(by_time) / aggregate / 60.0
+            ));
+            n = by_time;
+        }
+    }
+    Ok(Variant {
+        n,
+        nb,
+        grid,
+        pfact: Factorization::Right,
+        nbmin: 4,
+        ndiv: 2,
+        rfact: Factorization::Right,
+        bcast: Broadcast::IncreasingRing,
+        depth: 0,
+        swap: Swap::Mix { threshold: 64 },
+        threshold: 16.0,
+    })
+}
+
+fn run_one(v: &Variant, ctx: &mut Context, dgemm: Option<f64>) -> Result<RunResult> {
+    let rank = ctx.rank();
+    let mut m = LocalMatrix::generate(v.n, v.nb, v.grid, rank, HPL_SEED);
+    let bar = (ctx.progress && rank == 0).then(|| {
+        let b = indicatif::ProgressBar::new(v.n as u64);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{prefix} [{bar:30}] {pos}/{len} columns {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b.set_prefix(format!("HPL N={}", v.n));
+        b
+    });
+    let mut times = Timings::default();
+    ctx.comm.barrier()?;
+    let start = Instant::now();
+    factor::factor(&mut m, &mut ctx.comm, &mut times, |done| {
+        if let Some(b) = &bar {
+            b.set_position(done as u64);
+            // Work done so far: all of HPL's flops minus those of the trailing system left.
+            let left = v.n - done;
+            let flops = check::flops(v.n) - check::flops(left);
+            b.set_message(format!(
+                "{:.1} Gflops",
+                flops / start.elapsed().as_secs_f64() / 1e9
+            ));
+        }
+    })?;
+    let x = factor::solve(&m, &mut ctx.comm, &mut times)?;
+    let mut wall = [start.elapsed().as_secs_f64()];
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    ctx.comm.allreduce_f64(&mut wall, ReduceOp::Max)?;
+    drop(m);
+    let norms = residual_norms(v, ctx, &x)?;
+    let resid = check::scaled_residual(norms.r_inf, norms.a_inf, norms.x_inf, norms.b_inf, v.n);
+    let gflops = check::flops(v.n) / wall[0] / 1e9;
+    let split = [
+        times.panel,
+        times.broadcast,
+        times.swap,
+        times.update,
+        times.solve,
+    ];
+    let all = ctx.comm.allgather_f64(&split)?;
+    let per_rank = all
+        .chunks(5)
+        .map(|c| Timings {
+            panel: c[0],
+            broadcast: c[1],
+            swap: c[2],
+            update: c[3],
+            solve: c[4],
+        })
+        .collect();
+    Ok(RunResult {
+        code: v.code(),
+        n: v.n,
+        nb: v.nb,
+        p: v.grid.p,
+        q: v.grid.q,
+        pmap: v.grid.map,
+        depth: v.depth,
+        bcast: v.bcast,
+        pfact: v.pfact,
+        rfact: v.rfact,
+        nbmin: v.nbmin,
+        ndiv: v.ndiv,
+        swap: v.swap,
+        time_s: wall[0],
+        gflops,
+        resid,
+        threshold: v.threshold,
+        passed: check::passed(resid, v.threshold),
+        norms,
+        efficiency_vs_dgemm: dgemm
+            .filter(|r| *r > 0.0)
+            .map(|r| gflops / (r * ctx.size() as f64)),
+        per_rank,
+    })
+}
+
+/// ‖Ax−b‖∞, ‖A‖∞, ‖x‖∞, ‖b‖∞ with A and b generated afresh, each rank over its own blocks.
+fn residual_norms(v: &Variant, ctx: &mut Context, x: &[f64]) -> Result<Norms> {
+    let rank = ctx.rank();
+    let m = LocalMatrix::generate(v.n, v.nb, v.grid, rank, HPL_SEED);
+    let lc_b = m.cols_before(v.n);
+    // Row sums of A·x and of |A| over this rank's columns, then over the process row.
+    let mut sums = vec![0.0; 2 * m.mp];
+    for lc in 0..lc_b {
+        let xj = x[m.global_col(lc)];
+        for i in 0..m.mp {
+            let a = m.at(i, lc);
+            sums[i] += a * xj;
+            sums[m.mp + i] += a.abs();
+        }
+    }
+    let row: Vec<usize> = (0..v.grid.q).map(|c| v.grid.rank_at(m.myrow, c)).collect();
+    ctx.comm
+        .allreduce_f64_in(Group::Members(&row), &mut sums, ReduceOp::Sum)?;
+    let mut local = [0.0f64; 3];
+    for i in 0..m.mp {
+        let b = generator::entry(HPL_SEED, v.n as u64, m.global_row(i) as u64, v.n as u64);
+        local[0] = local[0].max((sums[i] - b).abs());
+        local[1] = local[1].max(sums[m.mp + i]);
+        local[2] = local[2].max(b.abs());
+    }
+    ctx.comm.allreduce_f64(&mut local, ReduceOp::Max)?;
+    Ok(Norms {
+        r_inf: local[0],
+        a_inf: local[1],
+        x_inf: x.iter().fold(0.0f64, |a, b| a.max(b.abs())),
+        b_inf: local[2],
+    })
+}

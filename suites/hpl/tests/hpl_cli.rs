@@ -1,0 +1,180 @@
+//! `tbbench hpl` end to end: real rank processes, HPL's lines on stdout, the result file.
+
+#[path = "../../../runners/tests/support.rs"]
+mod support;
+
+use std::time::Duration;
+use support::*;
+
+fn fixture(name: &str) -> String {
+    format!("{}/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn small_solves_pass_on_one_two_and_four_ranks() {
+    let dir = tmpdir("hpl-small");
+    for (nodes, extra) in [
+        ("1", vec![]),
+        ("2", vec!["--nb", "16"]),
+        (
+            "4",
+            vec!["--p", "2", "--q", "2", "--transport", "shm", "--nb", "8"],
+        ),
+    ] {
+        let out = dir.join(format!("r{nodes}.json"));
+        let mut args = vec![
+            "hpl",
+            "--nodes",
+            nodes,
+            "--n",
+            "300",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        let o = run(&args, Duration::from_secs(120));
+        assert!(o.status.success(), "{nodes} ranks: {}", text(&o.stderr));
+        let stdout = text(&o.stdout);
+        assert!(
+            stdout.contains(
+                "T/V                N    NB     P     Q               Time                 Gflops"
+            ),
+            "{stdout}"
+        );
+        assert!(stdout.contains("...... PASSED"), "{stdout}");
+        let r = read_json(&out);
+        assert_eq!(r["suite"], "hpl");
+        let run = &r["results"]["runs"][0];
+        assert_eq!(run["n"], 300);
+        assert_eq!(run["passed"], true);
+        assert!(run["resid"].as_f64().unwrap() < 1.0);
+        assert!(run["gflops"].as_f64().unwrap() > 0.0);
+        assert_eq!(
+            run["per_rank"].as_array().unwrap().len(),
+            nodes.parse::<usize>().unwrap()
+        );
+        assert_eq!(
+            run["p"].as_u64().unwrap() * run["q"].as_u64().unwrap(),
+            nodes.parse::<u64>().unwrap()
+        );
+        assert_eq!(
+            r["hosts"][0]["blas"]["name"], "rust-fallback",
+            "the kernel in use is recorded"
+        );
+        assert!(r["results"]["dgemm_gflops_single_rank"].as_f64().unwrap() > 0.0);
+        assert_eq!(r["verification"]["passed"], true);
+    }
+}
+
+#[test]
+fn netlib_sample_hpl_dat_runs_every_combination() {
+    let dir = tmpdir("hpl-dat");
+    let out = dir.join("r.json");
+    let o = run(
+        &[
+            "hpl",
+            "--nodes",
+            "4",
+            "--dat",
+            &fixture("netlib-HPL.dat"),
+            "--no-dgemm-probe",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(300),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let r = read_json(&out);
+    let runs = r["results"]["runs"].as_array().unwrap();
+    // 3 grids x 4 N x 4 NB x 3 RFACT x 2 NBMIN x 3 PFACT, all DEPTH 0, all on 4 ranks.
+    assert_eq!(runs.len(), 864);
+    assert!(runs.iter().all(|x| x["passed"] == true));
+    assert_eq!(runs[0]["code"], "WR00L2L2");
+    // The variants not yet honoured are named, on the terminal and in the file.
+    assert!(text(&o.stderr).contains("not implemented yet"));
+    assert!(r["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|w| w.as_str().unwrap().contains("PFACT")));
+}
+
+#[test]
+fn threshold_zero_fails_and_exits_non_zero_with_the_file_written() {
+    let dir = tmpdir("hpl-fail");
+    let dat = dir.join("HPL.dat");
+    let text_in = std::fs::read_to_string(fixture("netlib-HPL.dat")).unwrap();
+    let mut lines: Vec<&str> = text_in.lines().collect();
+    lines[4] = "1            # of problems sizes (N)";
+    lines[5] = "64           Ns";
+    lines[6] = "1            # of NBs";
+    lines[7] = "8            NBs";
+    lines[9] = "1            # of process grids (P x Q)";
+    lines[10] = "1            Ps";
+    lines[11] = "2            Qs";
+    lines[12] = "0.0          threshold";
+    std::fs::write(&dat, lines.join("\n")).unwrap();
+    let out = dir.join("r.json");
+    let o = run(
+        &[
+            "hpl",
+            "--nodes",
+            "2",
+            "--dat",
+            dat.to_str().unwrap(),
+            "--no-dgemm-probe",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stdout).contains("...... FAILED"));
+    let r = read_json(&out);
+    assert_eq!(r["verification"]["passed"], false);
+}
+
+#[test]
+fn bad_input_gets_one_line_naming_the_cause() {
+    let dir = tmpdir("hpl-bad");
+    let dat = dir.join("broken.dat");
+    std::fs::write(
+        &dat,
+        std::fs::read_to_string(fixture("netlib-HPL.dat"))
+            .unwrap()
+            .replace("29 30 34 35  Ns", "29 30        Ns"),
+    )
+    .unwrap();
+    let out = dir.join("r.json");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["hpl", "--nodes", "4", "--dat", dat.to_str().unwrap()],
+            "line 6: 4 problem sizes (N) announced, 2 given",
+        ),
+        (
+            vec!["hpl", "--nodes", "2", "--p", "3", "--q", "1", "--n", "100"],
+            "grid of 3 ranks",
+        ),
+        (
+            vec!["hpl", "--nodes", "2", "--n", "10000000"],
+            "the largest N that fits is",
+        ),
+        (
+            vec!["hpl", "--nodes", "2", "--mem-fraction", "1.5"],
+            "--mem-fraction",
+        ),
+    ];
+    for (mut args, want) in cases {
+        args.extend(["--out", out.to_str().unwrap()]);
+        let o = run(&args, Duration::from_secs(60));
+        assert!(!o.status.success(), "{args:?}");
+        let err = text(&o.stderr);
+        assert!(err.contains(want), "want '{want}' in: {err}");
+        assert_eq!(
+            err.lines().filter(|l| l.contains("error")).count(),
+            1,
+            "{err}"
+        );
+        assert!(!out.exists(), "no result file from {args:?}");
+    }
+}
