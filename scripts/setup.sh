@@ -5,8 +5,9 @@
 #   scripts/setup.sh --deps     system packages only (what the tests need; used by .ci/run),
 #                               including OpenMPI and libclang for the `mpi` build feature
 #
-# Packages: iproute2 (ip, tc: the network lab and its tests), iperf3 and sockperf (the peers
-# scripts/bench-*.sh compare against), openssh-client (hostfile runs), python3 (scripts).
+# Packages: iproute2 (ip, tc: the network lab and its tests), iperf3, sockperf and hpcc (the
+# peers scripts/bench-*.sh compare against), libopenblas0 (hpl's BLAS), openssh-client
+# (hostfile runs), python3 (scripts).
 # Rust comes from rustup when cargo is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +18,10 @@ deps_only=0
 if [ "$(uname -s)" = "Linux" ] && command -v apt-get >/dev/null; then
   sudo=""
   [ "$(id -u)" -ne 0 ] && sudo="sudo"
-  pkgs="iproute2 iperf3 sockperf openssh-client python3 ca-certificates curl pkg-config gcc"
+  # libopenblas0: the BLAS `tbbench hpl` loads at run time (it falls back to its own kernels
+  # without one); hpcc: netlib HPL, the peer scripts/bench-hpl.sh compares against.
+  pkgs="iproute2 iperf3 sockperf openssh-client python3 ca-certificates curl pkg-config gcc libopenblas0"
+  [ "$deps_only" = 0 ] && pkgs="$pkgs hpcc openmpi-bin"
   [ "$deps_only" = 1 ] && pkgs="$pkgs openmpi-bin libopenmpi-dev libclang-dev"
   missing=""
   for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done

@@ -1,6 +1,126 @@
-//! The local dense kernels the factorization calls, in one place so a BLAS can take them
-//! over (issue 3: OpenBLAS/Accelerate, with these as the fallback where none is installed).
-//! Column-major throughout; inner loops run down columns so they vectorize.
+//! The local dense kernels the factorization calls: a BLAS when one is installed (OpenBLAS
+//! or the system's libblas on Linux, Accelerate on macOS), loaded at run time, else the pure
+//! Rust loops below. Loading at run time keeps one binary that runs with or without a BLAS and
+//! lets the result record which library and kernel actually ran.
+//! Column-major throughout; the Rust loops run down columns so they vectorize.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::OnceLock;
+
+type Dgemm = unsafe extern "C" fn(
+    *const c_char,
+    *const c_char,
+    *const c_int,
+    *const c_int,
+    *const c_int,
+    *const f64,
+    *const f64,
+    *const c_int,
+    *const f64,
+    *const c_int,
+    *const f64,
+    *mut f64,
+    *const c_int,
+);
+type Dtrsm = unsafe extern "C" fn(
+    *const c_char,
+    *const c_char,
+    *const c_char,
+    *const c_char,
+    *const c_int,
+    *const c_int,
+    *const f64,
+    *const f64,
+    *const c_int,
+    *mut f64,
+    *const c_int,
+);
+
+/// A BLAS found on this host.
+pub struct Blas {
+    /// "openblas", "accelerate", or the library's file name.
+    pub name: String,
+    /// openblas_get_corename() and openblas_get_config() where OpenBLAS says; else the path.
+    pub kernel: String,
+    dgemm: Dgemm,
+    dtrsm: Dtrsm,
+    set_threads: Option<unsafe extern "C" fn(c_int)>,
+}
+
+static BLAS: OnceLock<Option<Blas>> = OnceLock::new();
+
+/// The BLAS in use, if any (`TBBENCH_BLAS=rust` forces the Rust loops).
+pub fn blas() -> Option<&'static Blas> {
+    BLAS.get_or_init(load).as_ref()
+}
+
+/// Threads the BLAS may use in this rank (OpenBLAS would otherwise take every core, and
+/// ranks sharing a host would fight over them).
+pub fn set_threads(n: usize) {
+    if let Some(f) = blas().and_then(|b| b.set_threads) {
+        // SAFETY: openblas_set_num_threads takes a plain int.
+        unsafe { f(n.max(1) as c_int) };
+    }
+}
+
+fn load() -> Option<Blas> {
+    if std::env::var("TBBENCH_BLAS").as_deref() == Ok("rust") {
+        return None;
+    }
+    let candidates: &[&str] = if cfg!(target_os = "macos") {
+        &["/System/Library/Frameworks/Accelerate.framework/Accelerate"]
+    } else {
+        &["libopenblas.so.0", "libopenblas.so", "libblas.so.3"]
+    };
+    candidates.iter().find_map(|lib| open(lib))
+}
+
+fn open(lib: &str) -> Option<Blas> {
+    let path = std::ffi::CString::new(lib).ok()?;
+    // SAFETY: dlopen/dlsym with NUL-terminated names; the handle is never closed, so the
+    // function pointers stay valid for the process's life.
+    unsafe {
+        let h = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+        if h.is_null() {
+            return None;
+        }
+        let sym = |name: &CStr| -> *mut c_void { libc::dlsym(h, name.as_ptr()) };
+        let (gemm, trsm) = (sym(c"dgemm_"), sym(c"dtrsm_"));
+        if gemm.is_null() || trsm.is_null() {
+            return None;
+        }
+        let text = |name: &CStr| -> Option<String> {
+            let f = sym(name);
+            (!f.is_null()).then(|| {
+                let f: unsafe extern "C" fn() -> *const c_char = std::mem::transmute(f);
+                CStr::from_ptr(f()).to_string_lossy().trim().to_string()
+            })
+        };
+        let (name, kernel) = match (text(c"openblas_get_corename"), text(c"openblas_get_config")) {
+            (Some(core), Some(config)) => ("openblas".to_string(), format!("{core} ({config})")),
+            (Some(core), None) => ("openblas".to_string(), core),
+            _ if lib.contains("Accelerate") => {
+                ("accelerate".to_string(), "Accelerate BLAS".to_string())
+            }
+            _ => (lib.to_string(), lib.to_string()),
+        };
+        let set_threads = {
+            let f = sym(c"openblas_set_num_threads");
+            (!f.is_null())
+                .then(|| std::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int)>(f))
+        };
+        Some(Blas {
+            name,
+            kernel,
+            dgemm: std::mem::transmute::<*mut c_void, Dgemm>(gemm),
+            dtrsm: std::mem::transmute::<*mut c_void, Dtrsm>(trsm),
+            set_threads,
+        })
+    }
+}
+
+/// Below this many multiply-adds a BLAS call costs more than it saves.
+const BLAS_MIN_WORK: usize = 32 * 32 * 32;
 
 /// C[m×n] −= A[m×k] · B[k×n].
 #[allow(clippy::too_many_arguments)]
@@ -16,6 +136,29 @@ pub fn gemm_minus(
     ldc: usize,
 ) {
     if m == 0 || n == 0 || k == 0 {
+        return;
+    }
+    if let Some(lib) = blas().filter(|_| m * n * k >= BLAS_MIN_WORK) {
+        let (mi, ni, ki) = (m as c_int, n as c_int, k as c_int);
+        let (ldai, ldbi, ldci) = (lda as c_int, ldb as c_int, ldc as c_int);
+        // SAFETY: Fortran dgemm on column-major slices whose sizes the callers guarantee.
+        unsafe {
+            (lib.dgemm)(
+                c"N".as_ptr(),
+                c"N".as_ptr(),
+                &mi,
+                &ni,
+                &ki,
+                &-1.0,
+                a.as_ptr(),
+                &ldai,
+                b.as_ptr(),
+                &ldbi,
+                &1.0,
+                c.as_mut_ptr(),
+                &ldci,
+            )
+        };
         return;
     }
     for j in 0..n {
@@ -34,6 +177,30 @@ pub fn gemm_minus(
 
 /// B[k×n] ← L⁻¹·B with L the unit lower triangle of a[k×k] (forward substitution).
 pub fn trsm_unit_lower(k: usize, n: usize, a: &[f64], lda: usize, b: &mut [f64], ldb: usize) {
+    if k == 0 || n == 0 {
+        return;
+    }
+    if let Some(lib) = blas().filter(|_| k * k * n >= BLAS_MIN_WORK) {
+        let (ki, ni, ldai, ldbi) = (k as c_int, n as c_int, lda as c_int, ldb as c_int);
+        // SAFETY: Fortran dtrsm (left, lower, no transpose, unit diagonal) on slices the
+        // callers size.
+        unsafe {
+            (lib.dtrsm)(
+                c"L".as_ptr(),
+                c"L".as_ptr(),
+                c"N".as_ptr(),
+                c"U".as_ptr(),
+                &ki,
+                &ni,
+                &1.0,
+                a.as_ptr(),
+                &ldai,
+                b.as_mut_ptr(),
+                &ldbi,
+            )
+        };
+        return;
+    }
     for j in 0..n {
         let bj = &mut b[j * ldb..j * ldb + k];
         for p in 0..k {
@@ -61,6 +228,56 @@ pub fn trsv_upper(k: usize, a: &[f64], lda: usize, x: &mut [f64]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The BLAS path (when a BLAS is installed) against the Rust loops, on sizes above the
+    /// threshold and with leading dimensions larger than the rows.
+    #[test]
+    fn blas_and_rust_loops_agree() {
+        let (m, n, k, lda) = (70, 50, 40, 80);
+        let a: Vec<f64> = (0..lda * k)
+            .map(|i| ((i * 37) % 101) as f64 / 101.0 - 0.5)
+            .collect();
+        let bm: Vec<f64> = (0..k * n)
+            .map(|i| ((i * 53) % 97) as f64 / 97.0 - 0.5)
+            .collect();
+        let mut c1 = vec![1.0; lda * n];
+        let mut c2 = c1.clone();
+        gemm_minus(m, n, k, &a, lda, &bm, k, &mut c1, lda);
+        for j in 0..n {
+            for p in 0..k {
+                for i in 0..m {
+                    c2[j * lda + i] -= a[p * lda + i] * bm[j * k + p];
+                }
+            }
+        }
+        let worst = c1
+            .iter()
+            .zip(&c2)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f64::max);
+        assert!(
+            worst < 1e-12,
+            "{worst} (BLAS: {:?})",
+            blas().map(|b| &b.name)
+        );
+        let mut t1: Vec<f64> = bm.clone();
+        let mut t2 = bm.clone();
+        trsm_unit_lower(k, n, &a, lda, &mut t1, k);
+        for j in 0..n {
+            for p in 0..k {
+                let v = t2[j * k + p];
+                for i in p + 1..k {
+                    t2[j * k + i] -= a[p * lda + i] * v;
+                }
+            }
+        }
+        let worst = t1
+            .iter()
+            .zip(&t2)
+            .map(|(x, y)| (x - y).abs() / y.abs().max(1.0))
+            .fold(0.0, f64::max);
+        assert!(worst < 1e-9, "{worst}");
+    }
 
     #[test]
     fn gemm_matches_a_hand_product() {

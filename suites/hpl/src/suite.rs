@@ -80,7 +80,8 @@ impl Suite for HplSuite {
     fn run(config: &HplConfig, ctx: &mut Context) -> Result<Option<SuiteOutput>> {
         let ranks = ctx.size();
         let rank = ctx.rank();
-        // The kernels are tbbench's own until a BLAS is wired in: say so in every host record.
+        // Every rank says which BLAS it loaded (hosts may differ); rank 0 records it per host.
+        kernels::set_threads(config.threads);
         let env: Vec<String> = [
             "OPENBLAS_CORETYPE",
             "OPENBLAS_L2_SIZE",
@@ -89,12 +90,26 @@ impl Suite for HplSuite {
         .iter()
         .filter_map(|v| std::env::var(v).ok().map(|x| format!("{v}={x}")))
         .collect();
-        for h in &mut ctx.hosts {
-            h.blas = Some(Blas {
+        let mine = match kernels::blas() {
+            Some(b) => Blas {
+                name: b.name.clone(),
+                kernel: b.kernel.clone(),
+                env,
+            },
+            None => Blas {
                 name: "rust-fallback".into(),
-                kernel: "tbbench kernels::gemm_minus (pure Rust, one thread)".into(),
-                env: env.clone(),
-            });
+                kernel: "tbbench kernels (pure Rust, one thread): no BLAS found".into(),
+                env,
+            },
+        };
+        if let Some(all) = ctx.comm.gather(0, &serde_json::to_vec(&mine)?)? {
+            for (r, bytes) in all.iter().enumerate() {
+                let b: Blas = serde_json::from_slice(bytes)?;
+                let host = ctx.rank_hosts[r].clone();
+                if let Some(h) = ctx.hosts.iter_mut().find(|h| h.hostname == host) {
+                    h.blas = Some(b);
+                }
+            }
         }
         let dgemm = if config.dgemm_probe {
             let mut rate = [if rank == 0 { dgemm_rate() } else { 0.0 }];
@@ -105,9 +120,9 @@ impl Suite for HplSuite {
             None
         };
         let mut warnings = config.skipped.clone();
-        if config.threads > 1 {
+        if config.threads > 1 && kernels::blas().is_none() {
             warnings.push(format!(
-                "--threads {} asked for, but the pure-Rust kernels run on one thread per rank",
+                "--threads {} asked for, but without a BLAS the kernels run on one thread per rank",
                 config.threads
             ));
         }
@@ -168,7 +183,8 @@ impl Suite for HplSuite {
 
 /// Single-rank DGEMM rate of this build's kernel, Gflops (the ceiling efficiency is quoted against).
 fn dgemm_rate() -> f64 {
-    let n = 384;
+    // Large enough for a BLAS to reach its rate; the Rust loops are timed on less.
+    let n = if kernels::blas().is_some() { 1536 } else { 384 };
     let a: Vec<f64> = (0..n * n).map(|i| (i % 7) as f64 * 0.1).collect();
     let b = a.clone();
     let mut c = vec![0.0; n * n];

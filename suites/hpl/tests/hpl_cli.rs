@@ -57,9 +57,11 @@ fn small_solves_pass_on_one_two_and_four_ranks() {
             run["p"].as_u64().unwrap() * run["q"].as_u64().unwrap(),
             nodes.parse::<u64>().unwrap()
         );
-        assert_eq!(
-            r["hosts"][0]["blas"]["name"], "rust-fallback",
-            "the kernel in use is recorded"
+        let blas = &r["hosts"][0]["blas"];
+        assert!(
+            !blas["name"].as_str().unwrap().is_empty()
+                && !blas["kernel"].as_str().unwrap().is_empty(),
+            "the BLAS in use is recorded: {blas}"
         );
         assert!(r["results"]["dgemm_gflops_single_rank"].as_f64().unwrap() > 0.0);
         assert_eq!(r["verification"]["passed"], true);
@@ -177,4 +179,34 @@ fn bad_input_gets_one_line_naming_the_cause() {
         );
         assert!(!out.exists(), "no result file from {args:?}");
     }
+}
+
+#[test]
+fn without_a_blas_the_rust_kernels_solve_and_say_so() {
+    let dir = tmpdir("hpl-rust");
+    let out = dir.join("r.json");
+    let child = std::process::Command::new(bin())
+        .args([
+            "hpl",
+            "--nodes",
+            "2",
+            "--n",
+            "200",
+            "--nb",
+            "16",
+            "--no-dgemm-probe",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .env("TBBENCH_BLAS", "rust")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (o, _) = finish(child, Duration::from_secs(60));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let r = read_json(&out);
+    assert_eq!(r["hosts"][0]["blas"]["name"], "rust-fallback");
+    assert_eq!(r["results"]["runs"][0]["passed"], true);
 }
