@@ -1,30 +1,30 @@
-//! HPL's random matrix, entry for entry as netlib HPL 2.3 makes it (HPL_pdmatgen).
+//! HPL's random matrix, entry for entry as netlib HPL makes it (HPL_pdmatgen).
 //!
-//! The stream is a 31-bit linear congruential generator, X(n+1) = (a·X(n) + c) mod 2^31 with
-//! a = 1103515245 and c = 12345 (HPL_MULT1·2^16 + HPL_MULT0, HPL_IADD), started at the seed
-//! (100 for A and b in HPL's test driver). Entry (i, j) of the N × (N+1) matrix [A | b] is
-//! number 1 + i + j·N of the stream, the matrix filled column after column, and its value is
-//! 0.5 − X/2^31, in (−0.5, 0.5]. Any rank can generate any entry by jumping ahead in
-//! O(log n), so no rank ever holds more than its own blocks.
+//! The stream is a 64-bit linear congruential generator, X(n+1) = a·X(n) + 1 (mod 2^64) with
+//! a = 6364136223846793005 (HPL_MULT1·2^32 + HPL_MULT0), started at the seed (100 for A and
+//! b in HPL's test driver). Entry (i, j) of the N × (N+1) matrix [A | b] is number 1 + i + j·N
+//! of the stream, the matrix filled column after column, and its value is 0.5 − X/2^64.
+//! Checked against the norms Debian's hpcc (netlib HPL inside) prints for the same N. Any rank
+//! can generate any entry by jumping ahead in O(log n), so no rank ever holds more than its
+//! own blocks.
 
-const MULT: u64 = 1_103_515_245;
-const ADD: u64 = 12_345;
-const MASK: u64 = (1 << 31) - 1;
+const MULT: u64 = 6_364_136_223_846_793_005;
+const ADD: u64 = 1;
 /// The seed netlib HPL's driver uses for [A | b].
 pub const HPL_SEED: u64 = 100;
 
-/// The constants (A, C) that jump `n` steps: X(k+n) = A·X(k) + C (mod 2^31).
+/// The constants (A, C) that jump `n` steps: X(k+n) = A·X(k) + C (mod 2^64).
 fn jump(n: u64) -> (u64, u64) {
     let (mut a, mut c) = (1u64, 0u64);
     let (mut step_a, mut step_c) = (MULT, ADD);
     let mut n = n;
     while n > 0 {
         if n & 1 == 1 {
-            a = (a * step_a) & MASK;
-            c = (c * step_a + step_c) & MASK;
+            a = a.wrapping_mul(step_a);
+            c = c.wrapping_mul(step_a).wrapping_add(step_c);
         }
-        step_c = (step_c * step_a + step_c) & MASK;
-        step_a = (step_a * step_a) & MASK;
+        step_c = step_c.wrapping_mul(step_a).wrapping_add(step_c);
+        step_a = step_a.wrapping_mul(step_a);
         n >>= 1;
     }
     (a, c)
@@ -37,18 +37,18 @@ pub struct Stream {
 }
 
 impl Stream {
-    /// Positioned so that `next()` returns entry number `k` (0-based, column-major) of the
+    /// Positioned so that `next_value()` returns entry number `k` (0-based, column-major) of the
     /// matrix generated from `seed`.
     pub fn at(seed: u64, k: u64) -> Stream {
         let (a, c) = jump(k + 1);
         Stream {
-            x: (a * (seed & MASK) + c) & MASK,
+            x: a.wrapping_mul(seed).wrapping_add(c),
         }
     }
 
     pub fn next_value(&mut self) -> f64 {
-        let v = 0.5 - self.x as f64 / 2147483648.0;
-        self.x = (MULT * self.x + ADD) & MASK;
+        let v = 0.5 - self.x as f64 / 18_446_744_073_709_551_616.0;
+        self.x = self.x.wrapping_mul(MULT).wrapping_add(ADD);
         v
     }
 }
@@ -81,21 +81,14 @@ mod tests {
         let mut x = seed;
         (0..count)
             .map(|_| {
-                x = (MULT * x + ADD) & MASK;
-                0.5 - x as f64 / 2147483648.0
+                x = x.wrapping_mul(MULT).wrapping_add(ADD);
+                0.5 - x as f64 / 18_446_744_073_709_551_616.0
             })
             .collect()
     }
 
     #[test]
-    fn first_entries_follow_the_lcg_from_seed_100() {
-        // X1 = (1103515245·100 + 12345) mod 2^31: 110351536845 − 51·2^31 = 829870797.
-        let x1 = (1_103_515_245u64 * 100 + 12_345) % (1 << 31);
-        assert_eq!(x1, 829_870_797);
-        assert_eq!(
-            entry(HPL_SEED, 10, 0, 0),
-            0.5 - 829_870_797.0 / 2147483648.0
-        );
+    fn entries_follow_the_stream_column_by_column() {
         let seq = naive(HPL_SEED, 300);
         for k in 0..300u64 {
             assert_eq!(
@@ -104,23 +97,49 @@ mod tests {
                 "entry {k}"
             );
         }
+        // X1 = 6364136223846793005·100 + 1 mod 2^64.
+        let x1 = 6_364_136_223_846_793_005u64
+            .wrapping_mul(100)
+            .wrapping_add(1);
+        assert_eq!(
+            entry(HPL_SEED, 10, 0, 0),
+            0.5 - x1 as f64 / 18_446_744_073_709_551_616.0
+        );
+    }
+
+    #[test]
+    fn norms_match_what_netlib_hpl_printed_for_n_100() {
+        // Debian's hpcc 1.5 (HPLinpack 2.0), N=100, printed HPL_AnormI=28.5708,
+        // HPL_Anorm1=27.7837, HPL_BnormI=0.49397 (6 significant digits).
+        let n = 100u64;
+        let a = |i, j| entry(HPL_SEED, n, i, j);
+        let norm_inf = (0..n)
+            .map(|i| (0..n).map(|j| a(i, j).abs()).sum::<f64>())
+            .fold(0.0, f64::max);
+        let norm_1 = (0..n)
+            .map(|j| (0..n).map(|i| a(i, j).abs()).sum::<f64>())
+            .fold(0.0, f64::max);
+        let b_inf = (0..n).map(|i| a(i, n).abs()).fold(0.0, f64::max);
+        assert!((norm_inf - 28.5708).abs() < 1e-4, "{norm_inf}");
+        assert!((norm_1 - 27.7837).abs() < 1e-4, "{norm_1}");
+        assert!((b_inf - 0.49397).abs() < 1e-5, "{b_inf}");
     }
 
     #[test]
     fn jumps_agree_with_stepping_far_into_the_stream() {
         let mut x = 7u64;
         for _ in 0..100_000 {
-            x = (MULT * x + ADD) & MASK;
+            x = x.wrapping_mul(MULT).wrapping_add(ADD);
         }
         let (a, c) = jump(100_000);
-        assert_eq!((a * 7 + c) & MASK, x);
+        assert_eq!(a.wrapping_mul(7).wrapping_add(c), x);
     }
 
     #[test]
     fn values_lie_in_hpl_interval() {
         for k in 0..10_000 {
             let v = entry(HPL_SEED, 100, k % 100, k / 100);
-            assert!(v > -0.5 && v <= 0.5, "{v}");
+            assert!(v >= -0.5 && v <= 0.5, "{v}");
         }
     }
 

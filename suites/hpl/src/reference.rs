@@ -86,6 +86,14 @@ mod tests {
     }
 
     #[test]
+    fn solution_norm_matches_netlib_hpl_for_n_100() {
+        // hpcc (netlib HPL) printed HPL_XnormI=2.77542 for N=100.
+        let x = solve(100, augmented(100, HPL_SEED));
+        let x_inf = x.iter().fold(0.0f64, |a, b| a.max(b.abs()));
+        assert!((x_inf - 2.77542).abs() < 1e-5, "{x_inf}");
+    }
+
+    #[test]
     fn a_wrong_solution_fails_the_check() {
         let n = 100;
         let mut x = solve(n, augmented(n, HPL_SEED));
