@@ -73,11 +73,149 @@ fn swap_rows(
     Ok(())
 }
 
+/// One panel being factored by its process column: HPL's recursive right-looking panel
+/// factorization (RFACT = Right), NDIV parts at each level down to NBMIN columns, which are
+/// factored column by column. Between parts the rest of the range is brought up to date with
+/// a triangular solve and a matrix product, so most of the panel's work runs in the BLAS.
+struct Panel<'a> {
+    m: &'a mut LocalMatrix,
+    comm: &'a mut Comm,
+    column: &'a [usize],
+    j0: usize,
+    c0: usize,
+    jb: usize,
+    nbmin: usize,
+    ndiv: usize,
+    ipiv: &'a mut [u64],
+}
+
+impl Panel<'_> {
+    /// Factors panel columns [s, s + w).
+    fn recursive(&mut self, s: usize, w: usize) -> Result<()> {
+        if w <= self.nbmin.max(1) || self.ndiv < 2 {
+            return self.columns(s, w);
+        }
+        let part = w.div_ceil(self.ndiv);
+        let mut done = 0;
+        while done < w {
+            let pw = part.min(w - done);
+            self.recursive(s + done, pw)?;
+            if done + pw < w {
+                self.update(s + done, pw, s + done + pw, w - done - pw)?;
+            }
+            done += pw;
+        }
+        Ok(())
+    }
+
+    /// The base case: columns [s, s + w) one at a time: pivot search over the process column,
+    /// swap across the whole panel, pivot row to the column, scale, rank-1 update of [s, s+w).
+    fn columns(&mut self, s: usize, w: usize) -> Result<()> {
+        let (nb, p) = (self.m.nb, self.m.grid.p);
+        let panel_cols = self.c0..self.c0 + self.jb;
+        for jj in s..s + w {
+            let j = self.j0 + jj;
+            let lc = self.c0 + jj;
+            let m = &mut *self.m;
+            let lr = m.rows_before(j);
+            let (mut best, mut at) = (-1.0f64, u64::MAX);
+            for i in lr..m.mp {
+                let v = m.at(i, lc).abs();
+                if v > best {
+                    best = v;
+                    at = m.global_row(i) as u64;
+                }
+            }
+            let (_, g) = self
+                .comm
+                .allreduce_maxloc_in(Group::Members(self.column), best, at)?;
+            self.ipiv[jj] = g;
+            swap_rows(m, self.comm, j, g as usize, panel_cols.clone())?;
+            // The column needs the pivot row over [jj, s + w): its diagonal and U part.
+            let oj = owner(j, nb, p);
+            let seg = lc..self.c0 + s + w;
+            let mut urow = if m.myrow == oj {
+                m.row_segment(m.rows_before(j), seg.clone())
+            } else {
+                vec![0.0; seg.len()]
+            };
+            self.comm.bcast_in(
+                Group::Members(self.column),
+                m.grid.rank_at(oj, m.mycol),
+                f64_bytes_mut(&mut urow),
+            )?;
+            let d = urow[0];
+            let below = m.rows_before(j + 1);
+            let lda = m.lda;
+            for i in below..m.mp {
+                m.a[lc * lda + i] /= d;
+            }
+            for (k, &u) in urow.iter().enumerate().skip(1) {
+                if u != 0.0 {
+                    for i in below..m.mp {
+                        let l = m.a[lc * lda + i];
+                        m.a[(lc + k) * lda + i] -= l * u;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Panel columns [us, us + uw) after columns [fs, fs + fw) were factored: U = L11⁻¹·A12 on
+    /// the process row holding the panel's rows, sent down the column, then A22 −= L21·U.
+    fn update(&mut self, fs: usize, fw: usize, us: usize, uw: usize) -> Result<()> {
+        let m = &mut *self.m;
+        let (nb, p, lda) = (m.nb, m.grid.p, m.lda);
+        let pr = owner(self.j0, nb, p);
+        let top = m.rows_before(self.j0 + fs);
+        let mut u = vec![0.0; fw * uw];
+        if m.myrow == pr {
+            let (l11, a12) = m.a.split_at_mut((self.c0 + us) * lda);
+            kernels::trsm_unit_lower(
+                fw,
+                uw,
+                &l11[(self.c0 + fs) * lda + top..],
+                lda,
+                &mut a12[top..],
+                lda,
+            );
+            for c in 0..uw {
+                let src = (self.c0 + us + c) * lda + top;
+                u[c * fw..(c + 1) * fw].copy_from_slice(&m.a[src..src + fw]);
+            }
+        }
+        self.comm.bcast_in(
+            Group::Members(self.column),
+            m.grid.rank_at(pr, m.mycol),
+            f64_bytes_mut(&mut u),
+        )?;
+        let below = m.rows_before(self.j0 + fs + fw);
+        if below < m.mp {
+            let (l21, a22) = m.a.split_at_mut((self.c0 + us) * lda);
+            kernels::gemm_minus(
+                m.mp - below,
+                uw,
+                fw,
+                &l21[(self.c0 + fs) * lda + below..],
+                lda,
+                &u,
+                fw,
+                &mut a22[below..],
+                lda,
+            );
+        }
+        Ok(())
+    }
+}
+
 /// Factors [A | b] in place; on return this rank's share holds its part of U and of the
 /// transformed b. `on_panel(columns done)` runs on every rank after each panel.
 pub fn factor(
     m: &mut LocalMatrix,
     comm: &mut Comm,
+    nbmin: usize,
+    ndiv: usize,
     t: &mut Timings,
     mut on_panel: impl FnMut(usize),
 ) -> Result<()> {
@@ -98,49 +236,18 @@ pub fn factor(
         // 1. Panel factorization, on the process column that owns it.
         let clock = Instant::now();
         if m.mycol == pc {
-            let panel_cols = c0..c0 + jb;
-            for jj in 0..jb {
-                let j = j0 + jj;
-                let lc = c0 + jj;
-                let lr = m.rows_before(j);
-                let (mut best, mut at) = (-1.0f64, u64::MAX);
-                for i in lr..m.mp {
-                    let v = m.at(i, lc).abs();
-                    if v > best {
-                        best = v;
-                        at = m.global_row(i) as u64;
-                    }
-                }
-                let (_, g) = comm.allreduce_maxloc_in(Group::Members(&my_column), best, at)?;
-                ipiv[jj] = g;
-                swap_rows(m, comm, j, g as usize, panel_cols.clone())?;
-                // Everyone in the column needs the pivot row (its diagonal and U part).
-                let oj = owner(j, nb, grid.p);
-                let mut urow = if m.myrow == oj {
-                    m.row_segment(m.rows_before(j), panel_cols.clone())
-                } else {
-                    vec![0.0; jb]
-                };
-                comm.bcast_in(
-                    Group::Members(&my_column),
-                    grid.rank_at(oj, m.mycol),
-                    f64_bytes_mut(&mut urow),
-                )?;
-                let d = urow[jj];
-                let below = m.rows_before(j + 1);
-                let lda = m.lda;
-                for i in below..m.mp {
-                    m.a[lc * lda + i] /= d;
-                }
-                for (k, &u) in urow.iter().enumerate().skip(jj + 1) {
-                    if u != 0.0 {
-                        for i in below..m.mp {
-                            let l = m.a[lc * lda + i];
-                            m.a[(c0 + k) * lda + i] -= l * u;
-                        }
-                    }
-                }
-            }
+            let mut panel = Panel {
+                m: &mut *m,
+                comm: &mut *comm,
+                column: &my_column,
+                j0,
+                c0,
+                jb,
+                nbmin,
+                ndiv,
+                ipiv: &mut ipiv,
+            };
+            panel.recursive(0, jb)?;
         }
         t.panel += clock.elapsed().as_secs_f64();
 
@@ -169,8 +276,20 @@ pub fn factor(
         // 3. The pivots, applied to the trailing columns (b's included).
         let clock = Instant::now();
         let ct = m.cols_before(j0 + jb);
-        for (jj, &g) in ipiv.iter().enumerate() {
-            swap_rows(m, comm, j0 + jj, g as usize, ct..m.nq)?;
+        if grid.p == 1 {
+            // Every row is here: apply the panel's pivots one column at a time (as LAPACK's
+            // dlaswp does), so each column stays in cache instead of striding across rows.
+            let lda = m.lda;
+            for c in ct..m.nq {
+                let col = &mut m.a[c * lda..c * lda + m.mp];
+                for (jj, &g) in ipiv.iter().enumerate() {
+                    col.swap(j0 + jj, g as usize);
+                }
+            }
+        } else {
+            for (jj, &g) in ipiv.iter().enumerate() {
+                swap_rows(m, comm, j0 + jj, g as usize, ct..m.nq)?;
+            }
         }
         t.swap += clock.elapsed().as_secs_f64();
 

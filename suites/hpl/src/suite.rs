@@ -321,7 +321,7 @@ fn run_one(v: &Variant, ctx: &mut Context, dgemm: Option<f64>) -> Result<RunResu
     let mut times = Timings::default();
     ctx.comm.barrier()?;
     let start = Instant::now();
-    factor::factor(&mut m, &mut ctx.comm, &mut times, |done| {
+    factor::factor(&mut m, &mut ctx.comm, v.nbmin, v.ndiv, &mut times, |done| {
         if let Some(b) = &bar {
             b.set_position(done as u64);
             // Work done so far: all of HPL's flops minus those of the trailing system left.

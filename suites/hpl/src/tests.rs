@@ -13,6 +13,17 @@ use tbbench_runners::transport::shm::{create_segment, ShmTransport};
 use tbbench_runners::transport::PeerName;
 
 fn distributed_x(n: usize, nb: usize, grid: Grid, token: u8) -> Vec<Vec<f64>> {
+    distributed_x_with(n, nb, grid, token, 4, 2)
+}
+
+fn distributed_x_with(
+    n: usize,
+    nb: usize,
+    grid: Grid,
+    token: u8,
+    nbmin: usize,
+    ndiv: usize,
+) -> Vec<Vec<f64>> {
     let ranks = grid.size();
     let token = [token; 16];
     create_segment(&token, ranks).unwrap();
@@ -30,7 +41,7 @@ fn distributed_x(n: usize, nb: usize, grid: Grid, token: u8) -> Vec<Vec<f64>> {
                 let mut comm = Comm::new(Box::new(t));
                 let mut m = LocalMatrix::generate(n, nb, grid, rank, HPL_SEED);
                 let mut times = Timings::default();
-                factor(&mut m, &mut comm, &mut times, |_| {}).unwrap();
+                factor(&mut m, &mut comm, nbmin, ndiv, &mut times, |_| {}).unwrap();
                 solve(&m, &mut comm, &mut times).unwrap()
             })
         })
@@ -88,4 +99,37 @@ fn larger_system_on_a_2x2_grid_passes() {
         xs.iter().all(|x| x == &xs[0]),
         "every rank must hold the same x"
     );
+}
+
+#[test]
+fn recursive_panels_of_every_shape_give_the_same_x() {
+    let n = 61;
+    let want = reference::solve(n, reference::augmented(n, HPL_SEED));
+    let mut token = 150;
+    for (nbmin, ndiv) in [(1, 2), (2, 3), (4, 2), (8, 4), (64, 2)] {
+        for (p, q) in [(1, 1), (2, 2), (4, 1)] {
+            token += 1;
+            let xs = distributed_x_with(
+                n,
+                16,
+                Grid {
+                    p,
+                    q,
+                    map: ProcessMap::RowMajor,
+                },
+                token,
+                nbmin,
+                ndiv,
+            );
+            let worst = xs[0]
+                .iter()
+                .zip(&want)
+                .map(|(a, b)| (a - b).abs() / b.abs().max(1.0))
+                .fold(0.0, f64::max);
+            assert!(
+                worst < 1e-10,
+                "NBMIN {nbmin} NDIV {ndiv} on {p}x{q}: x off by {worst}"
+            );
+        }
+    }
 }
