@@ -276,7 +276,17 @@ fn auto_run(
     }
     let mut n = from_memory;
     if let Some(rate) = dgemm.filter(|r| *r > 0.0) {
-        let aggregate = rate * ctx.size() as f64 * 1e9;
+        // Ranks that really run at once: no more per host than its cores allow at --threads.
+        let parallel: usize = ctx
+            .hosts
+            .iter()
+            .map(|h| {
+                h.ranks
+                    .len()
+                    .min((h.cores_logical / config.threads.max(1)).max(1))
+            })
+            .sum();
+        let aggregate = rate * parallel.max(1) as f64 * 1e9;
         let by_time =
             ((config.auto_time_budget_s * aggregate * 1.5).cbrt() as usize / nb * nb).max(nb);
         if by_time < n {
