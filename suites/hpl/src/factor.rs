@@ -253,8 +253,13 @@ pub fn factor(
 
         // 2. The panel's rows at and below j0, and its pivots, along each process row.
         let clock = Instant::now();
-        let mut packed = vec![0.0; rows * jb + jb];
-        if m.mycol == pc {
+        // With one process column there is no one to send the panel to: it is used in place.
+        let in_place = grid.q == 1;
+        let mut packed = Vec::new();
+        if !in_place {
+            packed = vec![0.0; rows * jb + jb];
+        }
+        if !in_place && m.mycol == pc {
             for k in 0..jb {
                 let src = (c0 + k) * m.lda + r0;
                 packed[k * rows..(k + 1) * rows].copy_from_slice(&m.a[src..src + rows]);
@@ -263,13 +268,15 @@ pub fn factor(
                 packed[rows * jb + k] = f64::from_bits(*p);
             }
         }
-        comm.bcast_in(
-            Group::Members(&my_row),
-            grid.rank_at(m.myrow, pc),
-            f64_bytes_mut(&mut packed),
-        )?;
-        for (k, p) in ipiv.iter_mut().enumerate() {
-            *p = packed[rows * jb + k].to_bits();
+        if !in_place {
+            comm.bcast_in(
+                Group::Members(&my_row),
+                grid.rank_at(m.myrow, pc),
+                f64_bytes_mut(&mut packed),
+            )?;
+            for (k, p) in ipiv.iter_mut().enumerate() {
+                *p = packed[rows * jb + k].to_bits();
+            }
         }
         t.broadcast += clock.elapsed().as_secs_f64();
 
@@ -280,10 +287,12 @@ pub fn factor(
             // Every row is here: apply the panel's pivots one column at a time (as LAPACK's
             // dlaswp does), so each column stays in cache instead of striding across rows.
             let lda = m.lda;
-            for c in ct..m.nq {
-                let col = &mut m.a[c * lda..c * lda + m.mp];
-                for (jj, &g) in ipiv.iter().enumerate() {
-                    col.swap(j0 + jj, g as usize);
+            if ct < m.nq && !kernels::laswp(m.nq - ct, &mut m.a[ct * lda..], lda, j0, &ipiv) {
+                for c in ct..m.nq {
+                    let col = &mut m.a[c * lda..c * lda + m.mp];
+                    for (jj, &g) in ipiv.iter().enumerate() {
+                        col.swap(j0 + jj, g as usize);
+                    }
                 }
             }
         } else {
@@ -299,7 +308,19 @@ pub fn factor(
         let mut u12 = vec![0.0; jb * width];
         if m.myrow == pr && width > 0 {
             let lda = m.lda;
-            kernels::trsm_unit_lower(jb, width, &packed, rows, &mut m.a[ct * lda + r0..], lda);
+            if in_place {
+                let (left, right) = m.a.split_at_mut(ct * lda);
+                kernels::trsm_unit_lower(
+                    jb,
+                    width,
+                    &left[c0 * lda + r0..],
+                    lda,
+                    &mut right[r0..],
+                    lda,
+                );
+            } else {
+                kernels::trsm_unit_lower(jb, width, &packed, rows, &mut m.a[ct * lda + r0..], lda);
+            }
             for c in 0..width {
                 let src = (ct + c) * lda + r0;
                 u12[c * jb..(c + 1) * jb].copy_from_slice(&m.a[src..src + jb]);
@@ -316,17 +337,32 @@ pub fn factor(
         let skip = below - r0;
         let lda = m.lda;
         if width > 0 && below < m.mp {
-            kernels::gemm_minus(
-                m.mp - below,
-                width,
-                jb,
-                &packed[skip..],
-                rows,
-                &u12,
-                jb,
-                &mut m.a[ct * lda + below..],
-                lda,
-            );
+            if in_place {
+                let (left, right) = m.a.split_at_mut(ct * lda);
+                kernels::gemm_minus(
+                    m.mp - below,
+                    width,
+                    jb,
+                    &left[c0 * lda + below..],
+                    lda,
+                    &u12,
+                    jb,
+                    &mut right[below..],
+                    lda,
+                );
+            } else {
+                kernels::gemm_minus(
+                    m.mp - below,
+                    width,
+                    jb,
+                    &packed[skip..],
+                    rows,
+                    &u12,
+                    jb,
+                    &mut m.a[ct * lda + below..],
+                    lda,
+                );
+            }
         }
         t.update += clock.elapsed().as_secs_f64();
 

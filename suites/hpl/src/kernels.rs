@@ -22,6 +22,15 @@ type Dgemm = unsafe extern "C" fn(
     *mut f64,
     *const c_int,
 );
+type Dlaswp = unsafe extern "C" fn(
+    *const c_int,
+    *mut f64,
+    *const c_int,
+    *const c_int,
+    *const c_int,
+    *const c_int,
+    *const c_int,
+);
 type Dtrsm = unsafe extern "C" fn(
     *const c_char,
     *const c_char,
@@ -44,6 +53,8 @@ pub struct Blas {
     pub kernel: String,
     dgemm: Dgemm,
     dtrsm: Dtrsm,
+    /// LAPACK's row interchanges, where the library carries LAPACK (OpenBLAS does).
+    dlaswp: Option<Dlaswp>,
     set_threads: Option<unsafe extern "C" fn(c_int)>,
 }
 
@@ -109,14 +120,53 @@ fn open(lib: &str) -> Option<Blas> {
             (!f.is_null())
                 .then(|| std::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int)>(f))
         };
+        let dlaswp = {
+            let f = sym(c"dlaswp_");
+            (!f.is_null()).then(|| std::mem::transmute::<*mut c_void, Dlaswp>(f))
+        };
         Some(Blas {
             name,
             kernel,
             dgemm: std::mem::transmute::<*mut c_void, Dgemm>(gemm),
             dtrsm: std::mem::transmute::<*mut c_void, Dtrsm>(trsm),
+            dlaswp,
             set_threads,
         })
     }
+}
+
+/// Applies a panel's pivots to `ncols` columns of `a`: row `first + k` is swapped with row
+/// `ipiv[k]` (0-based, ≥ first), k in order. Uses LAPACK's dlaswp when the library has it and
+/// returns false when it does not (the caller swaps itself).
+pub fn laswp(ncols: usize, a: &mut [f64], lda: usize, first: usize, ipiv: &[u64]) -> bool {
+    let Some(f) = blas().and_then(|b| b.dlaswp) else {
+        return false;
+    };
+    // dlaswp counts rows from 1, relative to the pointer handed in (here: row `first`).
+    let piv: Vec<c_int> = ipiv
+        .iter()
+        .map(|&g| (g as usize - first + 1) as c_int)
+        .collect();
+    let (n, ld, k1, k2, inc) = (
+        ncols as c_int,
+        lda as c_int,
+        1 as c_int,
+        piv.len() as c_int,
+        1 as c_int,
+    );
+    // SAFETY: the pivots stay within the column (rows first..mp), ncols columns of lda each.
+    unsafe {
+        f(
+            &n,
+            a[first..].as_mut_ptr(),
+            &ld,
+            &k1,
+            &k2,
+            piv.as_ptr(),
+            &inc,
+        )
+    };
+    true
 }
 
 /// Below this many multiply-adds a BLAS call costs more than it saves.
