@@ -1,9 +1,11 @@
 //! The distributed right-looking LU with partial pivoting of [A | b] (b is eliminated with
 //! A, as HPL does), then the distributed back substitution. One panel of NB columns at a time:
 //!
-//! 1. panel: the process column owning it factors it, column by column, picking each pivot
-//!    with a maxloc over the column and swapping/broadcasting the pivot row;
-//! 2. broadcast: the panel (L21 and the pivots) goes along each process row;
+//! 1. panel: the process column owning it factors it recursively (HPL's RFACT=Right: NDIV
+//!    parts down to NBMIN columns, each pivot picked with a maxloc over the process column,
+//!    its row swapped and broadcast; TRSM + GEMM between parts);
+//! 2. broadcast: the panel (L21 and the pivots) goes along each process row (with one
+//!    process column it is used in place);
 //! 3. swaps: every process column applies the pivots to its trailing columns;
 //! 4. update: the process row owning the panel's rows solves U12 = L11⁻¹·A12 and sends it
 //!    down each process column; everyone updates A22 −= L21·U12.
@@ -220,7 +222,6 @@ pub fn factor(
     mut on_panel: impl FnMut(usize),
 ) -> Result<()> {
     let (n, nb, grid) = (m.n, m.nb, m.grid);
-    let me = comm.rank();
     let my_column = column_group(&grid, m.mycol);
     let my_row = row_group(&grid, m.myrow);
     let mut j0 = 0;
@@ -367,7 +368,6 @@ pub fn factor(
         t.update += clock.elapsed().as_secs_f64();
 
         j0 += jb;
-        let _ = me;
         on_panel(j0);
     }
     Ok(())
