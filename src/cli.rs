@@ -201,7 +201,7 @@ impl HplArgs {
     /// silently replaced.
     pub fn config(&self) -> anyhow::Result<tbbench_hpl::HplConfig> {
         use tbbench_hpl::grid::{Grid, ProcessMap};
-        use tbbench_hpl::input::{Broadcast, Factorization, HplDat, Swap, Variant};
+        use tbbench_hpl::input::{HplDat, Variant};
         let nodes = self.run.nodes;
         if !(self.mem_fraction > 0.0 && self.mem_fraction <= 1.0) {
             anyhow::bail!(
@@ -260,19 +260,7 @@ impl HplArgs {
                     map: ProcessMap::RowMajor,
                 })
                 .unwrap_or_else(|| Grid::squarest(nodes, ProcessMap::RowMajor));
-            runs.push(Variant {
-                n: n as usize,
-                nb: self.nb as usize,
-                grid: g,
-                pfact: Factorization::Right,
-                nbmin: 4,
-                ndiv: 2,
-                rfact: Factorization::Right,
-                bcast: Broadcast::IncreasingRing,
-                depth: 0,
-                swap: Swap::Mix { threshold: 64 },
-                threshold: 16.0,
-            });
+            runs.push(Variant::plain(n as usize, self.nb as usize, g));
         }
         let cores = std::thread::available_parallelism()
             .map(|n| n.get())

@@ -125,6 +125,24 @@ pub struct Variant {
 }
 
 impl Variant {
+    /// The run a plain `--n`/`--nb` asks for: what tbbench implements, with HPL's usual
+    /// NBMIN 4 and NDIV 2, no lookahead, threshold 16.
+    pub fn plain(n: usize, nb: usize, grid: Grid) -> Variant {
+        Variant {
+            n,
+            nb,
+            grid,
+            pfact: Factorization::Right,
+            nbmin: 4,
+            ndiv: 2,
+            rfact: Factorization::Right,
+            bcast: Broadcast::IncreasingRing,
+            depth: 0,
+            swap: Swap::Mix { threshold: 64 },
+            threshold: 16.0,
+        }
+    }
+
     /// HPL's T/V code: W, the process map, depth, broadcast, RFACT, NDIV, PFACT, NBMIN.
     pub fn code(&self) -> String {
         let map = if self.grid.map == ProcessMap::RowMajor {

@@ -299,19 +299,7 @@ fn auto_run(
             n = by_time;
         }
     }
-    Ok(Variant {
-        n,
-        nb,
-        grid,
-        pfact: Factorization::Right,
-        nbmin: 4,
-        ndiv: 2,
-        rfact: Factorization::Right,
-        bcast: Broadcast::IncreasingRing,
-        depth: 0,
-        swap: Swap::Mix { threshold: 64 },
-        threshold: 16.0,
-    })
+    Ok(Variant::plain(n, nb, grid))
 }
 
 fn run_one(v: &Variant, ctx: &mut Context, dgemm: Option<f64>) -> Result<RunResult> {
