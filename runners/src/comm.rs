@@ -108,6 +108,22 @@ impl Comm {
         Ok(())
     }
 
+    /// Increasing-ring broadcast within `group` (HPL's "1rg"): the root sends to the next
+    /// member, which passes it on, around the group. Every link carries the message once,
+    /// which suits large messages on links that cannot send two at full speed.
+    pub fn bcast_ring_in(&mut self, group: Group, root: usize, buf: &mut [u8]) -> Result<()> {
+        let n = group.len(self.size());
+        let (me, root_i) = (group.index_of(self.rank())?, group.index_of(root)?);
+        let rel = (me + n - root_i) % n;
+        if rel > 0 {
+            self.t.recv(group.rank((me + n - 1) % n), buf)?;
+        }
+        if rel + 1 < n {
+            self.t.send(group.rank((me + 1) % n), buf)?;
+        }
+        Ok(())
+    }
+
     /// Gathers each rank's bytes (of any length) at `root`, in rank order.
     pub fn gather(&mut self, root: usize, mine: &[u8]) -> Result<Option<Vec<Vec<u8>>>> {
         if self.rank() != root {

@@ -13,6 +13,7 @@
 //! Lookahead (DEPTH ≥ 1) and HPL's broadcast and swap variants are not in yet.
 
 use crate::grid::{owner, Grid};
+use crate::input::Broadcast;
 use crate::kernels;
 use crate::matrix::LocalMatrix;
 use anyhow::Result;
@@ -218,6 +219,7 @@ pub fn factor(
     comm: &mut Comm,
     nbmin: usize,
     ndiv: usize,
+    bcast: Broadcast,
     t: &mut Timings,
     mut on_panel: impl FnMut(usize),
 ) -> Result<()> {
@@ -270,11 +272,14 @@ pub fn factor(
             }
         }
         if !in_place {
-            comm.bcast_in(
-                Group::Members(&my_row),
-                grid.rank_at(m.myrow, pc),
-                f64_bytes_mut(&mut packed),
-            )?;
+            let root = grid.rank_at(m.myrow, pc);
+            // HPL.dat's BCAST 0 is the increasing ring; the other variants are not in yet and
+            // use a binomial tree (the run says so).
+            if bcast == Broadcast::IncreasingRing {
+                comm.bcast_ring_in(Group::Members(&my_row), root, f64_bytes_mut(&mut packed))?;
+            } else {
+                comm.bcast_in(Group::Members(&my_row), root, f64_bytes_mut(&mut packed))?;
+            }
             for (k, p) in ipiv.iter_mut().enumerate() {
                 *p = packed[rows * jb + k].to_bits();
             }

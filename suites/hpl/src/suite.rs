@@ -319,18 +319,26 @@ fn run_one(v: &Variant, ctx: &mut Context, dgemm: Option<f64>) -> Result<RunResu
     let mut times = Timings::default();
     ctx.comm.barrier()?;
     let start = Instant::now();
-    factor::factor(&mut m, &mut ctx.comm, v.nbmin, v.ndiv, &mut times, |done| {
-        if let Some(b) = &bar {
-            b.set_position(done as u64);
-            // Work done so far: all of HPL's flops minus those of the trailing system left.
-            let left = v.n - done;
-            let flops = check::flops(v.n) - check::flops(left);
-            b.set_message(format!(
-                "{:.1} Gflops",
-                flops / start.elapsed().as_secs_f64() / 1e9
-            ));
-        }
-    })?;
+    factor::factor(
+        &mut m,
+        &mut ctx.comm,
+        v.nbmin,
+        v.ndiv,
+        v.bcast,
+        &mut times,
+        |done| {
+            if let Some(b) = &bar {
+                b.set_position(done as u64);
+                // Work done so far: all of HPL's flops minus those of the trailing system left.
+                let left = v.n - done;
+                let flops = check::flops(v.n) - check::flops(left);
+                b.set_message(format!(
+                    "{:.1} Gflops",
+                    flops / start.elapsed().as_secs_f64() / 1e9
+                ));
+            }
+        },
+    )?;
     let x = factor::solve(&m, &mut ctx.comm, &mut times)?;
     let mut wall = [start.elapsed().as_secs_f64()];
     if let Some(b) = bar {

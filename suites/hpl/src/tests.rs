@@ -5,6 +5,7 @@
 use crate::factor::{factor, solve, Timings};
 use crate::generator::HPL_SEED;
 use crate::grid::{Grid, ProcessMap};
+use crate::input::Broadcast;
 use crate::matrix::LocalMatrix;
 use crate::{check, reference};
 use std::time::Duration;
@@ -13,7 +14,7 @@ use tbbench_runners::transport::shm::{create_segment, ShmTransport};
 use tbbench_runners::transport::PeerName;
 
 fn distributed_x(n: usize, nb: usize, grid: Grid, token: u8) -> Vec<Vec<f64>> {
-    distributed_x_with(n, nb, grid, token, 4, 2)
+    distributed_x_with(n, nb, grid, token, 4, 2, Broadcast::IncreasingRing)
 }
 
 fn distributed_x_with(
@@ -23,6 +24,7 @@ fn distributed_x_with(
     token: u8,
     nbmin: usize,
     ndiv: usize,
+    bcast: Broadcast,
 ) -> Vec<Vec<f64>> {
     let ranks = grid.size();
     let token = [token; 16];
@@ -41,7 +43,7 @@ fn distributed_x_with(
                 let mut comm = Comm::new(Box::new(t));
                 let mut m = LocalMatrix::generate(n, nb, grid, rank, HPL_SEED);
                 let mut times = Timings::default();
-                factor(&mut m, &mut comm, nbmin, ndiv, &mut times, |_| {}).unwrap();
+                factor(&mut m, &mut comm, nbmin, ndiv, bcast, &mut times, |_| {}).unwrap();
                 solve(&m, &mut comm, &mut times).unwrap()
             })
         })
@@ -120,6 +122,7 @@ fn recursive_panels_of_every_shape_give_the_same_x() {
                 token,
                 nbmin,
                 ndiv,
+                Broadcast::IncreasingRing,
             );
             let worst = xs[0]
                 .iter()
@@ -130,6 +133,37 @@ fn recursive_panels_of_every_shape_give_the_same_x() {
                 worst < 1e-10,
                 "NBMIN {nbmin} NDIV {ndiv} on {p}x{q}: x off by {worst}"
             );
+        }
+    }
+}
+
+#[test]
+fn ring_and_tree_broadcasts_give_the_same_x() {
+    let n = 50;
+    let want = reference::solve(n, reference::augmented(n, HPL_SEED));
+    let mut token = 200;
+    for bcast in [Broadcast::IncreasingRing, Broadcast::Long] {
+        for (p, q) in [(1, 4), (2, 2), (1, 3)] {
+            token += 1;
+            let xs = distributed_x_with(
+                n,
+                8,
+                Grid {
+                    p,
+                    q,
+                    map: ProcessMap::RowMajor,
+                },
+                token,
+                4,
+                2,
+                bcast,
+            );
+            let worst = xs[0]
+                .iter()
+                .zip(&want)
+                .map(|(a, b)| (a - b).abs() / b.abs().max(1.0))
+                .fold(0.0, f64::max);
+            assert!(worst < 1e-10, "{bcast:?} on {p}x{q}: x off by {worst}");
         }
     }
 }
