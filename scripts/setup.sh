@@ -7,7 +7,8 @@
 #
 # Packages: iproute2 (ip, tc: the network lab and its tests), iperf3, sockperf and hpcc (the
 # peers scripts/bench-*.sh compare against), libopenblas0 (hpl's BLAS), openssh-client
-# (hostfile runs), python3 (scripts).
+# (hostfile runs), python3 (scripts); for the tests also chromium (the report opened headless)
+# and libibverbs-dev (verbs.h for the RDMA struct layout test).
 # Rust comes from rustup when cargo is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +23,9 @@ if [ "$(uname -s)" = "Linux" ] && command -v apt-get >/dev/null; then
   # without one); hpcc: netlib HPL, the peer scripts/bench-hpl.sh compares against.
   pkgs="iproute2 iperf3 sockperf openssh-client python3 ca-certificates curl pkg-config gcc libopenblas0"
   [ "$deps_only" = 0 ] && pkgs="$pkgs hpcc openmpi-bin"
-  [ "$deps_only" = 1 ] && pkgs="$pkgs openmpi-bin libopenmpi-dev libclang-dev"
+  # chromium: the report test opens report.html in a real headless browser; libibverbs-dev:
+  # verbs.h, which the verbs transport's struct layouts are checked against.
+  [ "$deps_only" = 1 ] && pkgs="$pkgs openmpi-bin libopenmpi-dev libclang-dev chromium libibverbs-dev"
   missing=""
   for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
   if [ -n "$missing" ]; then

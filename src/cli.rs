@@ -25,6 +25,73 @@ pub enum Command {
     Link(LinkArgs),
     /// A distributed FP64 LU solve, HPL-style, with HPL's residual check and result line.
     Hpl(HplArgs),
+    /// One self-contained HTML report (and JSON) from result files and folders.
+    Report(ReportArgs),
+    /// Every key figure of BASE against NEW; exit 1 on a regression (for CI).
+    Compare(CompareArgs),
+    /// A short run of every suite on the local default, then a report of it.
+    Run(QuickArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ReportArgs {
+    /// Result files and folders (searched recursively for *.json), in any mix.
+    #[arg(required = true)]
+    pub inputs: Vec<PathBuf>,
+    /// The HTML file to write.
+    #[arg(long, short = 'o', default_value = "report.html")]
+    pub out: PathBuf,
+    /// Also write the report's content as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Fail (write nothing) when any input cannot be used, instead of leaving it out.
+    #[arg(long)]
+    pub strict: bool,
+    /// A change in history charts counts as a regression beyond this (and the runs' spread).
+    #[arg(long, default_value = "5%", value_parser = parse_threshold)]
+    pub threshold: f64,
+    /// Also write the key figures for a tracking service: github-action-benchmark, bencher.
+    #[arg(long, value_parser = parse_export)]
+    pub export: Vec<tbbench_reports::export::Format>,
+    /// Folder for --export files.
+    #[arg(long, default_value = ".")]
+    pub export_dir: PathBuf,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct CompareArgs {
+    /// The baseline: a result file or a folder of them (several runs give a spread).
+    pub base: PathBuf,
+    /// The candidate: a result file or a folder.
+    pub new: PathBuf,
+    /// Smallest change that can count as a regression (it must also exceed the spread).
+    #[arg(long, default_value = "5%", value_parser = parse_threshold)]
+    pub threshold: f64,
+    /// Also write the comparison as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Fail when any input cannot be used, instead of leaving it out.
+    #[arg(long)]
+    pub strict: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct QuickArgs {
+    /// Short runs (about a minute in all): what a new user runs first.
+    #[arg(long, required = true)]
+    pub quick: bool,
+    /// Ranks for every suite.
+    #[arg(long, short = 'n', default_value_t = 2)]
+    pub nodes: usize,
+    /// tcp or shm.
+    #[arg(long, short = 't', default_value = "tcp", value_parser = parse_transport)]
+    pub transport: TransportKind,
+    /// Run the ranks on these hosts instead of locally (as in link and hpl).
+    #[arg(long)]
+    pub hostfile: Option<PathBuf>,
+    /// Where the result files and report.html go (default: results/quick-<UTC time>).
+    #[arg(long)]
+    pub out_dir: Option<PathBuf>,
 }
 
 /// Where ranks run and how they connect; the same for every suite.
@@ -42,7 +109,7 @@ pub struct RunArgs {
     /// Path of tbbench on the remote hosts (default: the same path as this binary).
     #[arg(long)]
     pub exe: Option<PathBuf>,
-    /// How ranks move data: tcp, or shm (ranks on one host).
+    /// How ranks move data: tcp, shm (ranks on one host), or verbs (RDMA).
     #[arg(long, short = 't', default_value = "tcp", value_parser = parse_transport)]
     pub transport: TransportKind,
     /// IP address to bind data (and the local rendezvous) to.
@@ -51,6 +118,9 @@ pub struct RunArgs {
     /// Network interface each rank binds its data to (its IPv4 address).
     #[arg(long)]
     pub iface: Option<String>,
+    /// RDMA device for --transport verbs (rdma_en3, mlx5_0); mapped from --iface when not given.
+    #[arg(long, value_name = "NAME")]
+    pub rdma_device: Option<String>,
     /// Parallel TCP connections per pair of ranks (large messages are striped over them).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub streams: u16,
@@ -144,6 +214,12 @@ fn parse_rate(s: &str) -> Result<f64, String> {
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     units::parse_duration(s).map_err(|e| e.to_string())
 }
+fn parse_threshold(s: &str) -> Result<f64, String> {
+    tbbench_reports::commands::parse_threshold(s)
+}
+fn parse_export(s: &str) -> Result<tbbench_reports::export::Format, String> {
+    tbbench_reports::export::Format::parse(s)
+}
 fn parse_transport(s: &str) -> Result<TransportKind, String> {
     TransportKind::parse(s).map_err(|e| e.to_string())
 }
@@ -169,6 +245,7 @@ impl RunArgs {
             transport: self.transport,
             addr: self.addr,
             iface: self.iface.clone(),
+            rdma_device: self.rdma_device.clone(),
             streams: self.streams as usize,
             sockbuf: self.sockbuf.map(|b| b as usize),
             timeout: self.timeout,

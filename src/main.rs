@@ -2,10 +2,11 @@
 //! driver. Suites are registered here and nowhere else.
 
 mod cli;
+mod quick;
 
 use clap::Parser;
 use cli::{Cli, Command};
-use tbbench_reports::Tool;
+use tbbench_reports::{commands, Tool};
 use tbbench_runners::driver;
 
 fn tool() -> Tool {
@@ -14,6 +15,16 @@ fn tool() -> Tool {
         version: env!("CARGO_PKG_VERSION").into(),
         git_commit: env!("TBBENCH_GIT_COMMIT").into(),
     }
+}
+
+fn generator() -> String {
+    let t = tool();
+    format!(
+        "{} {} ({})",
+        t.name,
+        t.version,
+        t.git_commit.chars().take(10).collect::<String>()
+    )
 }
 
 fn main() {
@@ -47,6 +58,24 @@ fn main() {
         Command::Hpl(args) => args.config().and_then(|config| {
             driver::run::<tbbench_hpl::HplSuite>(&config, &args.run.options(), &tool())
         }),
+        Command::Report(a) => commands::run_report(&commands::ReportOptions {
+            inputs: a.inputs.clone(),
+            html: a.out.clone(),
+            json: a.json.clone(),
+            strict: a.strict,
+            threshold_pct: a.threshold,
+            exports: a.export.clone(),
+            export_dir: a.export_dir.clone(),
+            generator: generator(),
+        }),
+        Command::Compare(a) => commands::run_compare(&commands::CompareOptions {
+            base: a.base.clone(),
+            new: a.new.clone(),
+            threshold_pct: a.threshold,
+            json: a.json.clone(),
+            strict: a.strict,
+        }),
+        Command::Run(a) => quick::run(a, &generator()),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -12,7 +12,7 @@ use crate::options::{RunOptions, TransportKind};
 use crate::rendezvous::{self, Control, RankInfo, Token};
 use crate::suite::{Context, Suite};
 use crate::sysinfo;
-use crate::transport::{shm, tcp, PeerName, Transport};
+use crate::transport::{shm, tcp, verbs, PeerName, Transport};
 use anyhow::{anyhow, bail, Context as _, Result};
 use std::io::{BufRead, Read};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
@@ -135,7 +135,26 @@ fn rank_main<S: Suite>(
         TransportKind::Tcp => Some(tcp::bind_listener(
             data_ip.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
         )?),
-        TransportKind::Shm => None,
+        TransportKind::Shm | TransportKind::Verbs => None,
+    };
+    // The queue pairs exist before the rendezvous so their numbers travel with it. A failure
+    // waits until the control channel is up, so it ends the run with one line on every rank.
+    let verbs_prepared = match opts.transport {
+        TransportKind::Verbs => Some(verbs::prepare(
+            rank,
+            size,
+            &verbs::VerbsOptions {
+                device: opts.rdma_device.clone(),
+                iface: opts.iface.clone(),
+                ip: match data_ip {
+                    Some(IpAddr::V4(v4)) if !v4.is_loopback() && !v4.is_unspecified() => Some(v4),
+                    _ => None,
+                },
+                timeout: opts.timeout,
+                library: None,
+            },
+        )),
+        _ => None,
     };
     host.ranks = vec![rank];
     let me = RankInfo {
@@ -151,6 +170,10 @@ fn rank_main<S: Suite>(
         pid: std::process::id(),
         boot_id: boot_id(),
         host,
+        rdma: verbs_prepared
+            .as_ref()
+            .and_then(|p| p.as_ref().ok())
+            .map(|p| p.hello()),
     };
 
     let (table, conns, rdv_listener) = if rank == 0 {
@@ -214,6 +237,7 @@ fn rank_main<S: Suite>(
         &table,
         names.clone(),
         data_listener,
+        verbs_prepared,
         launched,
     ) {
         Ok(code) => {
@@ -243,9 +267,11 @@ fn run_suite<S: Suite>(
     table: &[RankInfo],
     names: Vec<PeerName>,
     data_listener: Option<TcpListener>,
+    verbs_prepared: Option<Result<verbs::Prepared>>,
     launched: bool,
 ) -> Result<i32> {
     let size = table.len();
+    let mut verbs_info = None;
     let (transport, data_ip): (Box<dyn Transport>, Option<IpAddr>) = match opts.transport {
         TransportKind::Tcp => {
             let peers = table
@@ -297,8 +323,16 @@ fn run_suite<S: Suite>(
                 None,
             )
         }
+        TransportKind::Verbs => {
+            let prepared = verbs_prepared.context("the RDMA device was not prepared")??;
+            let hellos: Vec<Option<String>> = table.iter().map(|i| i.rdma.clone()).collect();
+            let t = prepared.connect(&hellos, names.clone())?;
+            verbs_info = Some(t.info().clone());
+            let ip = table[rank].data_ip.as_deref().and_then(|a| a.parse().ok());
+            (Box::new(t), ip)
+        }
     };
-    let network = describe_network(opts, data_ip, table);
+    let network = describe_network(opts, data_ip, table, verbs_info.as_ref());
     let hosts = group_hosts(table);
     let rank_hosts = table.iter().map(|i| i.hostname.clone()).collect();
     let progress = rank == 0 && std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -372,8 +406,42 @@ fn run_suite<S: Suite>(
 }
 
 /// Labels the network from what the OS says about the interface the data actually used.
-fn describe_network(opts: &RunOptions, data_ip: Option<IpAddr>, table: &[RankInfo]) -> Network {
+fn describe_network(
+    opts: &RunOptions,
+    data_ip: Option<IpAddr>,
+    table: &[RankInfo],
+    verbs_info: Option<&verbs::VerbsInfo>,
+) -> Network {
     match opts.transport {
+        TransportKind::Verbs => {
+            // The device's interface gives the speed; the MTU is the RDMA path MTU, which is
+            // what sizes the packets (1024 on Thunderbolt whatever the IP MTU).
+            let device = verbs_info.map(|v| v.device.clone()).unwrap_or_default();
+            let interface = verbs_info
+                .and_then(|v| v.iface.clone())
+                .or_else(|| opts.iface.clone());
+            let speed = interface
+                .as_deref()
+                .and_then(|i| netinfo::interface_by_name(i).ok())
+                .and_then(|i| i.speed_gbit_per_s);
+            let addresses = table
+                .iter()
+                .map(|i| i.data_ip.clone().unwrap_or_default())
+                .collect();
+            Network {
+                transport: "verbs".into(),
+                label: format!(
+                    "verbs/{device} ({})",
+                    verbs_info.map(|v| v.link_layer).unwrap_or("rdma")
+                ),
+                interface,
+                link_kind: "rdma".into(),
+                nominal_gbit_per_s: speed,
+                mtu: verbs_info.map(|v| v.mtu_bytes),
+                addresses,
+                streams: None,
+            }
+        }
         TransportKind::Shm => Network {
             transport: "shm".into(),
             link_kind: "shm".into(),

@@ -1,5 +1,5 @@
 //! Where tbbench ranks run and how they talk: launch (local processes, ssh/rsh hostfiles),
-//! rendezvous, transports (tcp, shm; verbs later) and the collectives suites use.
+//! rendezvous, transports (tcp, shm, verbs) and the collectives suites use.
 //! Never imports a suite: suites implement [`suite::Suite`] and the driver runs them.
 
 pub mod comm;

@@ -11,6 +11,7 @@ use std::time::Duration;
 pub enum TransportKind {
     Tcp,
     Shm,
+    Verbs,
 }
 
 impl TransportKind {
@@ -18,16 +19,15 @@ impl TransportKind {
         match s {
             "tcp" => Ok(TransportKind::Tcp),
             "shm" => Ok(TransportKind::Shm),
-            "verbs" | "rdma" => anyhow::bail!(
-                "transport '{s}': the RDMA verbs transport is not built yet (use tcp or shm)"
-            ),
-            other => anyhow::bail!("unknown transport '{other}' (use tcp or shm)"),
+            "verbs" | "rdma" => Ok(TransportKind::Verbs),
+            other => anyhow::bail!("unknown transport '{other}' (use tcp, shm or verbs)"),
         }
     }
     pub fn as_str(&self) -> &'static str {
         match self {
             TransportKind::Tcp => "tcp",
             TransportKind::Shm => "shm",
+            TransportKind::Verbs => "verbs",
         }
     }
 }
@@ -46,6 +46,9 @@ pub struct RunOptions {
     pub addr: Option<IpAddr>,
     /// Interface whose IPv4 address each rank binds its data to.
     pub iface: Option<String>,
+    /// RDMA device for `--transport verbs` (`rdma_en3`, `mlx5_0`); mapped from `iface` when
+    /// not given.
+    pub rdma_device: Option<String>,
     /// Parallel TCP connections per pair of ranks.
     pub streams: usize,
     /// SO_SNDBUF/SO_RCVBUF in bytes; None leaves the OS's autotuning on.
@@ -73,11 +76,32 @@ impl Default for RunOptions {
             transport: TransportKind::Tcp,
             addr: None,
             iface: None,
+            rdma_device: None,
             streams: 1,
             sockbuf: None,
             timeout: Duration::from_secs(30),
             port: 0,
             out: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transport_names_parse_including_both_rdma_spellings() {
+        assert_eq!(TransportKind::parse("tcp").unwrap(), TransportKind::Tcp);
+        assert_eq!(TransportKind::parse("shm").unwrap(), TransportKind::Shm);
+        assert_eq!(TransportKind::parse("verbs").unwrap(), TransportKind::Verbs);
+        assert_eq!(TransportKind::parse("rdma").unwrap(), TransportKind::Verbs);
+        assert_eq!(TransportKind::Verbs.as_str(), "verbs");
+        let e = TransportKind::parse("ib").unwrap_err().to_string();
+        assert!(
+            e.contains("unknown transport 'ib'") && e.contains("verbs"),
+            "{e}"
+        );
+        assert_eq!(RunOptions::default().rdma_device, None);
     }
 }

@@ -77,6 +77,10 @@ pub struct RankInfo {
     /// Same value on ranks that share a kernel (Linux boot_id), so shm can check it.
     pub boot_id: String,
     pub host: tbbench_reports::Host,
+    /// `--transport verbs`: this rank's RDMA connection data (queue pair numbers, LID, GID),
+    /// hex-encoded; None when its device did not open or another transport runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rdma: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]

@@ -322,3 +322,55 @@ fn failed_shm_start_leaves_no_segment_behind() {
         .collect();
     assert!(after.is_empty(), "left behind: {after:?}");
 }
+
+#[test]
+fn verbs_without_an_rdma_device_fails_fast_in_one_line() {
+    // Meaningful where no RDMA device exists (this project's build machines).
+    let has_devices = std::fs::read_dir("/sys/class/infiniband")
+        .map(|d| d.count() > 0)
+        .unwrap_or(false);
+    if has_devices {
+        println!("skipped: this host has RDMA devices");
+        return;
+    }
+    let dir = tmpdir("noverbs");
+    let out = dir.join("r.json");
+    let child = spawn(&[
+        "link",
+        "--nodes",
+        "2",
+        "--transport",
+        "verbs",
+        "--buffer",
+        "64",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let launcher = child.id();
+    let watcher = std::thread::spawn(move || {
+        // Every rank process seen while the run lasts, to check none outlives it.
+        let mut seen: Vec<(u32, usize)> = Vec::new();
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) && alive(launcher) {
+            for r in ranks_of(launcher) {
+                if !seen.contains(&r) {
+                    seen.push(r);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        seen
+    });
+    let (o, took) = finish(child, Duration::from_secs(20));
+    let ranks = watcher.join().unwrap();
+    assert!(!o.status.success());
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    let err = text(&o.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains("transport verbs: no RDMA device on this host ("),
+        "{err}"
+    );
+    assert_ranks_gone(&ranks, Duration::from_secs(5), "the failed verbs start");
+    assert!(!out.exists(), "no result file from a failed run");
+}

@@ -1,4 +1,4 @@
-//! One trait for every way ranks move bytes: tcp, shm, and (later) RDMA verbs.
+//! One trait for every way ranks move bytes: tcp, shm, and RDMA verbs.
 //!
 //! The trait is shaped by what verbs needs, since that is the strictest backend: messages are
 //! whole (a receive names its exact size, as a posted RECV does), memory for hot buffers comes
@@ -11,6 +11,7 @@ pub mod shm;
 pub mod tcp;
 #[cfg(test)]
 mod tests;
+pub mod verbs;
 
 use anyhow::Result;
 use std::alloc::{alloc_zeroed, dealloc, Layout};
@@ -84,6 +85,9 @@ pub struct Buffer {
     ptr: *mut u8,
     len: usize,
     region: Option<Arc<SharedRegion>>,
+    /// Released before the memory is freed: a verbs memory registration must never outlive
+    /// the pages it pins, or a later allocation at the same address would be matched to it.
+    guard: Option<Box<dyn Send + Sync>>,
 }
 
 // The buffer owns its memory exclusively, like a Vec<u8>.
@@ -120,6 +124,7 @@ impl Buffer {
                 ptr: std::ptr::NonNull::<u8>::dangling().as_ptr(),
                 len: 0,
                 region: None,
+                guard: None,
             };
         }
         let layout = Layout::from_size_align(len, PAGE).expect("buffer size overflows");
@@ -132,7 +137,15 @@ impl Buffer {
             ptr,
             len,
             region: None,
+            guard: None,
         }
+    }
+
+    /// Ties `guard` (a registration of this memory) to the buffer: dropped just before the
+    /// memory is freed.
+    pub fn with_guard(mut self, guard: Box<dyn Send + Sync>) -> Self {
+        self.guard = Some(guard);
+        self
     }
 
     /// A buffer in a memfd, so a peer on this host can map it and copy out of it with one
@@ -178,6 +191,7 @@ impl Buffer {
                 ptr: p as *mut u8,
                 len,
                 region: Some(Arc::new(region)),
+                guard: None,
             })
         }
     }
@@ -195,6 +209,7 @@ impl Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
+        drop(self.guard.take());
         if self.len > 0 && self.region.is_none() {
             // SAFETY: allocated in `new` with this exact layout.
             unsafe { dealloc(self.ptr, Layout::from_size_align_unchecked(self.len, PAGE)) }

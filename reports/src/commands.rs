@@ -1,0 +1,125 @@
+//! What `tbbench report` and `tbbench compare` do with their options: load, build, write
+//! (atomically), print, and choose the exit code. The binary's cli.rs only parses flags.
+
+use crate::compare::{aggregate, compare, text_table};
+use crate::export::{export, Format};
+use crate::report::{build, load_checked, metrics_of};
+use crate::write::{rfc3339, write_atomic};
+use anyhow::{bail, Result};
+use std::path::PathBuf;
+
+pub struct ReportOptions {
+    pub inputs: Vec<PathBuf>,
+    pub html: PathBuf,
+    pub json: Option<PathBuf>,
+    pub strict: bool,
+    pub threshold_pct: f64,
+    pub exports: Vec<Format>,
+    pub export_dir: PathBuf,
+    /// "tbbench 0.1.0 (commit)": written into the page's footer.
+    pub generator: String,
+}
+
+fn now() -> String {
+    rfc3339(time::OffsetDateTime::now_utc())
+}
+
+fn json_bytes(v: &serde_json::Value) -> Result<Vec<u8>> {
+    let mut b = serde_json::to_vec_pretty(v)?;
+    b.push(b'\n');
+    Ok(b)
+}
+
+/// Returns the exit code: 0, or 1 with --strict when an input was left out.
+pub fn run_report(o: &ReportOptions) -> Result<i32> {
+    let report = build(&o.inputs, o.threshold_pct, &o.generator, &now());
+    for p in &report.problems {
+        eprintln!("tbbench: report: left out {p}");
+    }
+    if o.strict && !report.problems.is_empty() {
+        bail!(
+            "--strict: {} input(s) could not be used; nothing written",
+            report.problems.len()
+        );
+    }
+    if report.loaded == 0 {
+        bail!(
+            "no usable result files in {}",
+            o.inputs
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    write_atomic(&o.html, report.html.as_bytes())?;
+    println!("report: {} ({} runs)", o.html.display(), report.loaded);
+    if let Some(j) = &o.json {
+        write_atomic(j, &json_bytes(&report.summary)?)?;
+        println!("summary: {}", j.display());
+    }
+    if !o.exports.is_empty() {
+        let (loaded, _) = load_checked(&o.inputs);
+        let figures = aggregate(loaded.iter().map(metrics_of).collect());
+        for f in &o.exports {
+            for (name, doc) in export(*f, &figures) {
+                let path = o.export_dir.join(name);
+                write_atomic(&path, &json_bytes(&doc)?)?;
+                println!("export: {}", path.display());
+            }
+        }
+    }
+    Ok(0)
+}
+
+pub struct CompareOptions {
+    pub base: PathBuf,
+    pub new: PathBuf,
+    pub threshold_pct: f64,
+    pub json: Option<PathBuf>,
+    pub strict: bool,
+}
+
+/// Exit code: 0 no regression, 1 at least one, 2 when nothing could be compared.
+pub fn run_compare(o: &CompareOptions) -> Result<i32> {
+    let (base, pb) = load_checked(std::slice::from_ref(&o.base));
+    let (new, pn) = load_checked(std::slice::from_ref(&o.new));
+    for p in pb.iter().chain(&pn) {
+        eprintln!("tbbench: compare: left out {p}");
+    }
+    if o.strict && !(pb.is_empty() && pn.is_empty()) {
+        bail!("--strict: an input could not be used");
+    }
+    if base.is_empty() || new.is_empty() {
+        let which = if base.is_empty() { &o.base } else { &o.new };
+        bail!("no usable result files in {}", which.display());
+    }
+    let c = compare(&base, &new, &metrics_of, o.threshold_pct);
+    print!("{}", text_table(&c));
+    if let Some(j) = &o.json {
+        let mut v = serde_json::to_value(&c)?;
+        v[crate::load::NOT_A_RESULT_MARKER] = "comparison".into();
+        v["regressions"] = c.regressions().into();
+        write_atomic(j, &json_bytes(&v)?)?;
+    }
+    if c.comparable() == 0 {
+        eprintln!(
+            "tbbench: compare: nothing to compare: {} and {} share no figure (different suites, networks or sizes?)",
+            o.base.display(),
+            o.new.display()
+        );
+        return Ok(2);
+    }
+    Ok(if c.regressions() > 0 { 1 } else { 0 })
+}
+
+/// "5%", "5" or "2.5 %": a non-negative percentage.
+pub fn parse_threshold(s: &str) -> Result<f64, String> {
+    let t = s.trim().trim_end_matches('%').trim();
+    match t.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!(
+            "threshold '{s}' is not a percentage (e.g. 5% or 2.5)"
+        )),
+    }
+}

@@ -1,0 +1,186 @@
+//! Reading many result files at once for `report` and `compare`: files and folders in any mix.
+//! A file that cannot be used becomes one [`Problem`] line naming it; the others still load.
+
+use crate::{ResultFile, SCHEMA_VERSION};
+use std::path::{Path, PathBuf};
+
+/// A result file that loaded, and where it came from.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub path: PathBuf,
+    pub result: ResultFile,
+}
+
+/// Why one input was left out: shown as `path: message`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Problem {
+    pub path: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+/// Documents tbbench writes that are not run results (report summaries, compare output,
+/// exports) carry this field, so a results folder that also holds them loads without noise.
+pub const NOT_A_RESULT_MARKER: &str = "tbbench_document";
+
+/// Loads every `*.json` under the given files and folders (folders recursively, in name order).
+/// `known_suites` lists the suites a reader understands; others are problems.
+pub fn load_paths(paths: &[PathBuf], known_suites: &[&str]) -> (Vec<Loaded>, Vec<Problem>) {
+    let mut files = Vec::new();
+    let mut problems = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            collect_json(p, &mut files, &mut problems);
+        } else if p.exists() {
+            files.push(p.clone());
+        } else {
+            problems.push(problem(p, "no such file or folder"));
+        }
+    }
+    let mut loaded = Vec::new();
+    for f in files {
+        match load_one(&f, known_suites) {
+            Ok(Some(l)) => loaded.push(l),
+            Ok(None) => {}
+            Err(message) => problems.push(problem(&f, &message)),
+        }
+    }
+    // Oldest first: history charts and "newest per network" both rely on it.
+    loaded.sort_by(|a, b| a.result.started_at.cmp(&b.result.started_at));
+    (loaded, problems)
+}
+
+fn problem(path: &Path, message: &str) -> Problem {
+    Problem {
+        path: path.display().to_string(),
+        message: message.to_string(),
+    }
+}
+
+fn collect_json(dir: &Path, files: &mut Vec<PathBuf>, problems: &mut Vec<Problem>) {
+    let mut entries: Vec<PathBuf> = match std::fs::read_dir(dir) {
+        Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.path())).collect(),
+        Err(e) => {
+            problems.push(problem(dir, &format!("cannot read folder: {e}")));
+            return;
+        }
+    };
+    entries.sort();
+    for p in entries {
+        let hidden = p
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with('.'));
+        if hidden {
+            // Temporary files of an atomic write in progress, editor files.
+            continue;
+        }
+        if p.is_dir() {
+            collect_json(&p, files, problems);
+        } else if p.extension().is_some_and(|e| e == "json") {
+            files.push(p);
+        }
+    }
+}
+
+/// Ok(None): a tbbench document that is not a run result, skipped quietly.
+fn load_one(path: &Path, known_suites: &[&str]) -> Result<Option<Loaded>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
+    parse_result(&text, known_suites).map(|r| {
+        r.map(|result| Loaded {
+            path: path.to_path_buf(),
+            result,
+        })
+    })
+}
+
+/// The checks behind every problem line, in the order a person would want them.
+pub fn parse_result(text: &str, known_suites: &[&str]) -> Result<Option<ResultFile>, String> {
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+        if e.is_eof() {
+            format!("truncated JSON (ends at line {})", e.line())
+        } else {
+            format!("corrupt JSON: {e}")
+        }
+    })?;
+    if value.get(NOT_A_RESULT_MARKER).is_some() {
+        return Ok(None);
+    }
+    let version = match value.get("schema_version") {
+        Some(v) => v
+            .as_u64()
+            .ok_or_else(|| format!("schema_version is {v}, not a number"))?,
+        None => return Err("no schema_version: not a tbbench result file".into()),
+    };
+    if version > SCHEMA_VERSION as u64 {
+        return Err(format!(
+            "schema_version {version} is newer than this tbbench reads ({SCHEMA_VERSION}): upgrade tbbench"
+        ));
+    }
+    let suite = value
+        .get("suite")
+        .and_then(|s| s.as_str())
+        .ok_or("no suite name: not a tbbench result file")?;
+    if !known_suites.contains(&suite) {
+        return Err(format!(
+            "unknown suite '{suite}' (this tbbench reports {})",
+            known_suites.join(", ")
+        ));
+    }
+    serde_json::from_value(value)
+        .map(Some)
+        .map_err(|e| format!("does not match the result schema: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_bad_input_gets_its_own_reason() {
+        let known = ["link", "hpl"];
+        let cases = [
+            ("{\"schema_version\": 1, \"suite\": \"li", "truncated JSON"),
+            ("{\"schema_version\": 1,, }", "corrupt JSON"),
+            ("{\"suite\": \"link\"}", "no schema_version"),
+            ("{\"schema_version\": \"1\"}", "not a number"),
+            ("{\"schema_version\": 7, \"suite\": \"link\"}", "newer than"),
+            (
+                "{\"schema_version\": 1, \"suite\": \"disk\"}",
+                "unknown suite 'disk'",
+            ),
+            (
+                "{\"schema_version\": 1, \"suite\": \"link\"}",
+                "does not match",
+            ),
+        ];
+        for (text, want) in cases {
+            let e = parse_result(text, &known).unwrap_err();
+            assert!(e.contains(want), "{text}: {e}");
+            assert!(!e.contains('\n'), "one line: {e}");
+        }
+        let doc = format!("{{\"{NOT_A_RESULT_MARKER}\": \"report-summary\"}}");
+        assert!(parse_result(&doc, &known).unwrap().is_none());
+    }
+
+    #[test]
+    fn missing_paths_are_problems_and_folders_are_walked() {
+        let dir = std::env::temp_dir().join(format!("tbbench-load-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("sub/bad.json"), "{").unwrap();
+        std::fs::write(dir.join("notes.txt"), "not json, ignored").unwrap();
+        std::fs::write(dir.join(".r.json.tmp-1.json"), "{").unwrap();
+        let (loaded, problems) = load_paths(&[dir.clone(), dir.join("gone.json")], &["link"]);
+        assert!(loaded.is_empty());
+        let mut lines: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+        lines.sort_by_key(|l| l.contains("gone.json"));
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[0].contains("bad.json") && lines[0].contains("truncated"));
+        assert!(lines[1].contains("gone.json") && lines[1].contains("no such file"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

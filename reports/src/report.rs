@@ -1,0 +1,380 @@
+//! `tbbench report`: every loaded result in one self-contained HTML page (and the same content
+//! as JSON): each suite's section with networks side by side, history with regressions marked,
+//! the environment and warnings of every run, and the inputs that could not be used.
+
+use crate::chart::{self, LineChart, Series, XAxis};
+use crate::compare::{judge, Verdict};
+use crate::html::{self, escape, Cell};
+use crate::load::{load_paths, Loaded, Problem, NOT_A_RESULT_MARKER};
+use crate::metrics::Metric;
+use crate::views::{self, hpl::short_time, network_id};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+pub struct Report {
+    pub html: String,
+    pub summary: Value,
+    pub problems: Vec<Problem>,
+    pub loaded: usize,
+}
+
+/// Loads the inputs and keeps those a view can read; the rest become problems.
+pub fn load_checked(paths: &[PathBuf]) -> (Vec<Loaded>, Vec<Problem>) {
+    let (loaded, mut problems) = load_paths(paths, &views::known_suites());
+    let mut ok = Vec::new();
+    for l in loaded {
+        let view = views::view_for(&l.result.suite).expect("known suite");
+        match view.check(&l.result) {
+            Ok(()) => ok.push(l),
+            Err(message) => problems.push(Problem {
+                path: l.path.display().to_string(),
+                message,
+            }),
+        }
+    }
+    (ok, problems)
+}
+
+pub fn metrics_of(l: &Loaded) -> Vec<Metric> {
+    views::view_for(&l.result.suite)
+        .map(|v| v.metrics(&l.result))
+        .unwrap_or_default()
+}
+
+pub fn build(paths: &[PathBuf], threshold_pct: f64, generator: &str, now: &str) -> Report {
+    let (loaded, problems) = load_checked(paths);
+    let mut body = String::new();
+    let mut sections = serde_json::Map::new();
+
+    // Overview: what went in, what was left out.
+    let suites: Vec<&str> = views::registry()
+        .iter()
+        .map(|v| v.suite())
+        .filter(|s| loaded.iter().any(|l| l.result.suite == *s))
+        .collect();
+    let mut nets: Vec<String> = loaded
+        .iter()
+        .map(|l| l.result.network.label.clone())
+        .collect();
+    nets.sort();
+    nets.dedup();
+    body.push_str(&format!(
+        "<p>{} result file(s): suites {}; networks {}.</p>\n",
+        loaded.len(),
+        escape(&if suites.is_empty() {
+            "none".into()
+        } else {
+            suites.join(", ")
+        }),
+        escape(&if nets.is_empty() {
+            "none".into()
+        } else {
+            nets.join(", ")
+        }),
+    ));
+    if !problems.is_empty() {
+        body.push_str("<div class=\"problems\"><p><strong>Left out:</strong></p><ul>");
+        for p in &problems {
+            body.push_str(&format!("<li>{}</li>", escape(&p.to_string())));
+        }
+        body.push_str("</ul></div>\n");
+    }
+    let unverified: Vec<&Loaded> = loaded
+        .iter()
+        .filter(|l| !l.result.verification.passed)
+        .collect();
+    if !unverified.is_empty() {
+        body.push_str(&format!(
+            "<p><span class=\"fail\">FAILED</span> {} run(s) failed their own verification: {}</p>\n",
+            unverified.len(),
+            escape(
+                &unverified
+                    .iter()
+                    .map(|l| l.path.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        ));
+    }
+
+    for view in views::registry() {
+        let runs: Vec<&Loaded> = loaded
+            .iter()
+            .filter(|l| l.result.suite == view.suite())
+            .collect();
+        if runs.is_empty() {
+            continue;
+        }
+        let (section, data) = view.section(&runs);
+        body.push_str(&html::section(view.suite(), view.title(), &section));
+        sections.insert(view.suite().into(), data);
+    }
+
+    let (history_html, history) = history(&loaded, threshold_pct);
+    if !history.is_empty() {
+        body.push_str(&html::section("history", "History", &history_html));
+    }
+    body.push_str(&html::section(
+        "environment",
+        "Environment and warnings",
+        &environment(&loaded),
+    ));
+    body.push_str(&format!(
+        "<p class=\"meta\">Written by {} at {}.</p>\n",
+        escape(generator),
+        escape(now)
+    ));
+
+    let files: Vec<Value> = loaded
+        .iter()
+        .map(|l| {
+            let r = &l.result;
+            json!({
+                "path": l.path.display().to_string(),
+                "suite": r.suite,
+                "started_at": r.started_at,
+                "tool": r.tool,
+                "network": r.network,
+                "ranks": r.ranks.len(),
+                "hosts": r.hosts,
+                "verification": r.verification,
+                "warnings": r.warnings,
+                "metrics": metrics_of(l),
+            })
+        })
+        .collect();
+    let summary = json!({
+        NOT_A_RESULT_MARKER: "report-summary",
+        "generated_by": generator,
+        "generated_at": now,
+        "threshold_pct": threshold_pct,
+        "files": files,
+        "problems": problems,
+        "sections": sections,
+        "history": history,
+    });
+    let title = "tbbench report";
+    let subtitle = format!("{} runs · {}", loaded.len(), now);
+    Report {
+        html: html::page(title, &subtitle, &body),
+        summary,
+        problems,
+        loaded: loaded.len(),
+    }
+}
+
+/// Runs of the same configuration over time: same suite, network, hosts and rank count.
+fn history(loaded: &[Loaded], threshold_pct: f64) -> (String, Vec<Value>) {
+    type GroupKey = (String, (String, Vec<String>), usize);
+    let mut groups: BTreeMap<GroupKey, Vec<&Loaded>> = BTreeMap::new();
+    for l in loaded {
+        let k = (
+            l.result.suite.clone(),
+            network_id(&l.result),
+            l.result.ranks.len(),
+        );
+        groups.entry(k).or_default().push(l);
+    }
+    let mut out = String::new();
+    let mut data = Vec::new();
+    for ((suite, (label, hosts), ranks), runs) in groups {
+        if runs.len() < 2 {
+            continue;
+        }
+        let mut labels: Vec<String> = runs
+            .iter()
+            .map(|l| short_time(&l.result.started_at))
+            .collect();
+        if labels.windows(2).any(|w| w[0] == w[1]) {
+            // Runs minutes apart share a label: show the seconds (HH:MM:SS) instead.
+            labels = runs
+                .iter()
+                .map(|l| l.result.started_at.get(11..19).unwrap_or("?").to_string())
+                .collect();
+        }
+        let per_run: Vec<Vec<Metric>> = runs.iter().map(|l| metrics_of(l)).collect();
+        let mut keys: Vec<(String, Metric)> = per_run
+            .iter()
+            .flatten()
+            .filter(|m| m.headline)
+            .map(|m| (m.key.clone(), m.clone()))
+            .collect();
+        keys.sort_by(|a, b| a.0.cmp(&b.0));
+        keys.dedup_by(|a, b| a.0 == b.0);
+        let mut charts = String::new();
+        for (key, proto) in keys {
+            // (run index, value, spread) where the run has this figure.
+            let points: Vec<(usize, f64, f64)> = per_run
+                .iter()
+                .enumerate()
+                .filter_map(|(i, ms)| {
+                    ms.iter()
+                        .find(|m| m.key == key)
+                        .map(|m| (i, m.value, m.spread))
+                })
+                .collect();
+            if points.len() < 2 {
+                continue;
+            }
+            // Each run is judged against the one before it, by compare's rule.
+            let mut marks = Vec::new();
+            let mut pts_data = Vec::new();
+            for (j, p) in points.iter().enumerate() {
+                let regressed = j > 0 && {
+                    let prev = points[j - 1];
+                    judge(proto.better, prev.1, prev.2, p.1, p.2, threshold_pct)
+                        == Verdict::Regressed
+                };
+                if regressed {
+                    marks.push((p.0 as f64, p.1));
+                }
+                pts_data.push(json!({
+                    "started_at": runs[p.0].result.started_at,
+                    "path": runs[p.0].path.display().to_string(),
+                    "value": p.1, "spread": p.2, "regressed": regressed,
+                }));
+            }
+            charts.push_str(&chart::line_chart(&LineChart {
+                title: format!(
+                    "{} {} over time ({})",
+                    proto.measure, proto.subject, proto.unit
+                ),
+                x_label: "run".into(),
+                y_label: proto.unit.clone(),
+                x: XAxis::Labels(labels.clone()),
+                log_y: false,
+                series: vec![Series {
+                    name: format!("{} {}", proto.measure, proto.subject),
+                    points: points.iter().map(|p| (p.0 as f64, p.1)).collect(),
+                    band: points
+                        .iter()
+                        .map(|p| (p.0 as f64, p.1 - p.2, p.1 + p.2))
+                        .collect(),
+                    marks,
+                    colour: None,
+                }],
+                hlines: vec![],
+            }));
+            data.push(json!({
+                "suite": suite, "network": label, "hosts": hosts, "ranks": ranks,
+                "key": key, "unit": proto.unit, "better": proto.better, "points": pts_data,
+            }));
+        }
+        if !charts.is_empty() {
+            out.push_str(&format!(
+                "<h3>{} on {} ({} ranks on {}), {} runs</h3>\n<p class=\"meta\">Shaded: the run's own spread. Circled: a regression against the run before it (beyond {}% and beyond both runs' spread).</p>\n{charts}",
+                escape(&suite),
+                escape(&label),
+                ranks,
+                escape(&hosts.join(", ")),
+                runs.len(),
+                threshold_pct
+            ));
+        }
+    }
+    (out, data)
+}
+
+fn environment(loaded: &[Loaded]) -> String {
+    let mut rows = Vec::new();
+    for l in loaded {
+        let r = &l.result;
+        for h in &r.hosts {
+            let blas = h
+                .blas
+                .as_ref()
+                .map(|b| {
+                    let env = if b.env.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" [{}]", b.env.join(" "))
+                    };
+                    format!("{}: {}{env}", b.name, b.kernel)
+                })
+                .unwrap_or_else(|| "–".into());
+            rows.push(vec![
+                Cell::from(l.path.display().to_string()),
+                Cell::from(r.suite.as_str()),
+                Cell::from(short_time(&r.started_at)),
+                Cell::from(format!(
+                    "{} {} ({})",
+                    r.tool.name,
+                    r.tool.version,
+                    r.tool.git_commit.chars().take(10).collect::<String>()
+                )),
+                Cell::from(r.network.label.as_str()),
+                Cell::from(h.hostname.as_str()),
+                Cell::from(format!("{} · {} · {}", h.os_version, h.kernel, h.arch)),
+                Cell::from(h.cpu_model.as_str()),
+                Cell::Num(format!("{}/{}", h.cores_physical, h.cores_logical)),
+                Cell::Num(format!(
+                    "{:.1}",
+                    h.memory_total_bytes as f64 / (1u64 << 30) as f64
+                )),
+                Cell::from(blas),
+                Cell::from(
+                    h.ranks
+                        .iter()
+                        .map(|r| r.to_string())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                ),
+            ]);
+        }
+    }
+    let mut s = html::table(
+        "environment",
+        &[
+            "file",
+            "suite",
+            "started",
+            "tool",
+            "network",
+            "host",
+            "OS · kernel · arch",
+            "CPU",
+            "cores phys/log",
+            "memory GiB",
+            "BLAS and kernel",
+            "ranks",
+        ],
+        rows,
+    );
+    for l in loaded {
+        let w = &l.result.warnings;
+        let failed: Vec<_> = l
+            .result
+            .verification
+            .checks
+            .iter()
+            .filter(|c| !c.passed)
+            .collect();
+        if w.is_empty() && failed.is_empty() {
+            continue;
+        }
+        s.push_str(&format!(
+            "<details{}><summary class=\"warn\">{}: {} warning(s){}</summary><ul>",
+            if w.len() <= 5 { " open" } else { "" },
+            escape(&l.path.display().to_string()),
+            w.len(),
+            if failed.is_empty() {
+                String::new()
+            } else {
+                format!(", {} failed check(s)", failed.len())
+            }
+        ));
+        for c in failed {
+            s.push_str(&format!(
+                "<li><span class=\"fail\">FAILED</span> {}: {}</li>",
+                escape(&c.name),
+                escape(&c.detail)
+            ));
+        }
+        for x in w {
+            s.push_str(&format!("<li>{}</li>", escape(x)));
+        }
+        s.push_str("</ul></details>\n");
+    }
+    s
+}

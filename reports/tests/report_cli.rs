@@ -1,0 +1,580 @@
+//! `tbbench report` and `tbbench compare` end to end, on result files real runs produced
+//! (fixtures/results, made by scripts/make-report-fixtures.sh), and on damaged copies of them.
+
+#[path = "../../runners/tests/support.rs"]
+mod support;
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use support::*;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/results")
+}
+
+fn fixture(rel: &str) -> Value {
+    read_json(&fixtures().join(rel))
+}
+
+fn write_json(path: &Path, v: &Value) {
+    std::fs::write(path, serde_json::to_vec_pretty(v).unwrap()).unwrap();
+}
+
+fn json_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(json_files(&p));
+        } else if p.extension().is_some_and(|x| x == "json") {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Scales every bandwidth figure of a link result by `bw` and every latency figure by `lat`:
+/// a synthetic slowdown of a real run.
+fn scaled(mut v: Value, bw: f64, lat: f64) -> Value {
+    let scale = |x: &mut Value, f: f64| {
+        if let Some(n) = x.as_f64() {
+            *x = (n * f).into();
+        }
+    };
+    for row in v["results"]["bandwidth"].as_array_mut().unwrap() {
+        for k in ["gbit_per_s", "gib_per_s"] {
+            for s in ["avg", "peak"] {
+                scale(&mut row[k][s], bw);
+            }
+        }
+        for s in ["min", "median", "mean", "max", "stdev", "p99", "p999"] {
+            scale(&mut row["iteration_gbit_per_s"][s], bw);
+        }
+    }
+    for row in v["results"]["latency"].as_array_mut().unwrap() {
+        for s in ["min", "median", "mean", "max", "stdev", "p99", "p999"] {
+            scale(&mut row["one_way_us"][s], lat);
+        }
+        for x in row["samples_ns"].as_array_mut().unwrap() {
+            *x = ((x.as_f64().unwrap() * lat).round() as u64).into();
+        }
+    }
+    v
+}
+
+#[test]
+fn report_of_recorded_runs_puts_networks_side_by_side() {
+    let dir = tmpdir("report-fixtures");
+    let html_path = dir.join("r.html");
+    let json_path = dir.join("s.json");
+    let o = run(
+        &[
+            "report",
+            fixtures().to_str().unwrap(),
+            "-o",
+            html_path.to_str().unwrap(),
+            "--json",
+            json_path.to_str().unwrap(),
+        ],
+        LIMIT,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let html = std::fs::read_to_string(&html_path).unwrap();
+    let summary = read_json(&json_path);
+
+    // Every network recorded under network/ is a series of the latency chart.
+    let mut labels: Vec<String> = json_files(&fixtures().join("network"))
+        .iter()
+        .map(|p| {
+            read_json(p)["network"]["label"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    labels.sort();
+    labels.dedup();
+    assert!(labels.len() >= 2, "fixtures need two networks: {labels:?}");
+    let latency_fig = html
+        .split("<figure class=\"chart\"")
+        .find(|f| f.contains("One-way latency"))
+        .expect("a latency chart");
+    for l in &labels {
+        assert!(latency_fig.contains(l.as_str()), "series {l} missing");
+    }
+    let networks: Vec<String> = summary["sections"]["link"]["networks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    for l in &labels {
+        assert!(
+            networks.iter().any(|n| n.starts_with(l.as_str())),
+            "{l} not in {networks:?}"
+        );
+    }
+
+    // The percentile table carries the recorded numbers.
+    let shm = fixture("network/link-shm.json");
+    let p99 = shm["results"]["latency"][0]["one_way_us"]["p99"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        html.contains(&format!(">{p99:.2}<")),
+        "shm p99 {p99:.2} missing"
+    );
+    // Bandwidth at the largest size, with the ceiling drawn where the run knew one.
+    assert!(html.contains("Bandwidth, one direction"));
+    assert!(html.contains("ceiling"));
+
+    // HPL: every solve with its verdict, Gflops, and the scaling chart over 1, 2, 4 ranks.
+    let hpl4 = fixture("hpl/hpl-4-ranks.json");
+    let g = hpl4["results"]["runs"][0]["gflops"].as_f64().unwrap();
+    assert!(
+        html.contains(&format!(">{g:.2}<")),
+        "4-rank Gflops {g:.2} missing"
+    );
+    assert!(html.contains("3 of 3 solves passed"), "verdict line");
+    assert_eq!(
+        html.matches("<span class=\"pass\">PASSED</span>").count(),
+        4
+    );
+    assert!(html.contains("Gflops vs number of ranks"));
+    assert!(html.contains("Time split of the slowest rank"));
+    assert_eq!(summary["sections"]["hpl"]["total"], 3);
+
+    // History: the three runs of one configuration, a trend chart per headline figure.
+    let hist = summary["history"].as_array().unwrap();
+    assert!(!hist.is_empty(), "no history");
+    assert!(hist
+        .iter()
+        .all(|h| h["points"].as_array().unwrap().len() >= 2));
+    assert!(html.contains("over time"));
+
+    // Environment: hosts, BLAS, tool version of every run.
+    assert!(html.contains("BLAS and kernel") && html.contains("tbbench 0.1.0"));
+    let n_files = json_files(&fixtures()).len();
+    assert_eq!(summary["files"].as_array().unwrap().len(), n_files);
+    assert_eq!(summary["problems"].as_array().unwrap().len(), 0);
+
+    // Self-contained: nothing fetched, no script.
+    assert!(!html.contains("<script"), "a report needs no script");
+    for attr in ["src=\"http", "href=\"http", "url(http", "@import"] {
+        assert!(!html.contains(attr), "fetches {attr}");
+    }
+}
+
+#[test]
+fn bad_inputs_are_left_out_with_one_line_each_and_strict_fails() {
+    let dir = tmpdir("report-bad");
+    let good = fixture("hpl/hpl-2-ranks.json");
+    write_json(&dir.join("good.json"), &good);
+    let text_good = serde_json::to_string_pretty(&good).unwrap();
+    std::fs::write(dir.join("cut.json"), &text_good[..text_good.len() / 2]).unwrap();
+    let mut newer = good.clone();
+    newer["schema_version"] = 99.into();
+    write_json(&dir.join("newer.json"), &newer);
+    let mut unknown = good.clone();
+    unknown["suite"] = "diskio".into();
+    write_json(&dir.join("unknown.json"), &unknown);
+
+    let html = dir.join("r.html");
+    let o = run(
+        &[
+            "report",
+            dir.to_str().unwrap(),
+            "-o",
+            html.to_str().unwrap(),
+        ],
+        LIMIT,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 3, "{err}");
+    for (file, why) in [
+        ("cut.json", "truncated"),
+        ("newer.json", "schema_version 99 is newer"),
+        ("unknown.json", "unknown suite 'diskio'"),
+    ] {
+        assert!(
+            lines.iter().any(|l| l.contains(file) && l.contains(why)),
+            "{file}: {err}"
+        );
+    }
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("1 of 1 solves passed") && page.contains("Left out"));
+
+    let strict = dir.join("strict.html");
+    let o = run(
+        &[
+            "report",
+            dir.to_str().unwrap(),
+            "--strict",
+            "-o",
+            strict.to_str().unwrap(),
+        ],
+        LIMIT,
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(!strict.exists(), "--strict must write nothing");
+    assert!(text(&o.stderr).contains("--strict"));
+
+    // Nothing usable at all: an error, not an empty page.
+    let o = run(
+        &[
+            "report",
+            dir.join("cut.json").to_str().unwrap(),
+            "-o",
+            dir.join("x.html").to_str().unwrap(),
+        ],
+        LIMIT,
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stderr).contains("no usable result files"));
+}
+
+#[test]
+fn hostile_strings_in_a_result_show_as_text() {
+    let dir = tmpdir("report-escape");
+    let mut v = fixture("network/link-tcp-loopback.json");
+    v["hosts"][0]["hostname"] = "<script>alert(1)</script>".into();
+    v["network"]["label"] = "<img src=x onerror=alert(2)>".into();
+    v["warnings"] = serde_json::json!(["\"><b>bold</b>"]);
+    write_json(&dir.join("evil.json"), &v);
+    let html = dir.join("r.html");
+    let o = run(
+        &[
+            "report",
+            dir.join("evil.json").to_str().unwrap(),
+            "-o",
+            html.to_str().unwrap(),
+        ],
+        LIMIT,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(!page.contains("<script"), "script tag reached the page");
+    assert!(!page.contains("<img"), "img tag reached the page");
+    assert!(
+        !page.contains("<b>bold"),
+        "markup in a warning reached the page"
+    );
+    assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    assert!(page.contains("&lt;img src=x onerror=alert(2)&gt;"));
+}
+
+#[test]
+fn compare_flags_a_slowdown_beyond_the_spread_and_gates_with_exit_1() {
+    let dir = tmpdir("compare-slow");
+    let run3 = fixture("history/link-run3.json");
+    let new = dir.join("new.json");
+    write_json(&new, &scaled(run3, 0.5, 2.0));
+    let json = dir.join("c.json");
+    let o = run(
+        &[
+            "compare",
+            fixtures().join("history").to_str().unwrap(),
+            new.to_str().unwrap(),
+            "--json",
+            json.to_str().unwrap(),
+        ],
+        LIMIT,
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stdout));
+    let out = text(&o.stdout);
+    let first = out.lines().nth(1).unwrap();
+    assert!(first.contains("REGRESSED"), "regressions first: {out}");
+    let c = read_json(&json);
+    let rows = c["rows"].as_array().unwrap();
+    let regressed = |measure: &str| {
+        rows.iter()
+            .filter(|r| r["measure"] == measure && r["verdict"] == "regressed")
+            .count()
+    };
+    // Halved bandwidth is beyond any loopback noise at the large sizes, doubled latency too.
+    assert!(regressed("bw") >= 2, "{out}");
+    assert!(regressed("latency p50") >= 3, "{out}");
+    assert!(rows.iter().all(|r| r["verdict"] != "improved"), "{out}");
+    assert_eq!(
+        c["regressions"].as_u64().unwrap() as usize,
+        regressed("bw") + regressed("latency p50")
+    );
+}
+
+#[test]
+fn compare_does_not_flag_a_change_within_the_runs_spread() {
+    let dir = tmpdir("compare-noise");
+    let run3 = fixture("history/link-run3.json");
+    let new = dir.join("new.json");
+    // 3% worse everywhere: over a 1% threshold, but inside loopback's run-to-run spread.
+    write_json(&new, &scaled(run3, 0.97, 1.03));
+    let json = dir.join("c.json");
+    let o = run(
+        &[
+            "compare",
+            fixtures().join("history").to_str().unwrap(),
+            new.to_str().unwrap(),
+            "--threshold",
+            "1%",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+        LIMIT,
+    );
+    let out = text(&o.stdout);
+    let c = read_json(&json);
+    let rows = c["rows"].as_array().unwrap();
+    let over_threshold = rows
+        .iter()
+        .filter(|r| r["change_pct"].as_f64().is_some_and(|p| p.abs() > 1.0))
+        .count();
+    assert!(
+        over_threshold > 0,
+        "the test needs changes over the threshold: {out}"
+    );
+    let regressed: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["verdict"] == "regressed")
+        .collect();
+    // Each regression, if any, must be one whose spread is genuinely below 3%.
+    for r in &regressed {
+        let spread = r["old_spread"].as_f64().unwrap() + r["new_spread"].as_f64().unwrap();
+        let delta = (r["new"].as_f64().unwrap() - r["old"].as_f64().unwrap()).abs();
+        assert!(delta > spread, "{r}");
+    }
+    assert!(
+        regressed.len() * 4 < over_threshold,
+        "a 3% change within the spread flagged {} of {over_threshold} figures: {out}",
+        regressed.len()
+    );
+    // The same file against itself: nothing moves, exit 0.
+    let o = run(
+        &["compare", new.to_str().unwrap(), new.to_str().unwrap()],
+        LIMIT,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stdout));
+    // Different suites share no figure: exit 2, not a silent pass.
+    let o = run(
+        &[
+            "compare",
+            fixtures().join("hpl/hpl-1-ranks.json").to_str().unwrap(),
+            new.to_str().unwrap(),
+        ],
+        LIMIT,
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("nothing to compare"));
+}
+
+#[test]
+fn exports_parse_as_the_services_document_them() {
+    let dir = tmpdir("export");
+    let o = run(
+        &[
+            "report",
+            fixtures().to_str().unwrap(),
+            "-o",
+            dir.join("r.html").to_str().unwrap(),
+            "--export",
+            "github-action-benchmark",
+            "--export",
+            "bencher",
+            "--export-dir",
+            dir.to_str().unwrap(),
+        ],
+        LIMIT,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    // github-action-benchmark custom tools: an array of {name, unit, value[, range, extra]}.
+    for (file, latency_here) in [
+        ("github-action-benchmark-bigger.json", false),
+        ("github-action-benchmark-smaller.json", true),
+    ] {
+        let v = read_json(&dir.join(file));
+        let items = v.as_array().expect("an array");
+        assert!(!items.is_empty(), "{file}");
+        for it in items {
+            let o = it.as_object().unwrap();
+            assert!(o["name"].is_string() && o["unit"].is_string() && o["value"].is_number());
+            assert!(o
+                .keys()
+                .all(|k| ["name", "unit", "value", "range", "extra"].contains(&k.as_str())));
+        }
+        let has_latency = items
+            .iter()
+            .any(|i| i["name"].as_str().unwrap().contains("latency"));
+        assert_eq!(has_latency, latency_here, "{file}");
+    }
+    // Bencher Metric Format: benchmark -> measure slug -> {value, lower_value, upper_value}.
+    let v = read_json(&dir.join("bencher.json"));
+    let benches = v.as_object().unwrap();
+    assert!(benches.keys().any(|k| k.starts_with("hpl")));
+    for (name, measures) in benches {
+        assert!(!name.is_empty() && name.len() <= 1024);
+        for (slug, m) in measures.as_object().unwrap() {
+            assert!(
+                !slug.is_empty()
+                    && slug.len() <= 64
+                    && slug
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'),
+                "slug {slug}"
+            );
+            let (v, lo, hi) = (
+                m["value"].as_f64().unwrap(),
+                m["lower_value"].as_f64().unwrap(),
+                m["upper_value"].as_f64().unwrap(),
+            );
+            assert!(lo <= v && v <= hi, "{name}/{slug}");
+        }
+    }
+}
+
+/// The README's first command: every suite briefly, then a report a person can open.
+#[test]
+fn quick_run_writes_every_suite_and_a_report() {
+    let dir = tmpdir("quick");
+    let o = run(
+        &["run", "--quick", "--out-dir", dir.to_str().unwrap()],
+        Duration::from_secs(300),
+    );
+    assert!(
+        o.status.success(),
+        "{}\n{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    for f in ["link.json", "hpl.json", "report.html", "summary.json"] {
+        assert!(dir.join(f).exists(), "{f} missing");
+    }
+    let page = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(page.contains("id=\"link\"") && page.contains("id=\"hpl\""));
+    assert!(page.contains("1 of 1 solves passed"));
+    assert!(text(&o.stdout).contains("report.html"));
+}
+
+// ---- the report in a real browser --------------------------------------------------------
+
+fn chromium() -> Option<PathBuf> {
+    ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+}
+
+/// Loads a page headless; returns (the DOM after load, console messages).
+fn load_in_chromium(exe: &Path, page: &Path, screenshot: Option<&Path>) -> (String, Vec<String>) {
+    let profile = tmpdir(&format!(
+        "chromium-profile-{}",
+        page.file_stem().unwrap().to_string_lossy()
+    ));
+    let mut args: Vec<String> = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--hide-scrollbars",
+        "--enable-logging=stderr",
+        "--v=0",
+        "--window-size=1280,4000",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.push(format!("--user-data-dir={}", profile.display()));
+    match screenshot {
+        Some(s) => args.push(format!("--screenshot={}", s.display())),
+        None => args.push("--dump-dom".into()),
+    }
+    args.push(format!("file://{}", page.display()));
+    let child = std::process::Command::new(exe)
+        .args(&args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (o, _) = finish(child, Duration::from_secs(120));
+    let console = text(&o.stderr)
+        .lines()
+        .filter(|l| l.contains(":CONSOLE"))
+        .map(|l| l.to_string())
+        .collect();
+    (text(&o.stdout), console)
+}
+
+#[test]
+fn report_loads_in_headless_chromium_with_every_chart_drawn() {
+    let Some(exe) = chromium() else {
+        // CI sets TBBENCH_REQUIRE_CHROMIUM so a missing browser fails there instead.
+        assert!(
+            std::env::var_os("TBBENCH_REQUIRE_CHROMIUM").is_none(),
+            "TBBENCH_REQUIRE_CHROMIUM is set but /usr/bin/chromium is missing"
+        );
+        eprintln!("skipped: no chromium (scripts/setup.sh --deps installs Debian's package)");
+        return;
+    };
+    let dir = tmpdir("chromium");
+    // The console check itself must be able to fail: a page with a script error trips it.
+    let bad = dir.join("bad.html");
+    std::fs::write(
+        &bad,
+        "<!DOCTYPE html><html><body><script>undefined_fn()</script></body></html>",
+    )
+    .unwrap();
+    let (_, console) = load_in_chromium(&exe, &bad, None);
+    assert!(!console.is_empty(), "the console check sees nothing");
+
+    let html = dir.join("report.html");
+    let o = run(
+        &[
+            "report",
+            fixtures().to_str().unwrap(),
+            "-o",
+            html.to_str().unwrap(),
+        ],
+        LIMIT,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let (dom, console) = load_in_chromium(&exe, &html, None);
+    assert!(console.is_empty(), "console messages: {console:?}");
+    assert!(
+        dom.contains("tbbench report"),
+        "page did not load: {}",
+        &dom[..dom.len().min(300)]
+    );
+    let figures: Vec<&str> = dom.split("<figure class=\"chart\"").skip(1).collect();
+    assert!(figures.len() >= 6, "only {} charts", figures.len());
+    for f in &figures {
+        let f = &f[..f.find("</figure>").expect("figure closes")];
+        assert!(f.contains("<svg"), "a chart without SVG");
+        let series = f
+            .split("data-series=\"")
+            .nth(1)
+            .and_then(|s| s.split('"').next())
+            .expect("data-series");
+        assert!(!series.is_empty(), "a chart without series");
+        for name in series.split('|') {
+            // The legend draws each series' name as SVG text.
+            assert!(f.matches(name).count() >= 2, "series {name} not drawn");
+        }
+        assert!(
+            f.contains("<polyline") || f.contains("<rect"),
+            "nothing plotted"
+        );
+    }
+    // A screenshot for a person to look at.
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("report-screenshot.png");
+    let _ = load_in_chromium(&exe, &html, Some(&shot));
+    let png = std::fs::read(&shot).expect("screenshot written");
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    eprintln!("screenshot: {}", shot.display());
+}

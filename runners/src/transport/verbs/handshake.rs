@@ -1,0 +1,274 @@
+//! The connection data each rank publishes at the rendezvous: its port's LID and GID, the
+//! path MTU it can do, the largest chunk its queues take, and for every peer the numbers (QPN) and first packet sequence numbers
+//! (PSN) of the two queue pairs it made for that peer. Carried as hex text inside the rank's
+//! rendezvous record, so it travels the existing, token-checked rendezvous untouched.
+//!
+//! Decoding is strict: a record from another tbbench version or a damaged one is refused with
+//! a reason rather than half-used to bring up queue pairs that would never talk.
+
+use super::ffi::Gid;
+use super::profile::{Platform, Remote};
+
+const MAGIC: &[u8; 4] = b"TBV1";
+const HEADER: usize = 4 + 4 + 2 + 2 + 4 + 16;
+const ENTRY: usize = 2 + 4 * 4;
+/// QPNs and PSNs are 24-bit quantities on the wire.
+const MAX_24: u32 = 0x00ff_ffff;
+
+/// Both queue pairs one rank made for one peer: data, and the control one that carries
+/// "ready to receive" notices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerQps {
+    pub peer: usize,
+    pub data_qpn: u32,
+    pub data_psn: u32,
+    pub ctl_qpn: u32,
+    pub ctl_psn: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    pub platform: Platform,
+    /// The port's active MTU (`IBV_MTU_*`).
+    pub mtu: u32,
+    pub lid: u16,
+    /// The largest chunk this rank's queues take; both ends cut messages at the smaller.
+    pub max_chunk: u32,
+    pub gid: Gid,
+    pub qps: Vec<PeerQps>,
+}
+
+impl Hello {
+    pub fn encode(&self) -> String {
+        let mut b = Vec::with_capacity(HEADER + ENTRY * self.qps.len());
+        b.extend_from_slice(MAGIC);
+        b.push(1); // version
+        b.push(match self.platform {
+            Platform::MacOs => 0,
+            Platform::Linux => 1,
+        });
+        b.push(self.mtu as u8);
+        b.push(0);
+        b.extend_from_slice(&self.lid.to_le_bytes());
+        b.extend_from_slice(&(self.qps.len() as u16).to_le_bytes());
+        b.extend_from_slice(&self.max_chunk.to_le_bytes());
+        b.extend_from_slice(&self.gid);
+        for q in &self.qps {
+            b.extend_from_slice(&(q.peer as u16).to_le_bytes());
+            for v in [q.data_qpn, q.data_psn, q.ctl_qpn, q.ctl_psn] {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        b.iter().map(|x| format!("{x:02x}")).collect()
+    }
+
+    /// Parses a record from a run of `size` ranks; the error says what is wrong with it.
+    pub fn decode(text: &str, size: usize) -> Result<Hello, String> {
+        let text = text.trim();
+        if text.len() & 1 == 1 || !text.is_ascii() {
+            return Err("not hex text".into());
+        }
+        let b: Vec<u8> = (0..text.len() / 2)
+            .map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16))
+            .collect::<Result<_, _>>()
+            .map_err(|_| "not hex text".to_string())?;
+        if b.len() < HEADER {
+            return Err(format!(
+                "truncated ({} bytes, the header alone is {HEADER})",
+                b.len()
+            ));
+        }
+        if &b[0..4] != MAGIC {
+            return Err("not tbbench RDMA connection data".into());
+        }
+        if b[4] != 1 {
+            return Err(format!("version {} (this tbbench reads version 1)", b[4]));
+        }
+        let platform = match b[5] {
+            0 => Platform::MacOs,
+            1 => Platform::Linux,
+            x => return Err(format!("unknown platform {x}")),
+        };
+        let mtu = b[6] as u32;
+        if !(1..=5).contains(&mtu) {
+            return Err(format!("MTU code {mtu} is not an IBV_MTU value"));
+        }
+        let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
+        let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let lid = u16_at(8);
+        let count = u16_at(10) as usize;
+        let want = HEADER + count * ENTRY;
+        if b.len() != want {
+            return Err(format!(
+                "{} bytes where {count} queue-pair entries make {want}",
+                b.len()
+            ));
+        }
+        let max_chunk = u32_at(12);
+        if max_chunk == 0 {
+            return Err("a chunk limit of 0 bytes".into());
+        }
+        let mut gid = [0u8; 16];
+        gid.copy_from_slice(&b[16..32]);
+        let mut qps: Vec<PeerQps> = Vec::with_capacity(count);
+        for i in 0..count {
+            let o = HEADER + i * ENTRY;
+            let q = PeerQps {
+                peer: u16_at(o) as usize,
+                data_qpn: u32_at(o + 2),
+                data_psn: u32_at(o + 6),
+                ctl_qpn: u32_at(o + 10),
+                ctl_psn: u32_at(o + 14),
+            };
+            if q.peer >= size {
+                return Err(format!("an entry for rank {} in a run of {size}", q.peer));
+            }
+            if qps.iter().any(|p| p.peer == q.peer) {
+                return Err(format!("two entries for rank {}", q.peer));
+            }
+            if [q.data_qpn, q.data_psn, q.ctl_qpn, q.ctl_psn]
+                .iter()
+                .any(|v| *v > MAX_24)
+            {
+                return Err(format!("a QPN or PSN for rank {} exceeds 24 bits", q.peer));
+            }
+            qps.push(q);
+        }
+        Ok(Hello {
+            platform,
+            mtu,
+            lid,
+            max_chunk,
+            gid,
+            qps,
+        })
+    }
+
+    /// The two far ends rank `me` connects to: (data, control).
+    pub fn remotes_for(&self, me: usize) -> Option<(Remote, Remote)> {
+        let q = self.qps.iter().find(|q| q.peer == me)?;
+        let remote = |qpn, psn| Remote {
+            lid: self.lid,
+            qpn,
+            psn,
+            gid: self.gid,
+        };
+        Some((remote(q.data_qpn, q.data_psn), remote(q.ctl_qpn, q.ctl_psn)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Hello {
+        let mut gid = [0u8; 16];
+        gid[10] = 0xff;
+        gid[11] = 0xff;
+        gid[12..].copy_from_slice(&[10, 0, 0, 2]);
+        Hello {
+            platform: Platform::MacOs,
+            mtu: 3,
+            lid: 0x1234,
+            max_chunk: 128 * 4096,
+            gid,
+            qps: vec![
+                PeerQps {
+                    peer: 0,
+                    data_qpn: 0x00ff_fffe,
+                    data_psn: 1,
+                    ctl_qpn: 17,
+                    ctl_psn: 0x00ab_cdef,
+                },
+                PeerQps {
+                    peer: 2,
+                    data_qpn: 300,
+                    data_psn: 0,
+                    ctl_qpn: 301,
+                    ctl_psn: 0x00ff_ffff,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn round_trip_keeps_every_field() {
+        let h = sample();
+        let text = h.encode();
+        assert!(text.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(Hello::decode(&text, 3), Ok(h.clone()));
+        let linux = Hello {
+            platform: Platform::Linux,
+            mtu: 5,
+            qps: vec![],
+            ..h
+        };
+        assert_eq!(Hello::decode(&linux.encode(), 1), Ok(linux));
+    }
+
+    #[test]
+    fn remotes_are_the_entry_for_this_rank() {
+        let h = sample();
+        let (data, ctl) = h.remotes_for(2).unwrap();
+        assert_eq!((data.qpn, data.psn), (300, 0));
+        assert_eq!((ctl.qpn, ctl.psn), (301, 0x00ff_ffff));
+        assert_eq!(data.lid, 0x1234);
+        assert_eq!(data.gid, h.gid);
+        assert!(h.remotes_for(1).is_none(), "no entry for rank 1");
+    }
+
+    #[test]
+    fn truncated_input_is_refused() {
+        let text = sample().encode();
+        for cut in [0, 2, 10, 2 * HEADER, text.len() - 2] {
+            let e = Hello::decode(&text[..cut], 3).unwrap_err();
+            assert!(
+                e.contains("truncated") || e.contains("where"),
+                "cut at {cut}: {e}"
+            );
+        }
+        assert!(
+            Hello::decode(&text[..text.len() - 1], 3).is_err(),
+            "odd length"
+        );
+        let mut longer = text.clone();
+        longer.push_str("00");
+        assert!(Hello::decode(&longer, 3).is_err(), "trailing bytes");
+    }
+
+    #[test]
+    fn garbled_input_is_refused_with_a_reason() {
+        let text = sample().encode();
+        let flip = |at: usize, with: &str| {
+            let mut t = text.clone();
+            t.replace_range(at..at + 2, with);
+            t
+        };
+        assert!(Hello::decode("zz", 3).unwrap_err().contains("hex"));
+        assert!(Hello::decode(&flip(0, "55"), 3)
+            .unwrap_err()
+            .contains("not tbbench"));
+        assert!(Hello::decode(&flip(8, "02"), 3)
+            .unwrap_err()
+            .contains("version 2"));
+        assert!(Hello::decode(&flip(10, "07"), 3)
+            .unwrap_err()
+            .contains("platform"));
+        assert!(Hello::decode(&flip(12, "09"), 3)
+            .unwrap_err()
+            .contains("MTU"));
+        let mut no_chunk = text.clone();
+        no_chunk.replace_range(24..32, "00000000");
+        assert!(Hello::decode(&no_chunk, 3)
+            .unwrap_err()
+            .contains("chunk limit"));
+        // The first entry's peer (rank 0) becomes rank 2: a duplicate.
+        let dup = flip(2 * HEADER, "02");
+        assert!(Hello::decode(&dup, 3).unwrap_err().contains("two entries"));
+        // Rank 2 is outside a run of 2.
+        assert!(Hello::decode(&text, 2).unwrap_err().contains("run of 2"));
+        // The high byte of the first data QPN makes it wider than 24 bits.
+        let wide = flip(2 * (HEADER + 5), "01");
+        assert!(Hello::decode(&wide, 3).unwrap_err().contains("24 bits"));
+    }
+}

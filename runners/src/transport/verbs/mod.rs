@@ -1,0 +1,1620 @@
+//! RDMA verbs: `--transport verbs`.
+//!
+//! Two profiles (see [`profile`]): macOS's Thunderbolt RDMA (UC queue pairs, SEND/RECV only,
+//! path MTU 1024, IPv4-mapped GIDs) and Linux rdma-core (RC queue pairs, RDMA WRITE with
+//! immediate), for InfiniBand and RoCE. The library is loaded at run time ([`ffi`]).
+//!
+//! Every peer gets two queue pairs: one for data and one for control. Before data moves, the
+//! receiver posts its receives and then tells the sender, over the control queue pair, which
+//! chunks it is ready for (size, and on Linux where they live). The sender sends a chunk only
+//! against such a notice. This is what UC needs (a SEND that finds no posted RECV is dropped
+//! without a trace, and a RECV must be exactly the SEND's size in frames) and what RDMA WRITE
+//! needs (the target address); it also lets the sender name both sizes when a receive was
+//! posted with the wrong one. Control receives all have one size (one frame), so their order
+//! never matters and they can stay posted.
+//!
+//! Liveness: UC reports nothing when the peer dies, it just stops delivering. The rendezvous's
+//! TCP control channel and its heartbeats stay the liveness check for every transport; the
+//! timeout here only bounds a wait on a peer that is alive but silent.
+//!
+//! Each rank opens one device (by name, mapped from `--iface`, or the first with an active
+//! port) and uses port 1. A Thunderbolt mesh where every peer sits behind its own `rdma_enX`
+//! is not handled yet: all peers must be reachable through the one device.
+
+pub mod ffi;
+pub mod handshake;
+pub mod profile;
+
+use super::{Buffer, PeerName, RecvOp, SendOp, Transport};
+use anyhow::{anyhow, bail, Result};
+use ffi::*;
+use handshake::{Hello, PeerQps};
+use profile::{DataOp, Local, Platform, Profile};
+use std::collections::VecDeque;
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Control messages fill at most one frame, so every control receive fits every message.
+const CTL_SLOT: usize = 4096;
+const CTL_SEND_SLOTS: usize = 16;
+/// Control receives kept posted per peer (at most the granted depth).
+const CTL_RECV_SLOTS: u32 = 128;
+const MSG_READY: u32 = 1;
+const MSG_HELLO: u32 = 2;
+/// A greeting's argument: what the sender knows. Greetings saying 0 or 1 are answered, so a
+/// lost one is made up for; 2 is never answered, so greetings do not bounce forever.
+const HELLO_UNSEEN: u32 = 0;
+const HELLO_SEEN: u32 = 1;
+const HELLO_DONE: u32 = 2;
+const CTL_HDR: usize = 8;
+const READY_ENTRY: usize = 24;
+const READY_MAX: usize = (CTL_SLOT - CTL_HDR) / READY_ENTRY;
+/// Control receives held back from data notices, so greetings always find one posted.
+const CTL_SPARE: u32 = 4;
+
+const K_DATA_SEND: u64 = 0;
+const K_DATA_RECV: u64 = 1;
+const K_CTL_SEND: u64 = 2;
+const K_CTL_RECV: u64 = 3;
+
+fn wr_id(kind: u64, peer: usize, low: u64) -> u64 {
+    (kind << 62) | ((peer as u64 & 0xffff) << 40) | (low & 0xff_ffff_ffff)
+}
+
+fn split_wr_id(id: u64) -> (u64, usize, u64) {
+    (
+        id >> 62,
+        ((id >> 40) & 0xffff) as usize,
+        id & 0xff_ffff_ffff,
+    )
+}
+
+/// What the driver knows when it opens the transport.
+#[derive(Debug, Clone, Default)]
+pub struct VerbsOptions {
+    /// `--rdma-device`.
+    pub device: Option<String>,
+    /// `--iface`: picks the device when none is named, and (macOS, RoCE) the GID.
+    pub iface: Option<String>,
+    /// This rank's data address, when it has a routable one.
+    pub ip: Option<Ipv4Addr>,
+    pub timeout: Duration,
+    /// The verbs library; the platform's own when None.
+    pub library: Option<String>,
+}
+
+/// What the result file records about the RDMA link.
+#[derive(Debug, Clone)]
+pub struct VerbsInfo {
+    pub device: String,
+    pub port: u8,
+    pub iface: Option<String>,
+    pub mtu_bytes: u32,
+    pub link_layer: &'static str,
+    pub profile: &'static str,
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// What sysfs says about RDMA devices, for the no-device message.
+fn sysfs_note() -> String {
+    if cfg!(target_vendor = "apple") {
+        return "is RDMA enabled? `rdma_ctl status` says; `rdma_ctl enable` in recoveryOS turns it on".into();
+    }
+    match std::fs::read_dir("/sys/class/infiniband") {
+        Err(_) => "/sys/class/infiniband is absent (no RDMA driver loaded)".into(),
+        Ok(d) => {
+            let names: Vec<String> = d
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            if names.is_empty() {
+                "/sys/class/infiniband is empty".into()
+            } else {
+                format!("/sys/class/infiniband lists {}", names.join(", "))
+            }
+        }
+    }
+}
+
+fn no_device(why: &str) -> anyhow::Error {
+    anyhow!(
+        "transport verbs: no RDMA device on this host ({}; {})",
+        one_line(why),
+        sysfs_note()
+    )
+}
+
+/// The opened device and its protection domain; the last holder closes them, so memory
+/// registered from buffers that outlive the transport stays valid until those buffers go.
+struct Device {
+    lib: Arc<Lib>,
+    ctx: *mut IbvContext,
+    pd: *mut IbvPd,
+    name: String,
+    max_mrs: Option<usize>,
+    mrs: AtomicUsize,
+}
+
+// The verbs objects are used from one thread at a time (the transport is &mut), and the
+// library's handles may move between threads.
+unsafe impl Send for Device {}
+unsafe impl Sync for Device {}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        // SAFETY: every MR, QP and CQ holds an Arc to this and is gone by now.
+        unsafe {
+            (self.lib.dealloc_pd)(self.pd);
+            (self.lib.close_device)(self.ctx);
+        }
+    }
+}
+
+struct Mr {
+    raw: *mut IbvMr,
+    dev: Arc<Device>,
+}
+
+unsafe impl Send for Mr {}
+unsafe impl Sync for Mr {}
+
+impl Mr {
+    fn register(dev: &Arc<Device>, ptr: *mut u8, len: usize, access: i32) -> Result<Mr> {
+        if let Some(max) = dev.max_mrs {
+            if dev.mrs.load(Ordering::Relaxed) >= max {
+                bail!(
+                    "transport verbs: {} allows about {max} memory regions and all are in use (each buffer the suite allocates takes one)",
+                    dev.name
+                );
+            }
+        }
+        // SAFETY: ptr..ptr+len is memory the caller owns for the MR's lifetime.
+        let raw = unsafe { (dev.lib.reg_mr)(dev.pd, ptr as *mut _, len, access) };
+        if raw.is_null() {
+            let e = std::io::Error::last_os_error();
+            bail!(
+                "transport verbs: cannot register {len} bytes with {}: {e} (locked-memory limit? see `ulimit -l`)",
+                dev.name
+            );
+        }
+        dev.mrs.fetch_add(1, Ordering::Relaxed);
+        Ok(Mr {
+            raw,
+            dev: dev.clone(),
+        })
+    }
+    fn lkey(&self) -> u32 {
+        // SAFETY: raw is a live MR.
+        unsafe { (*self.raw).lkey }
+    }
+    fn rkey(&self) -> u32 {
+        // SAFETY: as above.
+        unsafe { (*self.raw).rkey }
+    }
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        // SAFETY: registered by Mr::register and not yet deregistered.
+        unsafe { (self.dev.lib.dereg_mr)(self.raw) };
+        self.dev.mrs.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// One registered range, for finding the keys of memory handed to `exchange`.
+#[derive(Clone, Copy)]
+struct Reg {
+    start: usize,
+    end: usize,
+    lkey: u32,
+    rkey: u32,
+    id: usize,
+}
+
+type Registry = Arc<Mutex<Vec<Reg>>>;
+
+/// Lives in a [`Buffer`] from [`VerbsTransport::alloc`]: forgets and deregisters the memory
+/// before the buffer frees it.
+struct MrGuard {
+    mr: Mr,
+    registry: Registry,
+}
+
+impl Drop for MrGuard {
+    fn drop(&mut self) {
+        let id = self.mr.raw as usize;
+        let mut r = self.registry.lock().unwrap_or_else(|p| p.into_inner());
+        r.retain(|x| x.id != id);
+    }
+}
+
+/// The queue pairs and the completion queue, destroyed in that order.
+struct Queues {
+    lib: Arc<Lib>,
+    cq: *mut IbvCq,
+    qps: Vec<*mut IbvQp>,
+}
+
+impl Drop for Queues {
+    fn drop(&mut self) {
+        // SAFETY: made by this library and not yet destroyed.
+        unsafe {
+            for qp in self.qps.drain(..) {
+                (self.lib.destroy_qp)(qp);
+            }
+            if !self.cq.is_null() {
+                (self.lib.destroy_cq)(self.cq);
+            }
+        }
+    }
+}
+
+/// One queue pair and the depths the device granted it.
+#[derive(Clone, Copy)]
+struct Qp {
+    raw: *mut IbvQp,
+    send_depth: u32,
+    recv_depth: u32,
+    psn: u32,
+}
+
+impl Qp {
+    fn qpn(&self) -> u32 {
+        // SAFETY: a live QP.
+        unsafe { (*self.raw).qp_num }
+    }
+}
+
+/// A device opened and queue pairs made (in INIT), before the rendezvous: what
+/// [`Prepared::hello`] publishes is what the peers need to connect to them.
+pub struct Prepared {
+    rank: usize,
+    size: usize,
+    profile: Profile,
+    port: u8,
+    gid_index: Option<u8>,
+    active_mtu: u32,
+    chunk_limit: usize,
+    qps: Vec<Option<(Qp, Qp)>>,
+    hello: Hello,
+    info: VerbsInfo,
+    timeout: Duration,
+    queues: Queues,
+    dev: Arc<Device>,
+}
+
+fn random_psn() -> u32 {
+    let mut b = [0u8; 4];
+    let _ = getrandom::getrandom(&mut b);
+    u32::from_le_bytes(b) & 0x00ff_ffff
+}
+
+/// Warns when macOS's Thunderbolt Bridge holds the interface: Apple's RDMA does not work on a
+/// bridged port.
+fn warn_if_bridged(platform: Platform, iface: Option<&str>) {
+    let (Platform::MacOs, Some(iface)) = (platform, iface) else {
+        return;
+    };
+    let Ok(out) = std::process::Command::new("ifconfig")
+        .arg("bridge0")
+        .output()
+    else {
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let member = format!("member: {iface} ");
+    if text.lines().any(|l| l.trim_start().starts_with(&member)) {
+        eprintln!("tbbench: warning: the Thunderbolt Bridge (bridge0) includes {iface}; RDMA over {iface} needs it off (System Settings > Network > Thunderbolt Bridge, or `sudo ifconfig bridge0 deletem {iface}`)");
+    }
+}
+
+/// Opens the device and makes the queue pairs. Any failure is one line saying what is missing.
+pub fn prepare(rank: usize, size: usize, opts: &VerbsOptions) -> Result<Prepared> {
+    let platform = Platform::this_host();
+    let profile = Profile::for_platform(platform);
+    let path = opts
+        .library
+        .clone()
+        .unwrap_or_else(|| default_library().to_string());
+    let lib = Arc::new(Lib::open(&path).map_err(|e| no_device(&e))?);
+
+    // SAFETY: plain library calls; the list is freed once the device is open.
+    let (ctx, dev_name) = unsafe {
+        let mut n: std::ffi::c_int = 0;
+        *libc_errno() = 0;
+        let list = (lib.get_device_list)(&mut n);
+        if list.is_null() {
+            let e = std::io::Error::last_os_error();
+            return Err(no_device(&format!(
+                "{path} loaded, ibv_get_device_list: {}",
+                strip_os_error(&e)
+            )));
+        }
+        let devices: Vec<*mut IbvDevice> = (0..n.max(0) as usize).map(|i| *list.add(i)).collect();
+        let names: Vec<String> = devices.iter().map(|d| lib.device_name(*d)).collect();
+        if devices.is_empty() {
+            (lib.free_device_list)(list);
+            return Err(no_device(&format!(
+                "{path} loaded, ibv_get_device_list found no devices"
+            )));
+        }
+        let wanted = opts.device.clone().or_else(|| {
+            opts.iface
+                .as_deref()
+                .and_then(|i| profile::device_for_iface(platform, i))
+        });
+        let pick = match &wanted {
+            Some(w) => match names.iter().position(|n| n == w) {
+                Some(i) => i,
+                None => {
+                    (lib.free_device_list)(list);
+                    let from = match (&opts.device, &opts.iface) {
+                        (Some(_), _) => String::new(),
+                        (None, Some(i)) => format!(" (the device of interface {i})"),
+                        (None, None) => String::new(),
+                    };
+                    bail!(
+                        "transport verbs: no RDMA device named {w}{from} on this host; it has {}",
+                        names.join(", ")
+                    );
+                }
+            },
+            None => 0,
+        };
+        let ctx = (lib.open_device)(devices[pick]);
+        (lib.free_device_list)(list);
+        if ctx.is_null() {
+            let e = std::io::Error::last_os_error();
+            bail!("transport verbs: cannot open {}: {e}", names[pick]);
+        }
+        (ctx, names[pick].clone())
+    };
+    // SAFETY: ctx is open.
+    let pd = unsafe { (lib.alloc_pd)(ctx) };
+    if pd.is_null() {
+        let e = std::io::Error::last_os_error();
+        // SAFETY: opened above, nothing else made from it.
+        unsafe { (lib.close_device)(ctx) };
+        bail!("transport verbs: cannot allocate a protection domain on {dev_name}: {e}");
+    }
+    let dev = Arc::new(Device {
+        lib: lib.clone(),
+        ctx,
+        pd,
+        name: dev_name.clone(),
+        max_mrs: profile.max_mrs,
+        mrs: AtomicUsize::new(0),
+    });
+
+    let port: u8 = 1;
+    let mut pattr = IbvPortAttr::default();
+    // SAFETY: pattr is a zeroed ibv_port_attr; the exported call fills at most its prefix.
+    let rc = unsafe { (lib.query_port)(ctx, port, &mut pattr) };
+    if rc != 0 {
+        bail!(
+            "transport verbs: cannot query port {port} of {dev_name}: {}",
+            std::io::Error::from_raw_os_error(rc)
+        );
+    }
+    if pattr.state != IBV_PORT_ACTIVE {
+        bail!(
+            "transport verbs: port {port} of {dev_name} is not active (state {}); is the cable in and the link up?",
+            pattr.state
+        );
+    }
+    let roce = pattr.link_layer == IBV_LINK_LAYER_ETHERNET || pattr.lid == 0;
+    let iface = opts
+        .iface
+        .clone()
+        .or_else(|| profile::iface_for_device(platform, &dev_name));
+    warn_if_bridged(platform, iface.as_deref());
+    let want_ip = opts.ip.or_else(|| {
+        iface
+            .as_deref()
+            .and_then(|i| crate::netinfo::ipv4_of(i).ok())
+    });
+    let gids: Vec<Gid> = (0..pattr.gid_tbl_len.max(0))
+        .map(|i| {
+            let mut g = IbvGid::default();
+            // SAFETY: g is a writable union ibv_gid.
+            let rc = unsafe { (lib.query_gid)(ctx, port, i, &mut g) };
+            if rc == 0 {
+                g.0
+            } else {
+                [0; 16]
+            }
+        })
+        .collect();
+    let gid_index: Option<u8> = if profile.gid_must_be_ipv4 || roce {
+        if profile.gid_must_be_ipv4 && want_ip.is_none() {
+            bail!("transport verbs: {dev_name} needs the IPv4 address of its interface for its GID; give --iface (e.g. en3) or --rdma-device rdma_enX of an interface that has one");
+        }
+        let i = profile::select_gid(&gids, want_ip)
+            .map_err(|e| anyhow!("transport verbs: {dev_name} port {port}: {e}"))?;
+        Some(i as u8)
+    } else {
+        None
+    };
+    let gid = gid_index
+        .map(|i| gids[i as usize])
+        .or_else(|| gids.first().copied())
+        .unwrap_or([0; 16]);
+
+    let peers = size.saturating_sub(1);
+    if let Some(max) = profile.max_qps {
+        if 2 * peers > max {
+            bail!(
+                "transport verbs: {size} ranks need {} queue pairs on {dev_name}, more than the {max} it allows (at most {} ranks)",
+                2 * peers,
+                max / 2 + 1
+            );
+        }
+    }
+    let depth = profile.want_depth;
+    let cqe = (peers.max(1) * 4 * depth as usize).min(1 << 20) as std::ffi::c_int;
+    let mut queues = Queues {
+        lib: lib.clone(),
+        cq: std::ptr::null_mut(),
+        qps: Vec::new(),
+    };
+    // SAFETY: ctx is open; no channel, vector 0.
+    queues.cq = unsafe { (lib.create_cq)(ctx, cqe, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
+    if queues.cq.is_null() {
+        let e = std::io::Error::last_os_error();
+        bail!(
+            "transport verbs: cannot create a completion queue of {cqe} entries on {dev_name}: {e}"
+        );
+    }
+    let mut qps: Vec<Option<(Qp, Qp)>> = vec![None; size];
+    for (p, slot) in qps.iter_mut().enumerate() {
+        if p == rank {
+            continue;
+        }
+        let data = make_qp(&dev, &profile, &mut queues, port, gid_index)?;
+        let ctl = make_qp(&dev, &profile, &mut queues, port, gid_index)?;
+        *slot = Some((data, ctl));
+    }
+    let limit = |q: &Qp| profile.chunk_limit(q.send_depth.min(q.recv_depth));
+    let chunk_limit = qps
+        .iter()
+        .flatten()
+        .map(|(d, _)| limit(d))
+        .min()
+        .unwrap_or(profile.chunk_limit(depth))
+        .min(u32::MAX as usize / 2);
+    let hello = Hello {
+        platform,
+        mtu: pattr.active_mtu.clamp(IBV_MTU_256, IBV_MTU_4096),
+        lid: pattr.lid,
+        max_chunk: chunk_limit as u32,
+        gid,
+        qps: qps
+            .iter()
+            .enumerate()
+            .filter_map(|(p, q)| {
+                q.map(|(d, c)| PeerQps {
+                    peer: p,
+                    data_qpn: d.qpn(),
+                    data_psn: d.psn,
+                    ctl_qpn: c.qpn(),
+                    ctl_psn: c.psn,
+                })
+            })
+            .collect(),
+    };
+    let info = VerbsInfo {
+        device: dev_name,
+        port,
+        iface,
+        mtu_bytes: profile::mtu_bytes(profile::path_mtu(&profile, hello.mtu, hello.mtu)),
+        link_layer: match (platform, roce) {
+            (Platform::MacOs, _) => "thunderbolt",
+            (Platform::Linux, true) => "roce",
+            (Platform::Linux, false) => "infiniband",
+        },
+        profile: profile.name(),
+    };
+    Ok(Prepared {
+        rank,
+        size,
+        profile,
+        port,
+        gid_index,
+        active_mtu: hello.mtu,
+        chunk_limit,
+        qps,
+        hello,
+        info,
+        timeout: opts.timeout,
+        queues,
+        dev,
+    })
+}
+
+#[cfg(target_os = "linux")]
+unsafe fn libc_errno() -> *mut std::ffi::c_int {
+    libc::__errno_location()
+}
+#[cfg(not(target_os = "linux"))]
+unsafe fn libc_errno() -> *mut std::ffi::c_int {
+    libc::__error()
+}
+
+/// "Function not implemented (os error 38)" without the number, as users read it.
+fn strip_os_error(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
+}
+
+fn make_qp(
+    dev: &Arc<Device>,
+    profile: &Profile,
+    queues: &mut Queues,
+    port: u8,
+    gid_index: Option<u8>,
+) -> Result<Qp> {
+    let lib = &dev.lib;
+    let want = profile.want_depth;
+    let mut init = IbvQpInitAttr {
+        qp_context: std::ptr::null_mut(),
+        send_cq: queues.cq,
+        recv_cq: queues.cq,
+        srq: std::ptr::null_mut(),
+        cap: IbvQpCap {
+            max_send_wr: want,
+            max_recv_wr: want,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        qp_type: profile.qp_type,
+        sq_sig_all: 0,
+    };
+    // SAFETY: pd and cq are live; init is a valid ibv_qp_init_attr.
+    let raw = unsafe { (lib.create_qp)(dev.pd, &mut init) };
+    if raw.is_null() {
+        let e = std::io::Error::last_os_error();
+        bail!(
+            "transport verbs: cannot create a {} queue pair on {}: {e}",
+            if profile.qp_type == IBV_QPT_UC {
+                "UC"
+            } else {
+                "RC"
+            },
+            dev.name
+        );
+    }
+    queues.qps.push(raw);
+    // The depth asked for is a request: the granted one bounds both the work in flight and,
+    // on macOS, the largest message.
+    let mut attr = IbvQpAttr::default();
+    let mut got = IbvQpInitAttr { ..init };
+    // SAFETY: raw is live; attr and got are valid out-parameters.
+    let rc = unsafe { (lib.query_qp)(raw, &mut attr, IBV_QP_CAP, &mut got) };
+    let cap = if rc == 0 { attr.cap } else { init.cap };
+    let qp = Qp {
+        raw,
+        send_depth: cap.max_send_wr.min(want).max(1),
+        recv_depth: cap.max_recv_wr.min(want).max(1),
+        psn: random_psn(),
+    };
+    let local = Local {
+        port,
+        gid_index,
+        psn: qp.psn,
+    };
+    let (mut a, mask) = profile::init_attr(profile, &local);
+    modify(lib, raw, &mut a, mask, "INIT", &dev.name)?;
+    Ok(qp)
+}
+
+fn modify(
+    lib: &Lib,
+    qp: *mut IbvQp,
+    attr: &mut IbvQpAttr,
+    mask: i32,
+    state: &str,
+    dev: &str,
+) -> Result<()> {
+    // SAFETY: qp is live; attr is a valid ibv_qp_attr.
+    let rc = unsafe { (lib.modify_qp)(qp, attr, mask) };
+    if rc != 0 {
+        bail!(
+            "transport verbs: cannot move a queue pair on {dev} to {state}: {}",
+            std::io::Error::from_raw_os_error(rc)
+        );
+    }
+    Ok(())
+}
+
+impl Prepared {
+    /// The connection data to publish at the rendezvous.
+    pub fn hello(&self) -> String {
+        self.hello.encode()
+    }
+
+    pub fn info(&self) -> &VerbsInfo {
+        &self.info
+    }
+
+    /// Brings every queue pair to RTS against the peers' published data, posts the control
+    /// receives, and waits until every peer has done the same.
+    pub fn connect(
+        self,
+        hellos: &[Option<String>],
+        names: Vec<PeerName>,
+    ) -> Result<VerbsTransport> {
+        let lib = self.dev.lib.clone();
+        let mut chunk_limit = vec![self.chunk_limit; self.size];
+        let mut mtu = self.active_mtu;
+        let mut remotes = Vec::with_capacity(self.size);
+        for p in 0..self.size {
+            if p == self.rank {
+                remotes.push(None);
+                continue;
+            }
+            let text = hellos.get(p).cloned().flatten().ok_or_else(|| {
+                anyhow!("transport verbs: {} published no RDMA connection data (its device did not open)", names[p])
+            })?;
+            let h = Hello::decode(&text, self.size).map_err(|e| {
+                anyhow!(
+                    "transport verbs: bad RDMA connection data from {}: {e}",
+                    names[p]
+                )
+            })?;
+            if h.platform != self.profile.platform {
+                bail!("transport verbs: {} runs the other platform's RDMA profile; macOS and Linux ranks cannot share a verbs run", names[p]);
+            }
+            let (d, c) = h.remotes_for(self.rank).ok_or_else(|| {
+                anyhow!(
+                    "transport verbs: {} published no queue pair for rank {}",
+                    names[p],
+                    self.rank
+                )
+            })?;
+            chunk_limit[p] = chunk_limit[p].min(h.max_chunk as usize);
+            mtu = profile::path_mtu(&self.profile, mtu, h.mtu);
+            remotes.push(Some((d, c)));
+        }
+        for (p, r) in remotes.iter().enumerate() {
+            let (Some((rd, rc)), Some((d, c))) = (r, self.qps[p]) else {
+                continue;
+            };
+            for (qp, remote) in [(d, rd), (c, rc)] {
+                let local = Local {
+                    port: self.port,
+                    gid_index: self.gid_index,
+                    psn: qp.psn,
+                };
+                let (mut a, m) = profile::rtr_attr(&self.profile, &local, remote, mtu);
+                modify(&lib, qp.raw, &mut a, m, "RTR", &self.dev.name)?;
+                let (mut a, m) = profile::rts_attr(&self.profile, &local);
+                modify(&lib, qp.raw, &mut a, m, "RTS", &self.dev.name)?;
+            }
+        }
+        let recv_slots = self
+            .qps
+            .iter()
+            .flatten()
+            .map(|(_, c)| c.recv_depth)
+            .min()
+            .unwrap_or(CTL_RECV_SLOTS)
+            .clamp(CTL_SPARE + 1, CTL_RECV_SLOTS) as usize;
+        let per_peer = (recv_slots + CTL_SEND_SLOTS) * CTL_SLOT;
+        let mut ctl_buf = Buffer::new(per_peer * self.size);
+        let ctl_mr = Mr::register(
+            &self.dev,
+            ctl_buf.as_mut_ptr(),
+            ctl_buf.len(),
+            IBV_ACCESS_LOCAL_WRITE,
+        )?;
+        let mut info = self.info.clone();
+        info.mtu_bytes = profile::mtu_bytes(mtu);
+        let peers = (0..self.size)
+            .map(|p| {
+                self.qps[p].map(|(d, c)| Peer {
+                    data: d.raw,
+                    ctl: c.raw,
+                    chunk_limit: chunk_limit[p],
+                    sq_free: d.send_depth,
+                    rq_free: d.recv_depth,
+                    rq_chunks_free: recv_slots as u32 - CTL_SPARE,
+                    ctl_send_free: (0..CTL_SEND_SLOTS.min(c.send_depth as usize)).collect(),
+                    ready: VecDeque::new(),
+                    pending_ready: Vec::new(),
+                    hello_reply: false,
+                    seen_theirs: false,
+                    they_saw_mine: false,
+                })
+            })
+            .collect();
+        let mut t = VerbsTransport {
+            rank: self.rank,
+            size: self.size,
+            profile: self.profile,
+            names,
+            timeout: self.timeout,
+            info,
+            peers,
+            recv_slots,
+            per_peer,
+            queues: self.queues,
+            ctl_mr,
+            ctl_buf,
+            staging: None,
+            registry: Arc::new(Mutex::new(Vec::new())),
+            wcs: vec![IbvWc::default(); 64],
+            dev: self.dev,
+        };
+        // Receives only now, with every queue pair in RTS: Apple's stack drops receives posted
+        // earlier.
+        for p in 0..t.size {
+            if t.peers[p].is_some() {
+                for s in 0..recv_slots {
+                    t.post_ctl_recv(p, s)?;
+                }
+            }
+        }
+        t.greet()?;
+        Ok(t)
+    }
+}
+
+/// One receive chunk a peer was told about: where it may land and the whole message's size.
+#[derive(Debug, Clone, Copy)]
+struct ReadyEntry {
+    addr: u64,
+    rkey: u32,
+    len: u32,
+    msg_len: u64,
+}
+
+struct Peer {
+    data: *mut IbvQp,
+    ctl: *mut IbvQp,
+    /// Both ends cut messages at this size.
+    chunk_limit: usize,
+    /// Data queue depth left, in the profile's cost units.
+    sq_free: u32,
+    rq_free: u32,
+    /// Data receives that may still be announced: each announcement may sit in one of the
+    /// peer's control receives until it polls, so their number is bounded by those.
+    rq_chunks_free: u32,
+    ctl_send_free: VecDeque<usize>,
+    /// Receive chunks the peer announced and this rank has not used yet. They may belong to a
+    /// later exchange: a receiver can be ahead.
+    ready: VecDeque<ReadyEntry>,
+    /// Posted here, not yet announced.
+    pending_ready: Vec<ReadyEntry>,
+    hello_reply: bool,
+    seen_theirs: bool,
+    they_saw_mine: bool,
+}
+
+struct Staging {
+    mr: Mr,
+    buf: Buffer,
+}
+
+pub struct VerbsTransport {
+    rank: usize,
+    size: usize,
+    profile: Profile,
+    names: Vec<PeerName>,
+    timeout: Duration,
+    info: VerbsInfo,
+    peers: Vec<Option<Peer>>,
+    recv_slots: usize,
+    per_peer: usize,
+    // Dropped in this order: queue pairs before the memory they used, all before the device.
+    queues: Queues,
+    ctl_mr: Mr,
+    ctl_buf: Buffer,
+    staging: Option<Staging>,
+    registry: Registry,
+    wcs: Vec<IbvWc>,
+    dev: Arc<Device>,
+}
+
+// Raw verbs handles, used only through &mut self.
+unsafe impl Send for VerbsTransport {}
+
+/// Where one message's bytes are for the device.
+#[derive(Clone, Copy)]
+struct Mem {
+    addr: u64,
+    lkey: u32,
+    rkey: u32,
+}
+
+struct SendMsg {
+    addr: u64,
+    lkey: u32,
+    len: usize,
+    off: usize,
+}
+
+#[derive(Clone, Copy)]
+struct RecvChunk {
+    addr: u64,
+    lkey: u32,
+    rkey: u32,
+    len: usize,
+    msg_len: usize,
+}
+
+impl VerbsTransport {
+    pub fn info(&self) -> &VerbsInfo {
+        &self.info
+    }
+
+    fn peer(&mut self, p: usize) -> &mut Peer {
+        self.peers[p].as_mut().expect("a peer other than self")
+    }
+
+    fn ctl_addr(&self, p: usize, slot: usize) -> u64 {
+        self.ctl_buf.as_ptr() as u64 + (p * self.per_peer + slot * CTL_SLOT) as u64
+    }
+
+    fn post_ctl_recv(&mut self, p: usize, slot: usize) -> Result<()> {
+        let mut sge = IbvSge {
+            addr: self.ctl_addr(p, slot),
+            length: CTL_SLOT as u32,
+            lkey: self.ctl_mr.lkey(),
+        };
+        let mut wr = IbvRecvWr {
+            wr_id: wr_id(K_CTL_RECV, p, slot as u64),
+            next: std::ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
+        let qp = self.peer(p).ctl;
+        // SAFETY: the slot lies in the registered control buffer, alive as long as self.
+        let rc = unsafe { post_recv(qp, &mut wr) };
+        if rc != 0 {
+            bail!(
+                "transport verbs: cannot post a control receive for {}: {}",
+                self.names[p],
+                std::io::Error::from_raw_os_error(rc)
+            );
+        }
+        Ok(())
+    }
+
+    /// Sends one control message (`words` then `body`) if a send slot is free.
+    fn post_ctl_send(&mut self, p: usize, kind: u32, arg: u32, body: &[u8]) -> Result<bool> {
+        let Some(slot) = self.peer(p).ctl_send_free.pop_front() else {
+            return Ok(false);
+        };
+        let addr = self.ctl_addr(p, self.recv_slots + slot);
+        let len = CTL_HDR + body.len();
+        debug_assert!(len <= CTL_SLOT);
+        // SAFETY: the slot is CTL_SLOT bytes of the control buffer, not in flight (it was free).
+        unsafe {
+            let dst = std::slice::from_raw_parts_mut(addr as *mut u8, len);
+            dst[0..4].copy_from_slice(&kind.to_le_bytes());
+            dst[4..8].copy_from_slice(&arg.to_le_bytes());
+            dst[8..].copy_from_slice(body);
+        }
+        let mut sge = IbvSge {
+            addr,
+            length: len as u32,
+            lkey: self.ctl_mr.lkey(),
+        };
+        let mut wr = IbvSendWr::zeroed();
+        wr.wr_id = wr_id(K_CTL_SEND, p, slot as u64);
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        wr.opcode = IBV_WR_SEND;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        let qp = self.peer(p).ctl;
+        // SAFETY: as in post_ctl_recv.
+        let rc = unsafe { post_send(qp, &mut wr) };
+        if rc != 0 {
+            bail!(
+                "transport verbs: cannot post a control send to {}: {}",
+                self.names[p],
+                std::io::Error::from_raw_os_error(rc)
+            );
+        }
+        Ok(true)
+    }
+
+    /// Announces posted receive chunks and answers greetings, as far as send slots allow.
+    fn flush_ctl(&mut self, p: usize) -> Result<bool> {
+        let mut did = false;
+        if self.peer(p).hello_reply {
+            let arg = if self.peer(p).they_saw_mine {
+                HELLO_DONE
+            } else {
+                HELLO_SEEN
+            };
+            if !self.post_ctl_send(p, MSG_HELLO, arg, &[])? {
+                return Ok(did);
+            }
+            self.peer(p).hello_reply = false;
+            did = true;
+        }
+        while !self.peer(p).pending_ready.is_empty() {
+            let n = self.peer(p).pending_ready.len().min(READY_MAX);
+            let mut body = Vec::with_capacity(n * READY_ENTRY);
+            for e in &self.peer(p).pending_ready[..n] {
+                body.extend_from_slice(&e.addr.to_le_bytes());
+                body.extend_from_slice(&e.rkey.to_le_bytes());
+                body.extend_from_slice(&e.len.to_le_bytes());
+                body.extend_from_slice(&e.msg_len.to_le_bytes());
+            }
+            if !self.post_ctl_send(p, MSG_READY, n as u32, &body)? {
+                break;
+            }
+            self.peer(p).pending_ready.drain(..n);
+            did = true;
+        }
+        Ok(did)
+    }
+
+    /// Reads one control message that arrived in `slot`, then posts the slot again.
+    fn on_ctl_recv(&mut self, p: usize, slot: usize, byte_len: usize) -> Result<()> {
+        let addr = self.ctl_addr(p, slot);
+        // SAFETY: the completion says the device is done writing the slot.
+        let msg = unsafe { std::slice::from_raw_parts(addr as *const u8, byte_len.min(CTL_SLOT)) };
+        if msg.len() < CTL_HDR {
+            bail!(
+                "transport verbs: a control message of {} bytes from {}",
+                msg.len(),
+                self.names[p]
+            );
+        }
+        let kind = u32::from_le_bytes(msg[0..4].try_into().expect("4 bytes"));
+        let arg = u32::from_le_bytes(msg[4..8].try_into().expect("4 bytes"));
+        match kind {
+            MSG_READY => {
+                let n = arg as usize;
+                if msg.len() < CTL_HDR + n * READY_ENTRY {
+                    bail!(
+                        "transport verbs: a truncated ready notice from {}",
+                        self.names[p]
+                    );
+                }
+                let mut entries = Vec::with_capacity(n);
+                for i in 0..n {
+                    let e = &msg[CTL_HDR + i * READY_ENTRY..CTL_HDR + (i + 1) * READY_ENTRY];
+                    entries.push(ReadyEntry {
+                        addr: u64::from_le_bytes(e[0..8].try_into().expect("8 bytes")),
+                        rkey: u32::from_le_bytes(e[8..12].try_into().expect("4 bytes")),
+                        len: u32::from_le_bytes(e[12..16].try_into().expect("4 bytes")),
+                        msg_len: u64::from_le_bytes(e[16..24].try_into().expect("8 bytes")),
+                    });
+                }
+                self.peer(p).ready.extend(entries);
+            }
+            MSG_HELLO => {
+                let peer = self.peer(p);
+                peer.seen_theirs = true;
+                if arg >= HELLO_SEEN {
+                    peer.they_saw_mine = true;
+                }
+                if arg < HELLO_DONE {
+                    peer.hello_reply = true;
+                }
+            }
+            other => bail!(
+                "transport verbs: an unknown control message ({other}) from {}",
+                self.names[p]
+            ),
+        }
+        self.post_ctl_recv(p, slot)
+    }
+
+    /// Polls once. Control completions are handled here; data completions are returned as
+    /// (kind, peer, cost, wc) for the exchange in progress.
+    fn poll(&mut self, data: &mut Vec<(u64, usize, u64, IbvWc)>) -> Result<usize> {
+        let mut wcs = std::mem::take(&mut self.wcs);
+        // SAFETY: the CQ is live; wcs has room for its length.
+        let n = unsafe { poll_cq(self.queues.cq, &mut wcs) };
+        if n < 0 {
+            self.wcs = wcs;
+            bail!("transport verbs: polling the completion queue failed ({n})");
+        }
+        let mut result = Ok(n as usize);
+        for wc in &wcs[..n as usize] {
+            let (kind, p, low) = split_wr_id(wc.wr_id);
+            if p >= self.size || p == self.rank {
+                result = Err(anyhow!(
+                    "transport verbs: a completion for an unknown queue pair"
+                ));
+                break;
+            }
+            if wc.status != IBV_WC_SUCCESS {
+                let what = match kind {
+                    K_DATA_SEND => "sending data to",
+                    K_DATA_RECV => "receiving data from",
+                    K_CTL_SEND => "sending a control message to",
+                    _ => "receiving a control message from",
+                };
+                result = Err(anyhow!(
+                    "transport verbs: {what} {} failed: {} (vendor error {:#x})",
+                    self.names[p],
+                    self.dev.lib.status_str(wc.status),
+                    wc.vendor_err
+                ));
+                break;
+            }
+            let r = match kind {
+                K_CTL_SEND => {
+                    self.peer(p).ctl_send_free.push_back(low as usize);
+                    Ok(())
+                }
+                K_CTL_RECV => self.on_ctl_recv(p, low as usize, wc.byte_len as usize),
+                K_DATA_SEND => {
+                    self.peer(p).sq_free += low as u32;
+                    data.push((kind, p, low, *wc));
+                    Ok(())
+                }
+                _ => {
+                    let peer = self.peer(p);
+                    peer.rq_free += low as u32;
+                    peer.rq_chunks_free += 1;
+                    data.push((kind, p, low, *wc));
+                    Ok(())
+                }
+            };
+            if let Err(e) = r {
+                result = Err(e);
+                break;
+            }
+        }
+        self.wcs = wcs;
+        result
+    }
+
+    /// Waits until every peer has its control receives posted and knows this rank has too.
+    /// Until then a notice could reach a peer with nothing posted, which UC would drop.
+    fn greet(&mut self) -> Result<()> {
+        let start = Instant::now();
+        let mut last_sent: Option<Instant> = None;
+        let mut data = Vec::new();
+        loop {
+            let waiting: Vec<usize> = (0..self.size)
+                .filter(|p| self.peers[*p].as_ref().is_some_and(|x| !x.they_saw_mine))
+                .collect();
+            if waiting.is_empty() {
+                // Answer anyone who has not heard that this rank saw them; later answers go
+                // out from exchange.
+                for p in 0..self.size {
+                    if self.peers[p].is_some() {
+                        self.flush_ctl(p)?;
+                    }
+                }
+                return Ok(());
+            }
+            if !matches!(last_sent, Some(t) if t.elapsed() <= Duration::from_millis(5)) {
+                for &p in &waiting {
+                    let seen = if self.peer(p).seen_theirs {
+                        HELLO_SEEN
+                    } else {
+                        HELLO_UNSEEN
+                    };
+                    // A greeting answers one received, too.
+                    if self.post_ctl_send(p, MSG_HELLO, seen, &[])? {
+                        self.peer(p).hello_reply = false;
+                    }
+                }
+                last_sent = Some(Instant::now());
+            }
+            for p in 0..self.size {
+                if self.peers[p].is_some() {
+                    self.flush_ctl(p)?;
+                }
+            }
+            self.poll(&mut data)?;
+            if !data.is_empty() {
+                bail!("transport verbs: data arrived before the queue pairs were connected");
+            }
+            if start.elapsed() > self.timeout {
+                let who: Vec<String> = waiting.iter().map(|p| self.names[*p].to_string()).collect();
+                bail!(
+                    "transport verbs: no answer over RDMA from {} within {:.0} s on {} (are both ends on the same link? is the Thunderbolt Bridge off?)",
+                    who.join(", "),
+                    self.timeout.as_secs_f64(),
+                    self.info.device
+                );
+            }
+        }
+    }
+
+    fn lookup(&self, ptr: *const u8, len: usize) -> Option<Mem> {
+        let start = ptr as usize;
+        let r = self.registry.lock().unwrap_or_else(|p| p.into_inner());
+        r.iter()
+            .find(|x| x.start <= start && start + len <= x.end)
+            .map(|x| Mem {
+                addr: start as u64,
+                lkey: x.lkey,
+                rkey: x.rkey,
+            })
+    }
+
+    /// Registered memory of at least `len` bytes for messages in unregistered memory. Grows
+    /// by doubling, so a run settles on one registration.
+    fn ensure_staging(&mut self, len: usize) -> Result<()> {
+        if len == 0 || self.staging.as_ref().is_some_and(|s| s.buf.len() >= len) {
+            return Ok(());
+        }
+        self.staging = None;
+        let mut buf = Buffer::new(len.next_power_of_two());
+        let mr = Mr::register(
+            &self.dev,
+            buf.as_mut_ptr(),
+            buf.len(),
+            self.profile.mr_access,
+        )?;
+        self.staging = Some(Staging { mr, buf });
+        Ok(())
+    }
+}
+
+fn align64(x: usize) -> usize {
+    (x + 63) & !63
+}
+
+impl Transport for VerbsTransport {
+    fn name(&self) -> &'static str {
+        "verbs"
+    }
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn size(&self) -> usize {
+        self.size
+    }
+    fn timeout(&self) -> Duration {
+        self.timeout
+    }
+    fn set_timeout(&mut self, timeout: Duration) -> Result<()> {
+        self.timeout = timeout;
+        Ok(())
+    }
+
+    /// Registers the memory once, here, so the timed path never registers.
+    fn alloc(&mut self, len: usize) -> Result<Buffer> {
+        let mut buf = Buffer::new(len);
+        if len == 0 {
+            return Ok(buf);
+        }
+        let mr = Mr::register(&self.dev, buf.as_mut_ptr(), len, self.profile.mr_access)?;
+        self.registry
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Reg {
+                start: buf.as_ptr() as usize,
+                end: buf.as_ptr() as usize + len,
+                lkey: mr.lkey(),
+                rkey: mr.rkey(),
+                id: mr.raw as usize,
+            });
+        Ok(buf.with_guard(Box::new(MrGuard {
+            mr,
+            registry: self.registry.clone(),
+        })))
+    }
+
+    fn exchange(&mut self, sends: &[SendOp], recvs: &mut [RecvOp]) -> Result<()> {
+        for p in sends
+            .iter()
+            .map(|o| o.peer)
+            .chain(recvs.iter().map(|o| o.peer))
+        {
+            if p >= self.size || p == self.rank {
+                bail!("rank {} cannot exchange with rank {p}", self.rank);
+            }
+        }
+        // Memory: registered buffers are used in place; anything else goes through staging.
+        let mut staged = 0usize;
+        let mut send_at: Vec<Result<Mem, usize>> = Vec::with_capacity(sends.len());
+        for op in sends {
+            send_at.push(match self.lookup(op.buf.as_ptr(), op.buf.len()) {
+                Some(m) => Ok(m),
+                None => {
+                    let at = staged;
+                    staged = align64(staged + op.buf.len());
+                    Err(at)
+                }
+            });
+        }
+        let mut recv_at: Vec<Result<Mem, usize>> = Vec::with_capacity(recvs.len());
+        for op in recvs.iter() {
+            recv_at.push(match self.lookup(op.buf.as_ptr(), op.buf.len()) {
+                Some(m) => Ok(m),
+                None => {
+                    let at = staged;
+                    staged = align64(staged + op.buf.len());
+                    Err(at)
+                }
+            });
+        }
+        self.ensure_staging(staged)?;
+        let stage_mem = |at: usize, s: &Option<Staging>| -> Mem {
+            let s = s.as_ref().expect("staging sized above");
+            Mem {
+                addr: s.buf.as_ptr() as u64 + at as u64,
+                lkey: s.mr.lkey(),
+                rkey: s.mr.rkey(),
+            }
+        };
+        let mut send_q: Vec<VecDeque<SendMsg>> = (0..self.size).map(|_| VecDeque::new()).collect();
+        for (op, at) in sends.iter().zip(&send_at) {
+            let mem = match at {
+                Ok(m) => *m,
+                Err(off) => {
+                    let m = stage_mem(*off, &self.staging);
+                    // SAFETY: staging holds `staged` bytes, this op's share starts at off.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            op.buf.as_ptr(),
+                            m.addr as *mut u8,
+                            op.buf.len(),
+                        )
+                    };
+                    m
+                }
+            };
+            send_q[op.peer].push_back(SendMsg {
+                addr: mem.addr,
+                lkey: mem.lkey,
+                len: op.buf.len(),
+                off: 0,
+            });
+        }
+        let mut recv_todo: Vec<VecDeque<RecvChunk>> =
+            (0..self.size).map(|_| VecDeque::new()).collect();
+        let mut left_chunks = 0usize;
+        for (op, at) in recvs.iter().zip(&recv_at) {
+            let mem = match at {
+                Ok(m) => *m,
+                Err(off) => stage_mem(*off, &self.staging),
+            };
+            let limit = self.peers[op.peer]
+                .as_ref()
+                .map(|x| x.chunk_limit)
+                .unwrap_or(1);
+            for (off, len) in profile::chunks(op.buf.len(), limit, self.profile.frame) {
+                recv_todo[op.peer].push_back(RecvChunk {
+                    addr: mem.addr + off as u64,
+                    lkey: mem.lkey,
+                    rkey: mem.rkey,
+                    len,
+                    msg_len: op.buf.len(),
+                });
+                left_chunks += 1;
+            }
+        }
+        let mut inflight: Vec<VecDeque<RecvChunk>> =
+            (0..self.size).map(|_| VecDeque::new()).collect();
+        let mut sends_out = 0usize;
+        let mut data = Vec::new();
+        let mut last_progress = Instant::now();
+        let mut idle_polls = 0u32;
+        loop {
+            let mut progress = false;
+            for p in 0..self.size {
+                if self.peers[p].is_none() {
+                    continue;
+                }
+                progress |= self.post_recvs(p, &mut recv_todo[p], &mut inflight[p])?;
+                progress |= self.flush_ctl(p)?;
+                progress |= self.post_sends(p, &mut send_q[p], &mut sends_out)?;
+            }
+            data.clear();
+            let n = self.poll(&mut data)?;
+            for (kind, p, _, wc) in &data {
+                if *kind == K_DATA_SEND {
+                    sends_out -= 1;
+                    continue;
+                }
+                let c = inflight[*p].pop_front().ok_or_else(|| {
+                    anyhow!(
+                        "transport verbs: data from {} that nothing was posted for",
+                        self.names[*p]
+                    )
+                })?;
+                let got = if self.profile.data_op == DataOp::WriteImm
+                    && wc.wc_flags & IBV_WC_WITH_IMM != 0
+                {
+                    u32::from_be(wc.imm_data) as usize
+                } else {
+                    wc.byte_len as usize
+                };
+                if got != c.len {
+                    bail!(
+                        "message size mismatch from {}: a chunk of {got} bytes arrived where {} were expected (of a {}-byte message)",
+                        self.names[*p],
+                        c.len,
+                        c.msg_len
+                    );
+                }
+                left_chunks -= 1;
+            }
+            if left_chunks == 0 && sends_out == 0 && send_q.iter().all(|q| q.is_empty()) {
+                break;
+            }
+            if n > 0 || progress {
+                last_progress = Instant::now();
+                idle_polls = 0;
+                continue;
+            }
+            idle_polls += 1;
+            if idle_polls & 1023 == 0 && last_progress.elapsed() > self.timeout {
+                let mut waits: Vec<String> = Vec::new();
+                for p in 0..self.size {
+                    let r = recv_todo[p].len() + inflight[p].len();
+                    let s = send_q[p].len();
+                    if r + s > 0 {
+                        waits.push(format!(
+                            "{} ({r} receive chunk(s) not arrived, {s} message(s) it has not said it is ready for)",
+                            self.names[p]
+                        ));
+                    }
+                }
+                if waits.is_empty() {
+                    waits.push(format!("{sends_out} send completion(s)"));
+                }
+                bail!(
+                    "timed out after {:.0} s waiting for {}",
+                    self.timeout.as_secs_f64(),
+                    waits.join(", ")
+                );
+            }
+        }
+        for (op, at) in recvs.iter_mut().zip(&recv_at) {
+            if let Err(off) = at {
+                let s = self.staging.as_ref().expect("staging sized above");
+                // SAFETY: every chunk of this message has completed into staging.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        s.buf.as_ptr().add(*off),
+                        op.buf.as_mut_ptr(),
+                        op.buf.len(),
+                    )
+                };
+            }
+        }
+        Ok(())
+    }
+}
+
+impl VerbsTransport {
+    fn post_recvs(
+        &mut self,
+        p: usize,
+        todo: &mut VecDeque<RecvChunk>,
+        inflight: &mut VecDeque<RecvChunk>,
+    ) -> Result<bool> {
+        let mut did = false;
+        let op = self.profile.data_op;
+        while let Some(c) = todo.front().copied() {
+            let cost = match op {
+                DataOp::Send => self.profile.cost(c.len),
+                DataOp::WriteImm => 1,
+            };
+            let data_qp = {
+                let peer = self.peer(p);
+                if peer.rq_free < cost || peer.rq_chunks_free == 0 {
+                    break;
+                }
+                peer.data
+            };
+            let mut sge = IbvSge {
+                addr: c.addr,
+                length: c.len as u32,
+                lkey: c.lkey,
+            };
+            // A written chunk needs only a receive to carry its immediate, without memory.
+            let with_memory = op == DataOp::Send && c.len > 0;
+            let mut wr = IbvRecvWr {
+                wr_id: wr_id(K_DATA_RECV, p, cost as u64),
+                next: std::ptr::null_mut(),
+                sg_list: if with_memory {
+                    &mut sge
+                } else {
+                    std::ptr::null_mut()
+                },
+                num_sge: with_memory as i32,
+            };
+            // SAFETY: the chunk lies in registered memory the caller lent for this exchange,
+            // which does not return before the chunk completes.
+            let rc = unsafe { post_recv(data_qp, &mut wr) };
+            if rc != 0 {
+                bail!(
+                    "transport verbs: cannot post a receive for {}: {}",
+                    self.names[p],
+                    std::io::Error::from_raw_os_error(rc)
+                );
+            }
+            let peer = self.peer(p);
+            peer.rq_free -= cost;
+            peer.rq_chunks_free -= 1;
+            peer.pending_ready.push(ReadyEntry {
+                addr: c.addr,
+                rkey: c.rkey,
+                len: c.len as u32,
+                msg_len: c.msg_len as u64,
+            });
+            inflight.push_back(c);
+            todo.pop_front();
+            did = true;
+        }
+        Ok(did)
+    }
+
+    fn post_sends(
+        &mut self,
+        p: usize,
+        queue: &mut VecDeque<SendMsg>,
+        out: &mut usize,
+    ) -> Result<bool> {
+        let mut did = false;
+        let op = self.profile.data_op;
+        while let Some(msg) = queue.front_mut() {
+            let (entry, data_qp) = {
+                let profile_cost = |len: usize| match op {
+                    DataOp::Send => self.profile.cost(len),
+                    DataOp::WriteImm => 1,
+                };
+                let Some(peer) = self.peers[p].as_ref() else {
+                    break;
+                };
+                let Some(entry) = peer.ready.front().copied() else {
+                    break;
+                };
+                if peer.sq_free < profile_cost(entry.len as usize) {
+                    break;
+                }
+                (entry, peer.data)
+            };
+            if msg.off == 0 && entry.msg_len as usize != msg.len {
+                bail!(
+                    "message size mismatch with {}: it receives {} bytes, this rank sends {}",
+                    self.names[p],
+                    entry.msg_len,
+                    msg.len
+                );
+            }
+            let len = entry.len as usize;
+            if msg.off + len > msg.len || (len == 0 && msg.len > 0) {
+                bail!(
+                    "transport verbs: {} asked for a chunk of {len} bytes at {} of a {}-byte message",
+                    self.names[p],
+                    msg.off,
+                    msg.len
+                );
+            }
+            let cost = match op {
+                DataOp::Send => self.profile.cost(len),
+                DataOp::WriteImm => 1,
+            };
+            let mut sge = IbvSge {
+                addr: msg.addr + msg.off as u64,
+                length: len as u32,
+                lkey: msg.lkey,
+            };
+            let mut wr = IbvSendWr::zeroed();
+            wr.wr_id = wr_id(K_DATA_SEND, p, cost as u64);
+            wr.sg_list = if len > 0 {
+                &mut sge
+            } else {
+                std::ptr::null_mut()
+            };
+            wr.num_sge = (len > 0) as i32;
+            wr.send_flags = IBV_SEND_SIGNALED;
+            match op {
+                DataOp::Send => wr.opcode = IBV_WR_SEND,
+                DataOp::WriteImm => {
+                    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+                    wr.imm_data = (len as u32).to_be();
+                    wr.remote_addr = entry.addr;
+                    wr.rkey = entry.rkey;
+                }
+            }
+            // SAFETY: the chunk lies in registered memory lent for this exchange; its
+            // completion is awaited before exchange returns.
+            let rc = unsafe { post_send(data_qp, &mut wr) };
+            if rc != 0 {
+                bail!(
+                    "transport verbs: cannot post a send to {}: {}",
+                    self.names[p],
+                    std::io::Error::from_raw_os_error(rc)
+                );
+            }
+            let peer = self.peer(p);
+            peer.sq_free -= cost;
+            peer.ready.pop_front();
+            *out += 1;
+            did = true;
+            msg.off += len;
+            if msg.off >= msg.len {
+                queue.pop_front();
+            }
+        }
+        Ok(did)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wr_ids_round_trip() {
+        for (k, p, low) in [
+            (K_DATA_SEND, 0, 0),
+            (K_CTL_RECV, 7, 127),
+            (K_DATA_RECV, 0xffff, 0xff_ffff_ffff),
+        ] {
+            assert_eq!(split_wr_id(wr_id(k, p, low)), (k, p, low));
+        }
+    }
+
+    #[test]
+    fn ready_notices_fit_one_control_frame() {
+        const { assert!(CTL_HDR + READY_MAX * READY_ENTRY <= CTL_SLOT) };
+        // A whole osu_bw window of one-chunk messages fits one notice.
+        const { assert!(READY_MAX >= 64) };
+    }
+
+    #[test]
+    fn missing_library_is_the_no_device_line() {
+        let opts = VerbsOptions {
+            library: Some("/nonexistent/libibverbs.so.1".into()),
+            timeout: Duration::from_secs(1),
+            ..Default::default()
+        };
+        let e = match prepare(0, 2, &opts) {
+            Err(e) => format!("{e:#}"),
+            Ok(_) => panic!("a missing library cannot give a device"),
+        };
+        assert!(
+            e.starts_with("transport verbs: no RDMA device on this host (cannot load /nonexistent/libibverbs.so.1"),
+            "{e}"
+        );
+        assert_eq!(e.lines().count(), 1, "{e}");
+    }
+
+    #[test]
+    fn this_host_without_a_device_says_so_in_one_line() {
+        // Meaningful only where no RDMA device exists (this project's build machines).
+        let has_devices = std::fs::read_dir("/sys/class/infiniband")
+            .map(|d| d.count() > 0)
+            .unwrap_or(false);
+        if has_devices || cfg!(target_vendor = "apple") {
+            println!("skipped: this host may have an RDMA device");
+            return;
+        }
+        let e = match prepare(0, 2, &VerbsOptions::default()) {
+            Err(e) => format!("{e:#}"),
+            Ok(_) => panic!("no device here, yet one opened"),
+        };
+        assert!(
+            e.starts_with("transport verbs: no RDMA device on this host ("),
+            "{e}"
+        );
+        assert_eq!(e.lines().count(), 1, "{e}");
+        assert!(
+            e.contains("/sys/class/infiniband"),
+            "says what sysfs shows: {e}"
+        );
+        // With the library installed the reason is the device list; without it, the load.
+        assert!(
+            e.contains("ibv_get_device_list") || e.contains("cannot load libibverbs.so.1"),
+            "{e}"
+        );
+    }
+}
