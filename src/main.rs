@@ -2,6 +2,7 @@
 //! driver. Suites are registered here and nowhere else.
 
 mod cli;
+mod env;
 mod quick;
 
 use clap::Parser;
@@ -76,6 +77,11 @@ fn main() {
             strict: a.strict,
         }),
         Command::Run(a) => quick::run(a, &generator()),
+        Command::Env(a) => env::run(a.json),
+        Command::Infer(a) if a.gguf.is_some() => a.decode_config().and_then(|config| {
+            driver::run::<tbbench_infer::decode::DecodeSuite>(&config, &a.run.options(), &tool())
+        }),
+        Command::Infer(a) => tbbench_infer::endpoint::run(&a.config(), &tool()),
     };
     match result {
         Ok(code) => std::process::exit(code),

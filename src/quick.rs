@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// The suites and their short settings: seconds each on a laptop, yet every table and chart
-/// of the report gets data.
+/// of the report gets data. `infer` here is its built-in decode (no server to talk to).
 fn suites(a: &QuickArgs) -> Vec<(&'static str, Vec<String>)> {
     let link = vec![
         "--sizes".into(),
@@ -22,7 +22,17 @@ fn suites(a: &QuickArgs) -> Vec<(&'static str, Vec<String>)> {
     // of a slow machine; the DGEMM probe gives the efficiency column its meaning.
     let n = if a.nodes > 4 { "4000" } else { "3000" };
     let hpl = vec!["--n".into(), n.into()];
-    vec![("link", link), ("hpl", hpl)]
+    let mut all = vec![("link", link), ("hpl", hpl)];
+    // The built-in decode needs a model file: the SmolLM2 one scripts/setup.sh installs.
+    if tbbench_infer::decode::default_gguf().is_some() {
+        let decode = vec!["--gguf".into(), "--max-tokens".into(), "16".into()];
+        all.push(("infer", decode));
+    } else {
+        println!(
+            "(infer --gguf skipped: no model installed; scripts/setup.sh installs SmolLM2-135M)"
+        );
+    }
+    all
 }
 
 pub fn run(a: &QuickArgs, generator: &str) -> Result<i32> {
@@ -43,7 +53,10 @@ pub fn run(a: &QuickArgs, generator: &str) -> Result<i32> {
             .arg("--transport")
             .arg(a.transport.as_str())
             .arg("--out")
-            .arg(dir.join(format!("{suite}.json")))
+            .arg(dir.join(format!(
+                "{}.json",
+                if suite == "infer" { "decode" } else { suite }
+            )))
             .args(&extra);
         if let Some(h) = &a.hostfile {
             cmd.arg("--hostfile").arg(h);

@@ -378,3 +378,68 @@ fn environment(loaded: &[Loaded]) -> String {
     }
     s
 }
+
+/// The key figures of runs over different networks as one text table: a row per figure, a
+/// column per network. What `--over` prints after its runs.
+pub fn network_table(paths: &[PathBuf]) -> String {
+    let (loaded, problems) = load_checked(paths);
+    let mut out = String::new();
+    for p in &problems {
+        out.push_str(&format!("left out {p}\n"));
+    }
+    let nets: Vec<String> = loaded
+        .iter()
+        .map(|l| l.result.network.label.clone())
+        .collect();
+    let per_run: Vec<Vec<Metric>> = loaded.iter().map(metrics_of).collect();
+    let mut rows: Vec<(String, String)> = Vec::new();
+    for m in per_run.iter().flatten() {
+        let k = (m.name(), m.unit.clone());
+        if !rows.contains(&k) {
+            rows.push(k);
+        }
+    }
+    if rows.is_empty() {
+        return out;
+    }
+    let mut cells: Vec<Vec<String>> = vec![];
+    let mut head = vec!["figure".to_string()];
+    head.extend(nets.iter().cloned());
+    cells.push(head);
+    for (name, unit) in &rows {
+        let mut row = vec![format!("{name} ({unit})")];
+        for ms in &per_run {
+            row.push(
+                ms.iter()
+                    .find(|m| &m.name() == name)
+                    .map(|m| chart::number_label(m.value))
+                    .unwrap_or_else(|| "–".into()),
+            );
+        }
+        cells.push(row);
+    }
+    let cols = cells[0].len();
+    let width: Vec<usize> = (0..cols)
+        .map(|c| {
+            cells
+                .iter()
+                .map(|r| r[c].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for r in &cells {
+        let mut line = String::new();
+        for (c, v) in r.iter().enumerate() {
+            let pad = " ".repeat(width[c] - v.chars().count());
+            if c == 0 {
+                line.push_str(&format!("{v}{pad}"));
+            } else {
+                line.push_str(&format!("  {pad}{v}"));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}

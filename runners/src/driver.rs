@@ -26,9 +26,29 @@ pub fn is_rank_process() -> bool {
 /// Entry point for every suite: launches the ranks, or runs as one of them.
 pub fn run<S: Suite>(config: &S::Config, opts: &RunOptions, tool: &Tool) -> Result<i32> {
     if is_rank_process() {
-        return rank_main::<S>(config, opts, tool, env_bootstrap()?);
+        // A rank of one network of `--over`: the launcher says which.
+        let opts = match std::env::var(crate::launch::ENV_NETWORK) {
+            Ok(i) if !opts.over.is_empty() => {
+                let i: usize =
+                    i.parse()
+                        .ok()
+                        .filter(|i| *i < opts.over.len())
+                        .ok_or_else(|| {
+                            anyhow!(
+                                "{}={i} names no network of --over",
+                                crate::launch::ENV_NETWORK
+                            )
+                        })?;
+                opts.on_network(i)
+            }
+            _ => opts.clone(),
+        };
+        return rank_main::<S>(config, &opts, tool, env_bootstrap()?);
     }
     if let Some(size) = crate::mpi_boot::mpirun_size() {
+        if !opts.over.is_empty() {
+            bail!("--over is not supported under mpirun yet: run once per network (--transport, --iface)");
+        }
         return rank_main::<S>(config, opts, tool, crate::mpi_boot::bootstrap(opts, size)?);
     }
     launch::launch(opts, S::NAME)
@@ -123,13 +143,22 @@ fn rank_main<S: Suite>(
     } = boot;
     let mut host = sysinfo::this_host();
     let label = label.unwrap_or_else(|| host.hostname.clone());
-    let data_ip: Option<IpAddr> = match (&opts.iface, addr) {
-        (Some(iface), _) => Some(IpAddr::V4(netinfo::ipv4_of(iface)?)),
-        (None, Some(a)) => Some(
+    // The address the launcher placed this rank at (hostfile `ips`, loopback): the control
+    // network. Data may go elsewhere (--iface, a subnet of --over).
+    let control_ip: Option<IpAddr> = match addr {
+        Some(a) => Some(
             a.parse()
                 .map_err(|_| anyhow!("{ENV_ADDR}={a} is not an IP address"))?,
         ),
-        (None, None) => opts.addr,
+        None => None,
+    };
+    let data_ip: Option<IpAddr> = match &opts.iface {
+        Some(iface) => Some(IpAddr::V4(netinfo::ipv4_of(iface)?)),
+        // A subnet: this host's own address in it, whatever the interface is called here.
+        None if opts.subnet.is_some() => Some(IpAddr::V4(netinfo::ipv4_in_subnet(
+            opts.subnet.expect("checked"),
+        )?)),
+        None => control_ip.or(opts.addr),
     };
     let data_listener = match opts.transport {
         TransportKind::Tcp => Some(tcp::bind_listener(
@@ -177,8 +206,12 @@ fn rank_main<S: Suite>(
     };
 
     let (table, conns, rdv_listener) = if rank == 0 {
+        // The others reach rank 0 where the launcher placed it, which need not be the data
+        // network: ssh and the rendezvous over Ethernet, data over Thunderbolt.
         let bind = SocketAddr::new(
-            data_ip.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
+            control_ip
+                .or(data_ip)
+                .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
             opts.port,
         );
         let listener = match bound {

@@ -28,6 +28,8 @@ pub const ENV_RDV: &str = "TBBENCH_RDV";
 pub const ENV_LAUNCHED: &str = "TBBENCH_LAUNCHED";
 /// Token in the environment, for starting ranks by hand.
 pub const ENV_TOKEN: &str = "TBBENCH_TOKEN";
+/// Which network of `--over` the ranks of this run use (an index into the list).
+pub const ENV_NETWORK: &str = "TBBENCH_NETWORK";
 
 /// Where one rank goes.
 #[derive(Debug, Clone)]
@@ -124,6 +126,9 @@ fn rank_command(
     if let Some(r) = rdv {
         env.push((ENV_RDV, r.to_string()));
     }
+    if let Some(i) = opts.network_index {
+        env.push((ENV_NETWORK, i.to_string()));
+    }
     let Some(host) = &p.host else {
         let mut c = Command::new(exe);
         c.args(&args);
@@ -166,7 +171,93 @@ struct Rank {
 }
 
 /// Runs the whole job from this process; returns the exit code for the user.
+/// Set by Ctrl-C. One flag for the whole process, installed once: a `--over` run launches
+/// several times, and the handler can only be set once.
+fn interrupted() -> Arc<AtomicBool> {
+    static FLAG: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
+    FLAG.get_or_init(|| {
+        let flag = Arc::new(AtomicBool::new(false));
+        let f = flag.clone();
+        // Ctrl-C: local ranks get the signal from the terminal too; the launcher makes sure
+        // remote ones stop by closing their stdin (killing the ssh clients).
+        let _ = ctrlc::set_handler(move || f.store(true, Ordering::SeqCst));
+        flag
+    })
+    .clone()
+}
+
 pub fn launch(opts: &RunOptions, suite: &str) -> Result<i32> {
+    if opts.over.is_empty() {
+        launch_once(opts, suite)
+    } else {
+        launch_over(opts, suite)
+    }
+}
+
+/// `--over`: the whole run once per network, one result file each, then their figures side
+/// by side. A network that fails (no RDMA device, an interface missing) is reported and the
+/// others still run; the exit code says whether all of them succeeded.
+fn launch_over(opts: &RunOptions, suite: &str) -> Result<i32> {
+    let dir = opts.out.clone().unwrap_or_else(|| PathBuf::from("results"));
+    if dir.is_file() || dir.extension().is_some_and(|e| e == "json") {
+        bail!(
+            "with --over, --out names a folder (one result per network), not {}",
+            dir.display()
+        );
+    }
+    let started = time::OffsetDateTime::now_utc();
+    let stamp = tbbench_reports::write::default_path(suite, started);
+    let stem = stamp
+        .file_stem()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .to_string();
+    let n = opts.over.len();
+    let mut written = Vec::new();
+    let mut failed = Vec::new();
+    for i in 0..n {
+        let spec = &opts.over[i];
+        let mut o = opts.on_network(i);
+        let path = dir.join(format!("{stem}-{}-{}.json", i + 1, spec.slug()));
+        o.out = Some(path.clone());
+        println!("\n== network {}/{n}: {} ==", i + 1, spec.spec);
+        let code = match launch_once(&o, suite) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("tbbench: error: network {}: {e:#}", spec.spec);
+                1
+            }
+        };
+        if code == 130 || interrupted().load(Ordering::SeqCst) {
+            return Ok(130);
+        }
+        if path.exists() {
+            written.push(path);
+        }
+        if code != 0 {
+            failed.push(spec.spec.clone());
+        }
+    }
+    if !written.is_empty() {
+        println!("\n== side by side ==");
+        print!("{}", tbbench_reports::report::network_table(&written));
+        for p in &written {
+            println!("result: {}", p.display());
+        }
+    }
+    if failed.is_empty() {
+        Ok(0)
+    } else {
+        eprintln!(
+            "tbbench: error: {} of {n} networks failed: {}",
+            failed.len(),
+            failed.join(", ")
+        );
+        Ok(1)
+    }
+}
+
+fn launch_once(opts: &RunOptions, suite: &str) -> Result<i32> {
     let placements = plan(opts)?;
     let token = Token::random()?;
     let result = run_ranks(opts, suite, placements, &token);
@@ -185,13 +276,7 @@ fn run_ranks(
     token: &Token,
 ) -> Result<i32> {
     let size = placements.len();
-    let interrupted = Arc::new(AtomicBool::new(false));
-    {
-        let flag = interrupted.clone();
-        // Ctrl-C: local ranks get the signal from the terminal too; the launcher makes sure
-        // remote ones stop by closing their stdin (killing the ssh clients).
-        let _ = ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst));
-    }
+    let interrupted = interrupted();
     let out_path = opts.out.clone().unwrap_or_else(|| {
         tbbench_reports::write::default_path(suite, time::OffsetDateTime::now_utc())
     });

@@ -102,6 +102,27 @@ pub fn ipv4_of(name: &str) -> anyhow::Result<Ipv4Addr> {
     first_ipv4(&raw_interfaces()?, name)
 }
 
+/// This host's IPv4 address inside `subnet` (the first, in interface order).
+pub fn ipv4_in_subnet(subnet: (Ipv4Addr, u8)) -> anyhow::Result<Ipv4Addr> {
+    let raw = raw_interfaces()?;
+    raw.iter()
+        .flat_map(|r| r.ipv4.iter())
+        .copied()
+        .find(|ip| crate::options::in_subnet(*ip, subnet))
+        .ok_or_else(|| {
+            let have: Vec<String> = raw
+                .iter()
+                .flat_map(|r| r.ipv4.iter().map(move |ip| format!("{} {ip}", r.name)))
+                .collect();
+            anyhow!(
+                "no address in {}/{} on this host (have: {})",
+                subnet.0,
+                subnet.1,
+                have.join(", ")
+            )
+        })
+}
+
 fn no_such_interface<'a>(name: &str, names: impl Iterator<Item = &'a str>) -> anyhow::Error {
     let have = names.collect::<Vec<_>>().join(", ");
     anyhow!("no interface named '{name}' on this host (have: {have})")

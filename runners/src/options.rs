@@ -2,7 +2,7 @@
 //! see flags.
 
 use serde::Serialize;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -49,6 +49,14 @@ pub struct RunOptions {
     /// RDMA device for `--transport verbs` (`rdma_en3`, `mlx5_0`); mapped from `iface` when
     /// not given.
     pub rdma_device: Option<String>,
+    /// An IPv4 subnet each rank binds its data to (its own address inside it): one spelling
+    /// of a network that works on every host, whatever its interfaces are called.
+    #[serde(serialize_with = "subnet_str")]
+    pub subnet: Option<(Ipv4Addr, u8)>,
+    /// Networks to run the suite over, one after another (`--over`); empty: just once.
+    pub over: Vec<NetSpec>,
+    /// Which of `over` this run is (set by the launcher for its ranks).
+    pub network_index: Option<usize>,
     /// Parallel TCP connections per pair of ranks.
     pub streams: usize,
     /// SO_SNDBUF/SO_RCVBUF in bytes; None leaves the OS's autotuning on.
@@ -60,6 +68,145 @@ pub struct RunOptions {
     pub port: u16,
     /// Result file; `results/<suite>-<UTC>.json` when not given.
     pub out: Option<PathBuf>,
+}
+
+fn subnet_str<S: serde::Serializer>(v: &Option<(Ipv4Addr, u8)>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some((ip, bits)) => s.serialize_str(&format!("{ip}/{bits}")),
+        None => s.serialize_none(),
+    }
+}
+
+/// One network of `--over`: a transport and where its data goes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NetSpec {
+    /// As the user wrote it: "tcp:en0", "verbs:rdma_en3", "shm".
+    pub spec: String,
+    pub transport: TransportKind,
+    pub target: NetTarget,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NetTarget {
+    /// The transport's default (loopback for local tcp runs).
+    Default,
+    Interface(String),
+    Address(IpAddr),
+    Subnet(Ipv4Addr, u8),
+    /// An RDMA device (`verbs:rdma_en3`, `verbs:mlx5_0`).
+    Device(String),
+}
+
+impl NetSpec {
+    /// `TRANSPORT[:WHERE]`, WHERE an interface, an address, an IPv4 subnet (a.b.c.d/n), or for
+    /// verbs an RDMA device.
+    pub fn parse(s: &str) -> anyhow::Result<NetSpec> {
+        let (t, target) = match s.split_once(':') {
+            Some((t, w)) => (t, Some(w)),
+            None => (s, None),
+        };
+        let transport =
+            TransportKind::parse(t).map_err(|e| anyhow::anyhow!("network '{s}': {e}"))?;
+        let target = match target {
+            None => NetTarget::Default,
+            Some("") => anyhow::bail!("network '{s}': nothing after ':'"),
+            Some(w) => {
+                if let Some((ip, bits)) = w.split_once('/') {
+                    let ip: Ipv4Addr = ip.parse().map_err(|_| {
+                        anyhow::anyhow!("network '{s}': '{ip}' is not an IPv4 address")
+                    })?;
+                    let bits: u8 = bits.parse().ok().filter(|b| *b <= 32).ok_or_else(|| {
+                        anyhow::anyhow!("network '{s}': '/{bits}' is not a prefix length (0-32)")
+                    })?;
+                    NetTarget::Subnet(mask(ip, bits), bits)
+                } else if let Ok(ip) = w.parse::<IpAddr>() {
+                    NetTarget::Address(ip)
+                } else if transport == TransportKind::Verbs {
+                    NetTarget::Device(w.to_string())
+                } else {
+                    NetTarget::Interface(w.to_string())
+                }
+            }
+        };
+        if transport == TransportKind::Shm && target != NetTarget::Default {
+            anyhow::bail!("network '{s}': shm takes no interface or address (write 'shm')");
+        }
+        Ok(NetSpec {
+            spec: s.to_string(),
+            transport,
+            target,
+        })
+    }
+
+    /// A piece of a file name: "tcp-en0", "verbs-rdma_en3", "tcp-10.71.0.0-24".
+    pub fn slug(&self) -> String {
+        self.spec
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect()
+    }
+}
+
+/// `--over a,b,c`: the networks in order; each at most once.
+pub fn parse_over(s: &str) -> anyhow::Result<Vec<NetSpec>> {
+    let specs = s
+        .split(',')
+        .map(|p| p.trim())
+        .filter(|p| !p.is_empty())
+        .map(NetSpec::parse)
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if specs.is_empty() {
+        anyhow::bail!("--over names no network (e.g. --over tcp:eth0,tcp:en3,verbs:rdma_en3)");
+    }
+    for (i, a) in specs.iter().enumerate() {
+        if specs[..i].iter().any(|b| b.spec == a.spec) {
+            anyhow::bail!("--over names '{}' twice", a.spec);
+        }
+    }
+    Ok(specs)
+}
+
+pub fn mask(ip: Ipv4Addr, bits: u8) -> Ipv4Addr {
+    let m = if bits == 0 {
+        0
+    } else {
+        u32::MAX << (32 - bits as u32)
+    };
+    Ipv4Addr::from(u32::from(ip) & m)
+}
+
+pub fn in_subnet(ip: Ipv4Addr, (net, bits): (Ipv4Addr, u8)) -> bool {
+    mask(ip, bits) == net
+}
+
+impl RunOptions {
+    /// These options on network `index` of `--over`: its transport and target replace
+    /// `--transport`, `--iface`, `--addr` and `--rdma-device`.
+    pub fn on_network(&self, index: usize) -> RunOptions {
+        let spec = &self.over[index];
+        let mut o = self.clone();
+        o.transport = spec.transport;
+        o.network_index = Some(index);
+        o.iface = None;
+        o.addr = None;
+        o.subnet = None;
+        o.rdma_device = None;
+        match &spec.target {
+            NetTarget::Default => {}
+            NetTarget::Interface(i) => o.iface = Some(i.clone()),
+            NetTarget::Address(a) => o.addr = Some(*a),
+            NetTarget::Subnet(n, b) => o.subnet = Some((*n, *b)),
+            NetTarget::Device(d) => o.rdma_device = Some(d.clone()),
+        }
+        o
+    }
 }
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -76,6 +223,9 @@ impl Default for RunOptions {
             transport: TransportKind::Tcp,
             addr: None,
             iface: None,
+            subnet: None,
+            over: Vec::new(),
+            network_index: None,
             rdma_device: None,
             streams: 1,
             sockbuf: None,
@@ -103,5 +253,83 @@ mod tests {
             "{e}"
         );
         assert_eq!(RunOptions::default().rdma_device, None);
+    }
+
+    #[test]
+    fn network_specs_name_transport_and_target() {
+        let n = |s: &str| NetSpec::parse(s).unwrap().target;
+        assert_eq!(n("tcp"), NetTarget::Default);
+        assert_eq!(n("tcp:en0"), NetTarget::Interface("en0".into()));
+        assert_eq!(
+            n("tcp:10.0.0.2"),
+            NetTarget::Address("10.0.0.2".parse().unwrap())
+        );
+        // The subnet is normalised to its network address.
+        assert_eq!(
+            n("tcp:10.71.0.9/24"),
+            NetTarget::Subnet(Ipv4Addr::new(10, 71, 0, 0), 24)
+        );
+        assert_eq!(n("verbs:rdma_en3"), NetTarget::Device("rdma_en3".into()));
+        assert_eq!(
+            NetSpec::parse("verbs:rdma_en3").unwrap().slug(),
+            "verbs-rdma_en3"
+        );
+        for (bad, why) in [
+            ("udp:en0", "unknown transport 'udp'"),
+            ("tcp:", "nothing after"),
+            ("tcp:10.0.0.0/33", "prefix length"),
+            ("tcp:10.0.0/8", "not an IPv4 address"),
+            ("shm:lo", "shm takes no"),
+        ] {
+            let e = NetSpec::parse(bad).unwrap_err().to_string();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        assert!(parse_over("tcp:a,tcp:a")
+            .unwrap_err()
+            .to_string()
+            .contains("twice"));
+        assert!(parse_over(" , ").is_err());
+        assert_eq!(parse_over("tcp:lo, shm").unwrap().len(), 2);
+    }
+
+    #[test]
+    fn each_network_replaces_the_single_network_flags() {
+        let o = RunOptions {
+            iface: Some("eth0".into()),
+            rdma_device: Some("mlx5_0".into()),
+            over: parse_over("tcp:10.72.0.0/24,verbs:rdma_en3,shm").unwrap(),
+            ..Default::default()
+        };
+        let a = o.on_network(0);
+        assert_eq!(
+            (a.transport, a.iface.clone(), a.subnet),
+            (
+                TransportKind::Tcp,
+                None,
+                Some((Ipv4Addr::new(10, 72, 0, 0), 24))
+            )
+        );
+        let b = o.on_network(1);
+        assert_eq!(
+            (b.transport, b.rdma_device.as_deref()),
+            (TransportKind::Verbs, Some("rdma_en3"))
+        );
+        let c = o.on_network(2);
+        assert_eq!(
+            (c.transport, c.network_index),
+            (TransportKind::Shm, Some(2))
+        );
+        assert!(in_subnet(
+            Ipv4Addr::new(10, 72, 0, 2),
+            (Ipv4Addr::new(10, 72, 0, 0), 24)
+        ));
+        assert!(!in_subnet(
+            Ipv4Addr::new(10, 71, 0, 2),
+            (Ipv4Addr::new(10, 72, 0, 0), 24)
+        ));
+        assert!(in_subnet(
+            Ipv4Addr::new(1, 2, 3, 4),
+            (Ipv4Addr::new(0, 0, 0, 0), 0)
+        ));
     }
 }

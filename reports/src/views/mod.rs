@@ -2,7 +2,9 @@
 //! its key metrics, and the section it contributes. Views read result files only, never a
 //! suite's crate. A new suite adds one file here and one line in [`registry`].
 
+pub mod decode;
 pub mod hpl;
+pub mod infer;
 pub mod link;
 
 use crate::load::Loaded;
@@ -24,7 +26,12 @@ pub trait SuiteView {
 }
 
 pub fn registry() -> Vec<Box<dyn SuiteView>> {
-    vec![Box::new(link::LinkView), Box::new(hpl::HplView)]
+    vec![
+        Box::new(link::LinkView),
+        Box::new(hpl::HplView),
+        Box::new(infer::InferView),
+        Box::new(decode::DecodeView),
+    ]
 }
 
 pub fn known_suites() -> Vec<&'static str> {

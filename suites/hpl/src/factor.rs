@@ -10,14 +10,19 @@
 //! 4. update: the process row owning the panel's rows solves U12 = L11⁻¹·A12 and sends it
 //!    down each process column; everyone updates A22 −= L21·U12.
 //!
-//! Lookahead (DEPTH ≥ 1) and HPL's broadcast and swap variants are not in yet.
+//! With lookahead (HPL's DEPTH 1) the process column owning the next panel applies step 4 to
+//! that panel's columns first, factors and broadcasts it, and only then updates the rest of
+//! its trailing matrix; the other columns receive the next panel while they update, so no
+//! column idles while one factors. DEPTH ≥ 2 and HPL's broadcast and swap variants are not
+//! in yet.
 
 use crate::grid::{owner, Grid};
 use crate::input::Broadcast;
 use crate::kernels;
 use crate::matrix::LocalMatrix;
-use anyhow::Result;
+use anyhow::{bail, Result};
 use serde::Serialize;
+use std::ops::Range;
 use std::time::Instant;
 use tbbench_runners::comm::{f64_bytes, f64_bytes_mut, Comm, Group};
 
@@ -212,170 +217,306 @@ impl Panel<'_> {
     }
 }
 
+/// One factored panel as a rank of its process row holds it: L (its rows at and below `j0`,
+/// column-major with leading dimension `rows`) followed by the pivots, packed for the row
+/// broadcast; with one process column nothing is packed and L is read in place.
+struct Factored {
+    j0: usize,
+    jb: usize,
+    /// This rank's local column and row where the panel starts.
+    c0: usize,
+    r0: usize,
+    rows: usize,
+    packed: Vec<f64>,
+    ipiv: Vec<u64>,
+}
+
+impl Factored {
+    fn new(m: &LocalMatrix, j0: usize) -> Factored {
+        let jb = m.nb.min(m.n - j0);
+        let r0 = m.rows_before(j0);
+        let rows = m.mp - r0;
+        let packed = if m.grid.q == 1 {
+            Vec::new()
+        } else {
+            vec![0.0; rows * jb + jb]
+        };
+        Factored {
+            j0,
+            jb,
+            c0: m.cols_before(j0),
+            r0,
+            rows,
+            packed,
+            ipiv: vec![0; jb],
+        }
+    }
+
+    fn in_place(&self) -> bool {
+        self.packed.is_empty()
+    }
+}
+
+/// Factors the panel at `f.j0` on the process column that owns it, and packs it for the row
+/// broadcast.
+fn factor_panel(
+    m: &mut LocalMatrix,
+    comm: &mut Comm,
+    column: &[usize],
+    f: &mut Factored,
+    nbmin: usize,
+    ndiv: usize,
+) -> Result<()> {
+    Panel {
+        m: &mut *m,
+        comm,
+        column,
+        j0: f.j0,
+        c0: f.c0,
+        jb: f.jb,
+        nbmin,
+        ndiv,
+        ipiv: &mut f.ipiv,
+    }
+    .recursive(0, f.jb)?;
+    if !f.in_place() {
+        let (rows, jb) = (f.rows, f.jb);
+        for k in 0..jb {
+            let src = (f.c0 + k) * m.lda + f.r0;
+            f.packed[k * rows..(k + 1) * rows].copy_from_slice(&m.a[src..src + rows]);
+        }
+        for (k, p) in f.ipiv.iter().enumerate() {
+            f.packed[rows * jb + k] = f64::from_bits(*p);
+        }
+    }
+    Ok(())
+}
+
+/// Sends the panel (L and pivots) from `root` along this rank's process row.
+fn broadcast_panel(
+    comm: &mut Comm,
+    row: &[usize],
+    root: usize,
+    bcast: Broadcast,
+    f: &mut Factored,
+) -> Result<()> {
+    if f.in_place() {
+        return Ok(());
+    }
+    // HPL.dat's BCAST 0 is the increasing ring; the other variants are not in yet and use a
+    // binomial tree (the run says so).
+    if bcast == Broadcast::IncreasingRing {
+        comm.bcast_ring_in(Group::Members(row), root, f64_bytes_mut(&mut f.packed))?;
+    } else {
+        comm.bcast_in(Group::Members(row), root, f64_bytes_mut(&mut f.packed))?;
+    }
+    let (rows, jb) = (f.rows, f.jb);
+    for (k, p) in f.ipiv.iter_mut().enumerate() {
+        *p = f.packed[rows * jb + k].to_bits();
+    }
+    Ok(())
+}
+
+/// Applies the panel's pivots to local columns `cols` (b's included).
+fn apply_pivots(
+    m: &mut LocalMatrix,
+    comm: &mut Comm,
+    f: &Factored,
+    cols: Range<usize>,
+) -> Result<()> {
+    if cols.is_empty() {
+        return Ok(());
+    }
+    if m.grid.p == 1 {
+        // Every row is here: apply the panel's pivots one column at a time (as LAPACK's
+        // dlaswp does), so each column stays in cache instead of striding across rows.
+        let lda = m.lda;
+        let (c0, width) = (cols.start, cols.len());
+        if !kernels::laswp(width, &mut m.a[c0 * lda..], lda, f.j0, &f.ipiv) {
+            for c in cols {
+                let col = &mut m.a[c * lda..c * lda + m.mp];
+                for (jj, &g) in f.ipiv.iter().enumerate() {
+                    col.swap(f.j0 + jj, g as usize);
+                }
+            }
+        }
+    } else {
+        for (jj, &g) in f.ipiv.iter().enumerate() {
+            swap_rows(m, comm, f.j0 + jj, g as usize, cols.clone())?;
+        }
+    }
+    Ok(())
+}
+
+/// U12 = L11⁻¹·A12 over local columns `cols`, solved on the panel's process row and sent down
+/// this process column (every member of the column calls it with the same `cols`).
+fn solve_u12(
+    m: &mut LocalMatrix,
+    comm: &mut Comm,
+    column: &[usize],
+    f: &Factored,
+    cols: Range<usize>,
+) -> Result<Vec<f64>> {
+    let (jb, r0, width, lda) = (f.jb, f.r0, cols.len(), m.lda);
+    let mut u12 = vec![0.0; jb * width];
+    if width == 0 {
+        return Ok(u12);
+    }
+    let pr = owner(f.j0, m.nb, m.grid.p);
+    if m.myrow == pr {
+        let (left, right) = m.a.split_at_mut(cols.start * lda);
+        let (l11, ld) = if f.in_place() {
+            (&left[f.c0 * lda + r0..], lda)
+        } else {
+            (&f.packed[..], f.rows)
+        };
+        kernels::trsm_unit_lower(jb, width, l11, ld, &mut right[r0..], lda);
+        for c in 0..width {
+            let src = (cols.start + c) * lda + r0;
+            u12[c * jb..(c + 1) * jb].copy_from_slice(&m.a[src..src + jb]);
+        }
+    }
+    comm.bcast_in(
+        Group::Members(column),
+        m.grid.rank_at(pr, m.mycol),
+        f64_bytes_mut(&mut u12),
+    )?;
+    Ok(u12)
+}
+
+/// A22 −= L21·U12 over local columns `cols`.
+fn update_trailing(m: &mut LocalMatrix, f: &Factored, cols: Range<usize>, u12: &[f64]) {
+    let below = m.rows_before(f.j0 + f.jb);
+    let (lda, width) = (m.lda, cols.len());
+    if width == 0 || below >= m.mp {
+        return;
+    }
+    let (left, right) = m.a.split_at_mut(cols.start * lda);
+    let (l21, ld) = if f.in_place() {
+        (&left[f.c0 * lda + below..], lda)
+    } else {
+        (&f.packed[below - f.r0..], f.rows)
+    };
+    kernels::gemm_minus(
+        m.mp - below,
+        width,
+        f.jb,
+        l21,
+        ld,
+        u12,
+        f.jb,
+        &mut right[below..],
+        lda,
+    );
+}
+
 /// Factors [A | b] in place; on return this rank's share holds its part of U and of the
-/// transformed b. `on_panel(columns done)` runs on every rank after each panel.
+/// transformed b. `depth` is HPL's lookahead (0 or 1). `on_panel(columns done)` runs on every
+/// rank after each panel.
+#[allow(clippy::too_many_arguments)]
 pub fn factor(
     m: &mut LocalMatrix,
     comm: &mut Comm,
     nbmin: usize,
     ndiv: usize,
     bcast: Broadcast,
+    depth: usize,
     t: &mut Timings,
     mut on_panel: impl FnMut(usize),
 ) -> Result<()> {
+    if depth > 1 {
+        bail!("lookahead DEPTH {depth} is not implemented (DEPTH 0 and 1 are)");
+    }
     let (n, nb, grid) = (m.n, m.nb, m.grid);
+    if n == 0 {
+        return Ok(());
+    }
     let my_column = column_group(&grid, m.mycol);
     let my_row = row_group(&grid, m.myrow);
-    let mut j0 = 0;
-    while j0 < n {
-        let jb = nb.min(n - j0);
-        let pc = owner(j0, nb, grid.q);
-        let pr = owner(j0, nb, grid.p);
-        let r0 = m.rows_before(j0);
-        let c0 = m.cols_before(j0);
-        let rows = m.mp - r0;
-        let mut ipiv = vec![0u64; jb];
-
-        // 1. Panel factorization, on the process column that owns it.
-        let clock = Instant::now();
-        if m.mycol == pc {
-            let mut panel = Panel {
-                m: &mut *m,
-                comm: &mut *comm,
-                column: &my_column,
-                j0,
-                c0,
-                jb,
-                nbmin,
-                ndiv,
-                ipiv: &mut ipiv,
-            };
-            panel.recursive(0, jb)?;
-        }
-        t.panel += clock.elapsed().as_secs_f64();
-
-        // 2. The panel's rows at and below j0, and its pivots, along each process row.
-        let clock = Instant::now();
-        // With one process column there is no one to send the panel to: it is used in place.
-        let in_place = grid.q == 1;
-        let mut packed = Vec::new();
-        if !in_place {
-            packed = vec![0.0; rows * jb + jb];
-        }
-        if !in_place && m.mycol == pc {
-            for k in 0..jb {
-                let src = (c0 + k) * m.lda + r0;
-                packed[k * rows..(k + 1) * rows].copy_from_slice(&m.a[src..src + rows]);
-            }
-            for (k, p) in ipiv.iter().enumerate() {
-                packed[rows * jb + k] = f64::from_bits(*p);
-            }
-        }
-        if !in_place {
-            let root = grid.rank_at(m.myrow, pc);
-            // HPL.dat's BCAST 0 is the increasing ring; the other variants are not in yet and
-            // use a binomial tree (the run says so).
-            if bcast == Broadcast::IncreasingRing {
-                comm.bcast_ring_in(Group::Members(&my_row), root, f64_bytes_mut(&mut packed))?;
-            } else {
-                comm.bcast_in(Group::Members(&my_row), root, f64_bytes_mut(&mut packed))?;
-            }
-            for (k, p) in ipiv.iter_mut().enumerate() {
-                *p = packed[rows * jb + k].to_bits();
-            }
-        }
-        t.broadcast += clock.elapsed().as_secs_f64();
-
-        // 3. The pivots, applied to the trailing columns (b's included).
-        let clock = Instant::now();
-        let ct = m.cols_before(j0 + jb);
-        if grid.p == 1 {
-            // Every row is here: apply the panel's pivots one column at a time (as LAPACK's
-            // dlaswp does), so each column stays in cache instead of striding across rows.
-            let lda = m.lda;
-            if ct < m.nq && !kernels::laswp(m.nq - ct, &mut m.a[ct * lda..], lda, j0, &ipiv) {
-                for c in ct..m.nq {
-                    let col = &mut m.a[c * lda..c * lda + m.mp];
-                    for (jj, &g) in ipiv.iter().enumerate() {
-                        col.swap(j0 + jj, g as usize);
-                    }
-                }
-            }
-        } else {
-            for (jj, &g) in ipiv.iter().enumerate() {
-                swap_rows(m, comm, j0 + jj, g as usize, ct..m.nq)?;
-            }
-        }
-        t.swap += clock.elapsed().as_secs_f64();
-
-        // 4. U12 on the panel's process row, sent down each column; then A22 −= L21·U12.
-        let clock = Instant::now();
-        let width = m.nq - ct;
-        let mut u12 = vec![0.0; jb * width];
-        if m.myrow == pr && width > 0 {
-            let lda = m.lda;
-            if in_place {
-                let (left, right) = m.a.split_at_mut(ct * lda);
-                kernels::trsm_unit_lower(
-                    jb,
-                    width,
-                    &left[c0 * lda + r0..],
-                    lda,
-                    &mut right[r0..],
-                    lda,
-                );
-            } else {
-                kernels::trsm_unit_lower(jb, width, &packed, rows, &mut m.a[ct * lda + r0..], lda);
-            }
-            for c in 0..width {
-                let src = (ct + c) * lda + r0;
-                u12[c * jb..(c + 1) * jb].copy_from_slice(&m.a[src..src + jb]);
-            }
-        }
-        if width > 0 {
-            comm.bcast_in(
-                Group::Members(&my_column),
-                grid.rank_at(pr, m.mycol),
-                f64_bytes_mut(&mut u12),
-            )?;
-        }
-        let below = m.rows_before(j0 + jb);
-        let skip = below - r0;
-        let lda = m.lda;
-        if width > 0 && below < m.mp {
-            if in_place {
-                let (left, right) = m.a.split_at_mut(ct * lda);
-                kernels::gemm_minus(
-                    m.mp - below,
-                    width,
-                    jb,
-                    &left[c0 * lda + below..],
-                    lda,
-                    &u12,
-                    jb,
-                    &mut right[below..],
-                    lda,
-                );
-            } else {
-                kernels::gemm_minus(
-                    m.mp - below,
-                    width,
-                    jb,
-                    &packed[skip..],
-                    rows,
-                    &u12,
-                    jb,
-                    &mut m.a[ct * lda + below..],
-                    lda,
-                );
-            }
-        }
-        t.update += clock.elapsed().as_secs_f64();
-
-        j0 += jb;
-        on_panel(j0);
+    let myrow = m.myrow;
+    let root_in_row = move |j0: usize| grid.rank_at(myrow, owner(j0, nb, grid.q));
+    // Seconds since the last lap, so every stretch of time lands in exactly one bucket.
+    fn lap(clock: &mut Instant) -> f64 {
+        let now = Instant::now();
+        let s = (now - *clock).as_secs_f64();
+        *clock = now;
+        s
     }
-    Ok(())
+    let mut clock = Instant::now();
+
+    // The first panel has nothing to hide behind.
+    let mut cur = Factored::new(m, 0);
+    if m.mycol == owner(0, nb, grid.q) {
+        factor_panel(m, comm, &my_column, &mut cur, nbmin, ndiv)?;
+    }
+    t.panel += lap(&mut clock);
+    broadcast_panel(comm, &my_row, root_in_row(0), bcast, &mut cur)?;
+    t.broadcast += lap(&mut clock);
+
+    loop {
+        let next_j0 = cur.j0 + cur.jb;
+        let ct = m.cols_before(next_j0);
+        let nq = m.nq;
+        apply_pivots(m, comm, &cur, ct..nq)?;
+        t.swap += lap(&mut clock);
+        if next_j0 >= n {
+            let u12 = solve_u12(m, comm, &my_column, &cur, ct..nq)?;
+            update_trailing(m, &cur, ct..nq, &u12);
+            t.update += lap(&mut clock);
+            on_panel(n);
+            return Ok(());
+        }
+        let mut next = Factored::new(m, next_j0);
+        let owns_next = m.mycol == owner(next_j0, nb, grid.q);
+        if depth == 0 {
+            let u12 = solve_u12(m, comm, &my_column, &cur, ct..nq)?;
+            update_trailing(m, &cur, ct..nq, &u12);
+            t.update += lap(&mut clock);
+            if owns_next {
+                factor_panel(m, comm, &my_column, &mut next, nbmin, ndiv)?;
+            }
+            t.panel += lap(&mut clock);
+            broadcast_panel(comm, &my_row, root_in_row(next_j0), bcast, &mut next)?;
+            t.broadcast += lap(&mut clock);
+        } else {
+            // Lookahead. The process column owning the next panel brings only that panel's
+            // columns up to date, factors it, and then updates the rest of its trailing
+            // matrix; the other columns update all of theirs. The transports' sends and
+            // receives block until both ends meet, so the panel travels on a second thread
+            // meanwhile, alongside the update's matrix product (the one step that needs no
+            // messages): its owner sends as soon as it is factored, the others receive it
+            // while they update, and nobody waits for another's whole update.
+            let u12 = solve_u12(m, comm, &my_column, &cur, ct..nq)?;
+            let mut rest = ct;
+            if owns_next {
+                rest = m.cols_before(next_j0 + next.jb);
+                update_trailing(m, &cur, ct..rest, &u12[..(rest - ct) * cur.jb]);
+                t.update += lap(&mut clock);
+                factor_panel(m, comm, &my_column, &mut next, nbmin, ndiv)?;
+                t.panel += lap(&mut clock);
+            }
+            let u12_rest = &u12[(rest - ct) * cur.jb..];
+            if next.in_place() {
+                update_trailing(m, &cur, rest..nq, u12_rest);
+                t.update += lap(&mut clock);
+            } else {
+                let root = root_in_row(next_j0);
+                let moved = std::thread::scope(|s| {
+                    let helper = s.spawn(|| broadcast_panel(comm, &my_row, root, bcast, &mut next));
+                    update_trailing(m, &cur, rest..nq, u12_rest);
+                    t.update += lap(&mut clock);
+                    helper.join()
+                });
+                match moved {
+                    Ok(r) => r?,
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
+                t.broadcast += lap(&mut clock);
+            }
+        }
+        on_panel(next_j0);
+        cur = next;
+    }
 }
 
 /// Back substitution Ux = y over the distributed U, y being the transformed b (global

@@ -139,7 +139,7 @@ mod tests {
     fn values_lie_in_hpl_interval() {
         for k in 0..10_000 {
             let v = entry(HPL_SEED, 100, k % 100, k / 100);
-            assert!(v >= -0.5 && v <= 0.5, "{v}");
+            assert!((-0.5..=0.5).contains(&v), "{v}");
         }
     }
 

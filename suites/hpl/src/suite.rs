@@ -325,6 +325,7 @@ fn run_one(v: &Variant, ctx: &mut Context, dgemm: Option<f64>) -> Result<RunResu
         v.nbmin,
         v.ndiv,
         v.bcast,
+        v.depth,
         &mut times,
         |done| {
             if let Some(b) = &bar {

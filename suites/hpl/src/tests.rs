@@ -8,26 +8,49 @@ use crate::grid::{Grid, ProcessMap};
 use crate::input::Broadcast;
 use crate::matrix::LocalMatrix;
 use crate::{check, reference};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 use tbbench_runners::comm::Comm;
 use tbbench_runners::transport::shm::{create_segment, ShmTransport};
 use tbbench_runners::transport::PeerName;
 
-fn distributed_x(n: usize, nb: usize, grid: Grid, token: u8) -> Vec<Vec<f64>> {
-    distributed_x_with(n, nb, grid, token, 4, 2, Broadcast::IncreasingRing)
+/// A segment token no other test, in this process or another one running at the same time,
+/// uses: segments are created exclusively, and the tests run in parallel.
+fn fresh_token() -> [u8; 16] {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let mut token = [0xa5; 16];
+    token[..4].copy_from_slice(&std::process::id().to_le_bytes());
+    token[4..8].copy_from_slice(&NEXT.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+    token
 }
 
-fn distributed_x_with(
-    n: usize,
-    nb: usize,
-    grid: Grid,
-    token: u8,
+#[derive(Clone, Copy)]
+struct Opts {
     nbmin: usize,
     ndiv: usize,
     bcast: Broadcast,
-) -> Vec<Vec<f64>> {
+    depth: usize,
+}
+
+const DEFAULT: Opts = Opts {
+    nbmin: 4,
+    ndiv: 2,
+    bcast: Broadcast::IncreasingRing,
+    depth: 0,
+};
+
+fn grid(p: usize, q: usize) -> Grid {
+    Grid {
+        p,
+        q,
+        map: ProcessMap::RowMajor,
+    }
+}
+
+/// Every rank's x.
+fn distributed_x(n: usize, nb: usize, grid: Grid, o: Opts) -> Vec<Vec<f64>> {
     let ranks = grid.size();
-    let token = [token; 16];
+    let token = fresh_token();
     create_segment(&token, ranks).unwrap();
     let handles: Vec<_> = (0..ranks)
         .map(|rank| {
@@ -43,7 +66,17 @@ fn distributed_x_with(
                 let mut comm = Comm::new(Box::new(t));
                 let mut m = LocalMatrix::generate(n, nb, grid, rank, HPL_SEED);
                 let mut times = Timings::default();
-                factor(&mut m, &mut comm, nbmin, ndiv, bcast, &mut times, |_| {}).unwrap();
+                factor(
+                    &mut m,
+                    &mut comm,
+                    o.nbmin,
+                    o.ndiv,
+                    o.bcast,
+                    o.depth,
+                    &mut times,
+                    |_| {},
+                )
+                .unwrap();
                 solve(&m, &mut comm, &mut times).unwrap()
             })
         })
@@ -51,88 +84,127 @@ fn distributed_x_with(
     handles.into_iter().map(|h| h.join().unwrap()).collect()
 }
 
+/// The largest relative difference from `want` over every rank's x.
+fn worst_error(xs: &[Vec<f64>], want: &[f64]) -> f64 {
+    xs.iter()
+        .flat_map(|x| x.iter().zip(want))
+        .map(|(a, b)| (a - b).abs() / b.abs().max(1.0))
+        .fold(0.0, f64::max)
+}
+
 #[test]
-fn every_grid_solves_to_the_reference_x_and_passes() {
+fn every_grid_solves_to_the_reference_x_and_passes_with_and_without_lookahead() {
+    // N = 35 is no multiple of NB 4 or 8, and below NB 64 (a single, partial panel).
     let n = 35;
     let want = reference::solve(n, reference::augmented(n, HPL_SEED));
-    let mut token = 40;
-    for (p, q) in [(1, 1), (1, 2), (2, 1), (2, 2), (1, 4), (4, 1)] {
+    for (p, q) in [
+        (1, 1),
+        (1, 2),
+        (2, 1),
+        (2, 2),
+        (1, 3),
+        (3, 1),
+        (1, 4),
+        (4, 1),
+    ] {
         for nb in [1, 4, 8, 64] {
             for map in [ProcessMap::RowMajor, ProcessMap::ColumnMajor] {
-                token += 1;
-                let xs = distributed_x(n, nb, Grid { p, q, map }, token);
-                for (rank, x) in xs.iter().enumerate() {
-                    let worst = x
-                        .iter()
-                        .zip(&want)
-                        .map(|(a, b)| (a - b).abs() / b.abs().max(1.0))
-                        .fold(0.0, f64::max);
+                for depth in [0, 1] {
+                    let o = Opts { depth, ..DEFAULT };
+                    let xs = distributed_x(n, nb, Grid { p, q, map }, o);
+                    let worst = worst_error(&xs, &want);
                     assert!(
                         worst < 1e-12,
-                        "{p}x{q} nb {nb} {map:?} rank {rank}: x off by {worst}"
+                        "{p}x{q} nb {nb} {map:?} depth {depth}: x off by {worst}"
+                    );
+                    let resid = reference::residual(n, HPL_SEED, &xs[0]);
+                    assert!(
+                        check::passed(resid, 16.0),
+                        "{p}x{q} nb {nb} depth {depth}: residual {resid}"
                     );
                 }
-                let resid = reference::residual(n, HPL_SEED, &xs[0]);
-                assert!(
-                    check::passed(resid, 16.0),
-                    "{p}x{q} nb {nb}: residual {resid}"
-                );
             }
         }
     }
 }
 
 #[test]
-fn larger_system_on_a_2x2_grid_passes() {
+fn lookahead_gives_the_same_x_as_none_on_larger_systems() {
+    // Several panels per process column, a last panel narrower than NB (300 = 18·16 + 12),
+    // and grids where the next panel's owner changes every step (Q > 1) or never does.
     let n = 300;
-    let xs = distributed_x(
-        n,
-        16,
-        Grid {
-            p: 2,
-            q: 2,
-            map: ProcessMap::RowMajor,
-        },
-        99,
-    );
-    let resid = reference::residual(n, HPL_SEED, &xs[0]);
-    assert!(resid < 1.0, "{resid}");
-    assert!(
-        xs.iter().all(|x| x == &xs[0]),
-        "every rank must hold the same x"
-    );
+    let want = reference::solve(n, reference::augmented(n, HPL_SEED));
+    for (p, q) in [(1, 1), (1, 2), (2, 1), (2, 2), (1, 3), (2, 3)] {
+        let without = distributed_x(n, 16, grid(p, q), DEFAULT);
+        let with = distributed_x(
+            n,
+            16,
+            grid(p, q),
+            Opts {
+                depth: 1,
+                ..DEFAULT
+            },
+        );
+        for xs in [&without, &with] {
+            assert!(
+                xs.iter().all(|x| x == &xs[0]),
+                "{p}x{q}: every rank must hold the same x"
+            );
+            let resid = reference::residual(n, HPL_SEED, &xs[0]);
+            assert!(resid < 1.0, "{p}x{q}: residual {resid}");
+        }
+        let worst = worst_error(&with, &want).max(worst_error(&without, &want));
+        assert!(worst < 1e-10, "{p}x{q}: x off the reference by {worst}");
+        let apart = worst_error(&with, &without[0]);
+        assert!(apart < 1e-12, "{p}x{q}: depth 0 and 1 differ by {apart}");
+    }
+}
+
+#[test]
+fn lookahead_deeper_than_one_is_refused_by_name() {
+    let token = fresh_token();
+    create_segment(&token, 1).unwrap();
+    let names = vec![PeerName {
+        rank: 0,
+        host: "test".into(),
+    }];
+    let t = ShmTransport::attach(0, 1, &token, names, Duration::from_secs(5)).unwrap();
+    let mut comm = Comm::new(Box::new(t));
+    let mut m = LocalMatrix::generate(20, 4, grid(1, 1), 0, HPL_SEED);
+    let err = factor(
+        &mut m,
+        &mut comm,
+        4,
+        2,
+        Broadcast::IncreasingRing,
+        2,
+        &mut Timings::default(),
+        |_| {},
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("DEPTH 2"), "{err}");
 }
 
 #[test]
 fn recursive_panels_of_every_shape_give_the_same_x() {
     let n = 61;
     let want = reference::solve(n, reference::augmented(n, HPL_SEED));
-    let mut token = 150;
     for (nbmin, ndiv) in [(1, 2), (2, 3), (4, 2), (8, 4), (64, 2)] {
-        for (p, q) in [(1, 1), (2, 2), (4, 1)] {
-            token += 1;
-            let xs = distributed_x_with(
-                n,
-                16,
-                Grid {
-                    p,
-                    q,
-                    map: ProcessMap::RowMajor,
-                },
-                token,
-                nbmin,
-                ndiv,
-                Broadcast::IncreasingRing,
-            );
-            let worst = xs[0]
-                .iter()
-                .zip(&want)
-                .map(|(a, b)| (a - b).abs() / b.abs().max(1.0))
-                .fold(0.0, f64::max);
-            assert!(
-                worst < 1e-10,
-                "NBMIN {nbmin} NDIV {ndiv} on {p}x{q}: x off by {worst}"
-            );
+        for (p, q) in [(1, 1), (2, 2), (4, 1), (1, 2)] {
+            for depth in [0, 1] {
+                let o = Opts {
+                    nbmin,
+                    ndiv,
+                    depth,
+                    ..DEFAULT
+                };
+                let xs = distributed_x(n, 16, grid(p, q), o);
+                let worst = worst_error(&xs[..1], &want);
+                assert!(
+                    worst < 1e-10,
+                    "NBMIN {nbmin} NDIV {ndiv} on {p}x{q} depth {depth}: x off by {worst}"
+                );
+            }
         }
     }
 }
@@ -141,29 +213,21 @@ fn recursive_panels_of_every_shape_give_the_same_x() {
 fn ring_and_tree_broadcasts_give_the_same_x() {
     let n = 50;
     let want = reference::solve(n, reference::augmented(n, HPL_SEED));
-    let mut token = 200;
     for bcast in [Broadcast::IncreasingRing, Broadcast::Long] {
         for (p, q) in [(1, 4), (2, 2), (1, 3)] {
-            token += 1;
-            let xs = distributed_x_with(
-                n,
-                8,
-                Grid {
-                    p,
-                    q,
-                    map: ProcessMap::RowMajor,
-                },
-                token,
-                4,
-                2,
-                bcast,
-            );
-            let worst = xs[0]
-                .iter()
-                .zip(&want)
-                .map(|(a, b)| (a - b).abs() / b.abs().max(1.0))
-                .fold(0.0, f64::max);
-            assert!(worst < 1e-10, "{bcast:?} on {p}x{q}: x off by {worst}");
+            for depth in [0, 1] {
+                let o = Opts {
+                    bcast,
+                    depth,
+                    ..DEFAULT
+                };
+                let xs = distributed_x(n, 8, grid(p, q), o);
+                let worst = worst_error(&xs[..1], &want);
+                assert!(
+                    worst < 1e-10,
+                    "{bcast:?} on {p}x{q} depth {depth}: x off by {worst}"
+                );
+            }
         }
     }
 }

@@ -102,6 +102,58 @@ fn netlib_sample_hpl_dat_runs_every_combination() {
 }
 
 #[test]
+fn lookahead_depth_one_runs_and_deeper_is_named_as_skipped() {
+    let dir = tmpdir("hpl-depth");
+    let dat = dir.join("HPL.dat");
+    let text_in = std::fs::read_to_string(fixture("netlib-HPL.dat")).unwrap();
+    let mut lines: Vec<&str> = text_in.lines().collect();
+    lines[4] = "1            # of problems sizes (N)";
+    lines[5] = "211          Ns";
+    lines[6] = "1            # of NBs";
+    lines[7] = "16           NBs";
+    lines[9] = "2            # of process grids (P x Q)";
+    lines[10] = "2 1          Ps";
+    lines[11] = "2 4          Qs";
+    lines[13] = "1            # of panel fact";
+    lines[14] = "2            PFACTs";
+    lines[15] = "1            # of recursive stopping criterium";
+    lines[16] = "4            NBMINs";
+    lines[19] = "1            # of recursive panel fact.";
+    lines[20] = "2            RFACTs";
+    lines[23] = "3            # of lookahead depth";
+    lines[24] = "0 1 2        DEPTHs";
+    std::fs::write(&dat, lines.join("\n")).unwrap();
+    let out = dir.join("r.json");
+    let o = run(
+        &[
+            "hpl",
+            "--nodes",
+            "4",
+            "--dat",
+            dat.to_str().unwrap(),
+            "--no-dgemm-probe",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(120),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let r = read_json(&out);
+    let runs = r["results"]["runs"].as_array().unwrap();
+    let codes: Vec<&str> = runs.iter().map(|x| x["code"].as_str().unwrap()).collect();
+    assert_eq!(codes, ["WR00R2R4", "WR10R2R4", "WR00R2R4", "WR10R2R4"]);
+    assert!(runs.iter().all(|x| x["passed"] == true));
+    assert_eq!(runs[1]["depth"], 1);
+    let skipped = "WR20R2R4 N=211 NB=16: lookahead DEPTH 2 is not implemented";
+    assert!(text(&o.stderr).contains(skipped), "{}", text(&o.stderr));
+    assert!(r["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|w| w.as_str().unwrap().contains(skipped)));
+}
+
+#[test]
 fn threshold_zero_fails_and_exits_non_zero_with_the_file_written() {
     let dir = tmpdir("hpl-fail");
     let dat = dir.join("HPL.dat");

@@ -19,8 +19,15 @@ fn netlab(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-/// Removes the namespaces even when the test fails.
-struct Lab(&'static str);
+/// Removes the namespaces even when the test fails. Holds a lock for its lifetime: tests of
+/// this file measure shaped rates, and a second lab's traffic on the same two cores would
+/// take the CPU time the shaped link needs.
+struct Lab(
+    &'static str,
+    #[allow(dead_code)] std::sync::MutexGuard<'static, ()>,
+);
+
+static ONE_LAB_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Lab {
     /// Builds the lab under `prefix`, or says why `test` skips (not root, no netns support).
@@ -29,12 +36,15 @@ impl Lab {
             eprintln!("SKIPPED {test}: needs root for network namespaces");
             return None;
         }
+        let guard = ONE_LAB_AT_A_TIME
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let up = netlab(&["up", prefix]);
         if !up.status.success() {
             eprintln!("SKIPPED {test}: cannot build the lab: {}", text(&up.stderr));
             return None;
         }
-        Some(Lab(prefix))
+        Some(Lab(prefix, guard))
     }
 }
 impl Drop for Lab {
@@ -133,4 +143,107 @@ fn hostfile_without_addresses_routes_data_to_rank_zero_host() {
         r["network"]["addresses"],
         serde_json::json!(["10.72.0.1", "10.72.0.2"])
     );
+}
+
+/// `--over` across two shaped networks of the lab in one invocation: control traffic stays on
+/// the hostfile's addresses (the 2.5 Gbit/s network) while each run's data goes over its own
+/// subnet; each network is measured at its own shaped rate, and the report puts both side by
+/// side.
+#[test]
+fn over_runs_each_shaped_network_and_the_report_shows_both() {
+    let Some(_lab) = Lab::up(
+        "tbo",
+        "over_runs_each_shaped_network_and_the_report_shows_both",
+    ) else {
+        return;
+    };
+    let dir = tmpdir("netns-over");
+    let hosts = dir.join("hosts.json");
+    std::fs::write(&hosts, netlab(&["hostfile", "tbo", "0"]).stdout).unwrap();
+    let out = dir.join("results");
+    let o = run(
+        &[
+            "link",
+            "--hostfile",
+            hosts.to_str().unwrap(),
+            "--rsh",
+            "ip netns exec",
+            "--over",
+            "tcp:10.71.0.0/24,tcp:10.72.0.0/24",
+            "--sizes",
+            "4MiB",
+            "--mode",
+            "latency,bw",
+            "--iters",
+            "20",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(240),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let stdout = text(&o.stdout);
+    assert!(stdout.contains("== side by side =="), "{stdout}");
+    let mut files: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 2, "{files:?}");
+    let mut labels = Vec::new();
+    for (f, (net, shaped)) in files.iter().zip([("10.71.0", 2.5), ("10.72.0", 10.0)]) {
+        let r = read_json(f);
+        let addrs = r["network"]["addresses"].as_array().unwrap();
+        assert!(
+            addrs.iter().all(|a| a.as_str().unwrap().starts_with(net)),
+            "{}: data went over {addrs:?}, not {net}.x",
+            f.display()
+        );
+        let bw = r["results"]["bandwidth"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["mode"] == "bw")
+            .unwrap();
+        let gbit = bw["gbit_per_s"]["avg"].as_f64().unwrap();
+        assert!(
+            (gbit - shaped).abs() / shaped < 0.05,
+            "{}: measured {gbit:.3} Gbit/s over a network shaped to {shaped} Gbit/s",
+            f.display()
+        );
+        labels.push(r["network"]["label"].as_str().unwrap().to_string());
+    }
+    assert_ne!(
+        labels[0], labels[1],
+        "the two networks need their own labels"
+    );
+
+    let html = dir.join("report.html");
+    let summary = dir.join("summary.json");
+    let o = run(
+        &[
+            "report",
+            out.to_str().unwrap(),
+            "-o",
+            html.to_str().unwrap(),
+            "--json",
+            summary.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let s = read_json(&summary);
+    let nets = s["sections"]["link"]["networks"].as_array().unwrap();
+    assert_eq!(nets.len(), 2, "{nets:?}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    let bw_chart = page
+        .split("<figure class=\"chart\"")
+        .find(|f| f.contains("Bandwidth, one direction"))
+        .expect("a bandwidth chart");
+    for l in &labels {
+        assert!(
+            bw_chart.contains(l.as_str()),
+            "{l} not in the bandwidth chart"
+        );
+    }
 }

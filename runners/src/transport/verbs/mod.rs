@@ -21,6 +21,7 @@
 //! port) and uses port 1. A Thunderbolt mesh where every peer sits behind its own `rdma_enX`
 //! is not handled yet: all peers must be reachable through the one device.
 
+pub mod devices;
 pub mod ffi;
 pub mod handshake;
 pub mod profile;

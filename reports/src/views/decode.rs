@@ -1,0 +1,187 @@
+//! The built-in decode's view (`tbbench infer --gguf`, suite "decode"): token rates of a model
+//! split over ranks, per network and split, with whether the tokens matched the 1-rank run.
+
+use super::{series_names, SuiteView};
+use crate::chart::{self, BarChart};
+use crate::html::{self, num, verdict, Cell};
+use crate::load::Loaded;
+use crate::metrics::{Better, Metric};
+use crate::{ResultFile, Summary};
+use serde::Deserialize;
+use serde_json::json;
+
+pub struct DecodeView;
+
+#[derive(Debug, Deserialize)]
+struct Model {
+    name: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct DecodeResults {
+    model: Model,
+    parallel: String,
+    ranks: usize,
+    prompt_tokens: usize,
+    prefill_s: f64,
+    generated_tokens: usize,
+    decode_tokens_per_s: f64,
+    per_token_ms: Summary,
+    #[serde(default)]
+    comm_share_per_rank: Vec<f64>,
+    #[serde(default)]
+    matched: Option<bool>,
+}
+
+fn parse(r: &ResultFile) -> Result<DecodeResults, String> {
+    DecodeResults::deserialize(&r.results).map_err(|e| format!("decode results unreadable: {e}"))
+}
+
+fn subject(d: &DecodeResults) -> String {
+    format!("{} {} x{}", d.model.name, d.parallel, d.ranks)
+}
+
+impl SuiteView for DecodeView {
+    fn suite(&self) -> &'static str {
+        "decode"
+    }
+
+    fn title(&self) -> &'static str {
+        "Built-in decode: a model split over the ranks"
+    }
+
+    fn check(&self, r: &ResultFile) -> Result<(), String> {
+        parse(r).map(|_| ())
+    }
+
+    fn metrics(&self, r: &ResultFile) -> Vec<Metric> {
+        let Ok(d) = parse(r) else { return vec![] };
+        if d.matched == Some(false) {
+            return vec![];
+        }
+        let s = subject(&d);
+        vec![
+            Metric::new(
+                r,
+                "decode tokens/s",
+                &s,
+                "tokens/s",
+                Better::Higher,
+                d.decode_tokens_per_s,
+                // Per-token spread, turned into a rate spread.
+                d.decode_tokens_per_s * (d.per_token_ms.stdev / d.per_token_ms.mean.max(1e-12)),
+                true,
+            ),
+            Metric::new(
+                r,
+                "time per token p50",
+                &s,
+                "ms",
+                Better::Lower,
+                d.per_token_ms.median,
+                d.per_token_ms.stdev,
+                false,
+            ),
+        ]
+    }
+
+    fn section(&self, runs: &[&Loaded]) -> (String, serde_json::Value) {
+        let names = series_names(runs);
+        let parsed: Vec<DecodeResults> = runs
+            .iter()
+            .map(|r| parse(&r.result).expect("checked at load"))
+            .collect();
+        let mut rows = Vec::new();
+        let mut data = Vec::new();
+        for ((l, d), net) in runs.iter().zip(&parsed).zip(&names) {
+            rows.push(vec![
+                Cell::from(super::hpl::short_time(&l.result.started_at)),
+                Cell::from(net.as_str()),
+                Cell::from(d.model.name.as_str()),
+                Cell::from(d.parallel.as_str()),
+                Cell::Num(d.ranks.to_string()),
+                Cell::Num(d.prompt_tokens.to_string()),
+                num(d.prompt_tokens as f64 / d.prefill_s.max(1e-12), 1),
+                Cell::Num(d.generated_tokens.to_string()),
+                num(d.decode_tokens_per_s, 2),
+                num(d.per_token_ms.median, 2),
+                num(d.per_token_ms.p99, 2),
+                num(
+                    d.comm_share_per_rank.first().copied().unwrap_or(0.0) * 100.0,
+                    0,
+                ),
+                match d.matched {
+                    Some(m) => verdict(m),
+                    None => Cell::from("not compared"),
+                },
+            ]);
+            data.push(json!({
+                "network": net, "model": d.model.name, "parallel": d.parallel, "ranks": d.ranks,
+                "decode_tokens_per_s": d.decode_tokens_per_s, "per_token_ms_p50": d.per_token_ms.median,
+                "matched": d.matched,
+            }));
+        }
+        let mut body = html::table(
+            "decode-runs",
+            &[
+                "started",
+                "network",
+                "model",
+                "split",
+                "ranks",
+                "prompt tokens",
+                "prefill tokens/s",
+                "generated",
+                "decode tokens/s",
+                "per token p50 ms",
+                "p99 ms",
+                "% rank 0 waiting",
+                "same tokens as 1 rank",
+            ],
+            rows,
+        );
+        body.push_str("<p class=\"meta\">% rank 0 waiting: time in the network calls (all-reduce, stage hand-over, the token's broadcast), including waiting for other ranks' compute.</p>\n");
+        // Decode rate per split, networks as series (newest run of each).
+        let mut cats: Vec<String> = parsed
+            .iter()
+            .map(|d| format!("{} x{}", d.parallel, d.ranks))
+            .collect();
+        cats.sort();
+        cats.dedup();
+        let mut nets: Vec<String> = names.clone();
+        nets.dedup();
+        let mut uniq = Vec::new();
+        for n in nets {
+            if !uniq.contains(&n) {
+                uniq.push(n);
+            }
+        }
+        let series = uniq
+            .iter()
+            .map(|n| {
+                let vals = cats
+                    .iter()
+                    .map(|c| {
+                        names
+                            .iter()
+                            .zip(&parsed)
+                            .rev()
+                            .find(|(nn, d)| {
+                                *nn == n && &format!("{} x{}", d.parallel, d.ranks) == c
+                            })
+                            .map(|(_, d)| d.decode_tokens_per_s)
+                    })
+                    .collect();
+                (n.clone(), vals)
+            })
+            .collect();
+        body.push_str(&chart::bar_chart(&BarChart {
+            title: "Decode tokens/s per split, networks side by side".into(),
+            y_label: "tokens/s".into(),
+            categories: cats,
+            series,
+            stacked: false,
+        }));
+        (body, json!({ "runs": data }))
+    }
+}

@@ -1,0 +1,288 @@
+//! The infer suite's view: token rates of a server per concurrency level (or arrival rate),
+//! endpoints and networks side by side. Key figures per level: TTFT p50 and TPOT p50 (lower
+//! is better) and aggregate output tokens/s (higher is better).
+
+use super::{newest_per_network, series_names, SuiteView};
+use crate::chart::{self, LineChart, Series, XAxis};
+use crate::html::{self, num, opt_num, Cell};
+use crate::load::Loaded;
+use crate::metrics::{median_and_half_iqr, Better, Metric};
+use crate::ResultFile;
+use serde::Deserialize;
+use serde_json::json;
+
+pub struct InferView;
+
+#[derive(Debug, Deserialize)]
+struct InferResults {
+    #[serde(default)]
+    model: String,
+    #[serde(default)]
+    tokens_approximate: bool,
+    levels: Vec<Level>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+struct Dist {
+    median: f64,
+    p90: f64,
+    p99: f64,
+}
+
+#[derive(Debug, Deserialize)]
+struct Level {
+    #[serde(default)]
+    concurrency: Option<u64>,
+    #[serde(default)]
+    rate_per_s: Option<f64>,
+    requests: u64,
+    ok: u64,
+    failed: u64,
+    aggregate_tokens_per_s: f64,
+    #[serde(default)]
+    token_source: Option<String>,
+    #[serde(default)]
+    ttft_ms: Option<Dist>,
+    #[serde(default)]
+    tpot_ms: Option<Dist>,
+    #[serde(default)]
+    gap_ms: Option<Dist>,
+    #[serde(default)]
+    e2e_ms: Option<Dist>,
+    #[serde(default)]
+    decode_tokens_per_s: Option<Dist>,
+    #[serde(default)]
+    per_request: Vec<PerRequest>,
+}
+
+#[derive(Debug, Deserialize)]
+struct PerRequest {
+    #[serde(default)]
+    ttft_ms: Option<f64>,
+    #[serde(default)]
+    tpot_ms: Option<f64>,
+}
+
+impl Level {
+    fn name(&self) -> String {
+        match (self.concurrency, self.rate_per_s) {
+            (_, Some(r)) => format!("rate={r}/s"),
+            (Some(c), None) => format!("c={c}"),
+            (None, None) => "?".into(),
+        }
+    }
+    /// Half the interquartile range of one per-request figure: its spread for compare.
+    fn spread(&self, f: fn(&PerRequest) -> Option<f64>) -> f64 {
+        let mut v: Vec<f64> = self.per_request.iter().filter_map(f).collect();
+        median_and_half_iqr(&mut v).1
+    }
+}
+
+fn parse(r: &ResultFile) -> Result<InferResults, String> {
+    InferResults::deserialize(&r.results).map_err(|e| format!("infer results unreadable: {e}"))
+}
+
+impl SuiteView for InferView {
+    fn suite(&self) -> &'static str {
+        "infer"
+    }
+
+    fn title(&self) -> &'static str {
+        "Infer: token rates of a server"
+    }
+
+    fn check(&self, r: &ResultFile) -> Result<(), String> {
+        if parse(r)?.levels.is_empty() {
+            return Err("infer result has no levels".into());
+        }
+        Ok(())
+    }
+
+    fn metrics(&self, r: &ResultFile) -> Vec<Metric> {
+        let Ok(x) = parse(r) else { return vec![] };
+        let first = x.levels.first().map(Level::name);
+        let last = x.levels.last().map(Level::name);
+        let mut out = Vec::new();
+        for l in &x.levels {
+            let subject = format!("{} {}", x.model, l.name());
+            if let Some(t) = l.ttft_ms {
+                out.push(Metric::new(
+                    r,
+                    "TTFT p50",
+                    &subject,
+                    "ms",
+                    Better::Lower,
+                    t.median,
+                    l.spread(|p| p.ttft_ms),
+                    Some(l.name()) == first,
+                ));
+            }
+            if let Some(t) = l.tpot_ms {
+                out.push(Metric::new(
+                    r,
+                    "TPOT p50",
+                    &subject,
+                    "ms",
+                    Better::Lower,
+                    t.median,
+                    l.spread(|p| p.tpot_ms),
+                    Some(l.name()) == first,
+                ));
+            }
+            if l.ok > 0 {
+                out.push(Metric::new(
+                    r,
+                    "tokens/s",
+                    &subject,
+                    "tokens/s",
+                    Better::Higher,
+                    l.aggregate_tokens_per_s,
+                    0.0,
+                    Some(l.name()) == last,
+                ));
+            }
+        }
+        out
+    }
+
+    fn section(&self, runs: &[&Loaded]) -> (String, serde_json::Value) {
+        let shown = newest_per_network(runs);
+        let parsed: Vec<InferResults> = shown
+            .iter()
+            .map(|r| parse(&r.result).expect("checked at load"))
+            .collect();
+        let models: Vec<&str> = parsed.iter().map(|p| p.model.as_str()).collect();
+        let names: Vec<String> = series_names(&shown)
+            .into_iter()
+            .zip(&models)
+            .map(|(n, m)| {
+                if models.iter().any(|o| o != m) {
+                    format!("{n} · {m}")
+                } else {
+                    n
+                }
+            })
+            .collect();
+        let mut body = String::new();
+        if let Some(m) = models.first().filter(|m| models.iter().all(|o| o == *m)) {
+            body.push_str(&format!(
+                "<p>Model <strong>{}</strong>; the newest run of each endpoint and network.</p>\n",
+                html::escape(m)
+            ));
+        }
+        let d = |x: &Option<Dist>, f: fn(&Dist) -> f64, n| opt_num(x.as_ref().map(f), n);
+        let mut rows = Vec::new();
+        let mut data = Vec::new();
+        for ((l, x), name) in shown.iter().zip(&parsed).zip(&names) {
+            for lv in &x.levels {
+                rows.push(vec![
+                    Cell::from(super::hpl::short_time(&l.result.started_at)),
+                    Cell::from(name.as_str()),
+                    Cell::from(lv.name()),
+                    Cell::Num(format!("{}/{}", lv.ok, lv.requests)),
+                    d(&lv.ttft_ms, |d| d.median, 1),
+                    d(&lv.ttft_ms, |d| d.p90, 1),
+                    d(&lv.ttft_ms, |d| d.p99, 1),
+                    d(&lv.tpot_ms, |d| d.median, 2),
+                    d(&lv.tpot_ms, |d| d.p99, 2),
+                    d(&lv.gap_ms, |d| d.median, 2),
+                    d(&lv.gap_ms, |d| d.p99, 2),
+                    d(&lv.e2e_ms, |d| d.median, 0),
+                    d(&lv.decode_tokens_per_s, |d| d.median, 1),
+                    num(lv.aggregate_tokens_per_s, 1),
+                    Cell::from(if x.tokens_approximate {
+                        "chunks (approx.)".to_string()
+                    } else {
+                        lv.token_source.clone().unwrap_or_else(|| "–".into())
+                    }),
+                ]);
+                data.push(json!({
+                    "network": name, "model": x.model, "level": lv.name(),
+                    "concurrency": lv.concurrency, "rate_per_s": lv.rate_per_s,
+                    "requests": lv.requests, "ok": lv.ok, "failed": lv.failed,
+                    "ttft_p50_ms": lv.ttft_ms.map(|d| d.median),
+                    "tpot_p50_ms": lv.tpot_ms.map(|d| d.median),
+                    "gap_p99_ms": lv.gap_ms.map(|d| d.p99),
+                    "e2e_p50_ms": lv.e2e_ms.map(|d| d.median),
+                    "decode_tokens_per_s_p50": lv.decode_tokens_per_s.map(|d| d.median),
+                    "aggregate_tokens_per_s": lv.aggregate_tokens_per_s,
+                }));
+            }
+        }
+        body.push_str(&html::table(
+            "infer-levels",
+            &[
+                "started",
+                "endpoint",
+                "level",
+                "ok",
+                "TTFT p50 ms",
+                "p90",
+                "p99",
+                "TPOT p50 ms",
+                "p99",
+                "gap p50 ms",
+                "p99",
+                "E2E p50 ms",
+                "decode tok/s p50",
+                "aggregate tok/s",
+                "token counts",
+            ],
+            rows,
+        ));
+        body.push_str(
+            "<p class=\"meta\">TTFT: request sent to the first content or reasoning token. \
+             TPOT: (E2E − TTFT)/(tokens − 1). gap: time between two text-bearing chunks. \
+             decode tok/s: 1/TPOT per request. aggregate tok/s: all output tokens of a level \
+             over its wall time. The README defines each.</p>\n",
+        );
+
+        // Closed-loop levels as curves against concurrency.
+        let curve = |f: fn(&Level) -> Option<f64>| -> Vec<Series> {
+            names
+                .iter()
+                .zip(&parsed)
+                .enumerate()
+                .filter_map(|(i, (name, x))| {
+                    let points: Vec<(f64, f64)> = x
+                        .levels
+                        .iter()
+                        .filter(|l| l.rate_per_s.is_none())
+                        .filter_map(|l| Some((l.concurrency? as f64, f(l)?)))
+                        .collect();
+                    (!points.is_empty()).then(|| Series {
+                        name: name.clone(),
+                        points,
+                        colour: Some(i),
+                        ..Default::default()
+                    })
+                })
+                .collect()
+        };
+        let rate = curve(|l| (l.ok > 0).then_some(l.aggregate_tokens_per_s));
+        if !rate.is_empty() {
+            body.push_str(&chart::line_chart(&LineChart {
+                title: "Aggregate output tokens/s vs concurrency".into(),
+                x_label: "concurrent requests".into(),
+                y_label: "tokens/s".into(),
+                x: XAxis::Count,
+                log_y: false,
+                series: rate,
+                hlines: vec![],
+            }));
+        }
+        let ttft = curve(|l| l.ttft_ms.map(|d| d.median));
+        if !ttft.is_empty() {
+            body.push_str(&chart::line_chart(&LineChart {
+                title: "TTFT p50 vs concurrency".into(),
+                x_label: "concurrent requests".into(),
+                y_label: "TTFT p50 (ms)".into(),
+                x: XAxis::Count,
+                log_y: false,
+                series: ttft,
+                hlines: vec![],
+            }));
+        }
+        (body, json!({ "levels": data }))
+    }
+}

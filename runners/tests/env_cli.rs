@@ -1,0 +1,37 @@
+//! `tbbench env` end to end: what it reports about this very machine.
+
+mod support;
+
+use std::time::Duration;
+use support::*;
+
+#[test]
+fn env_reports_this_hosts_interfaces_rdma_and_blas() {
+    let o = run(&["env", "--json"], Duration::from_secs(30));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("env --json is JSON");
+    let lo = v["interfaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["kind"] == "loopback")
+        .expect("a loopback interface");
+    assert!(lo["ipv4"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a == "127.0.0.1"));
+    assert!(v["host"]["cores_logical"].as_u64().unwrap() >= 1);
+    assert!(!v["blas"]["name"].as_str().unwrap().is_empty());
+    // This machine has no RDMA device: env says why in one line instead of failing.
+    if !std::path::Path::new("/sys/class/infiniband").exists() {
+        let why = v["rdma"]["none_because"].as_str().expect("a reason");
+        assert!(why.contains("no RDMA device"), "{why}");
+        assert!(v["rdma"]["devices"].as_array().unwrap().is_empty());
+    }
+    let t = run(&["env"], Duration::from_secs(30));
+    let out = text(&t.stdout);
+    for section in ["# host", "# interfaces", "# RDMA", "# BLAS", "# problems"] {
+        assert!(out.contains(section), "{section} missing:\n{out}");
+    }
+}

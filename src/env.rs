@@ -1,0 +1,298 @@
+//! `tbbench env`: what this host offers for a cluster run, and what is wrong with it, for a
+//! person setting one up. Reads the OS only; changes nothing.
+
+use anyhow::Result;
+use serde::Serialize;
+use tbbench_runners::netinfo::{self, Interface, LinkKind};
+use tbbench_runners::sysinfo;
+use tbbench_runners::transport::verbs::devices::{self, DeviceInfo};
+
+#[derive(Serialize)]
+struct Env {
+    host: tbbench_reports::Host,
+    interfaces: Vec<Interface>,
+    rdma: Rdma,
+    blas: tbbench_reports::Blas,
+    /// One line per problem found, each saying what to do.
+    problems: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct Rdma {
+    /// macOS: what `rdma_ctl status` prints; None elsewhere or where it is missing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    enabled: Option<String>,
+    devices: Vec<DeviceInfo>,
+    /// Why there are none, where there are none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    none_because: Option<String>,
+}
+
+fn rdma_ctl_status() -> Option<String> {
+    if !cfg!(target_os = "macos") {
+        return None;
+    }
+    let o = std::process::Command::new("rdma_ctl")
+        .arg("status")
+        .output()
+        .ok()?;
+    let t = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    Some(if t.is_empty() {
+        String::from_utf8_lossy(&o.stderr).trim().to_string()
+    } else {
+        t
+    })
+}
+
+/// The problems a cluster owner would want pointed out, each as one line.
+fn problems(interfaces: &[Interface], rdma: &Rdma, blas: &tbbench_reports::Blas) -> Vec<String> {
+    let mut p = Vec::new();
+    for i in interfaces {
+        let wired = matches!(
+            i.kind,
+            LinkKind::Ethernet | LinkKind::ThunderboltIp | LinkKind::ThunderboltBridge
+        );
+        if i.kind == LinkKind::ThunderboltBridge && !i.bridge_members.is_empty() {
+            p.push(format!(
+                "{} (Thunderbolt Bridge) is on with {}: RDMA over those ports needs it off (System Settings > Network > Thunderbolt Bridge > Inactive), and IP over each port is faster without it",
+                i.name,
+                i.bridge_members.join(", ")
+            ));
+        }
+        if wired && i.up && i.ipv4.is_empty() {
+            p.push(format!(
+                "{} ({}) is up but has no IPv4 address: tbbench binds data to IPv4 (give it one, e.g. 10.0.N.x/24 per cable)",
+                i.name, i.kind
+            ));
+        }
+        if i.kind == LinkKind::ThunderboltIp && !i.up {
+            p.push(format!(
+                "{} (thunderbolt-ip) is down: is a cable in?",
+                i.name
+            ));
+        }
+    }
+    for d in &rdma.devices {
+        for port in &d.ports {
+            if port.state != "active" {
+                p.push(format!(
+                    "RDMA device {} port {} is {}: the link is not up",
+                    d.name, port.port, port.state
+                ));
+            }
+        }
+        if let Some(iface) = &d.interface {
+            if let Some(i) = interfaces.iter().find(|i| &i.name == iface) {
+                if i.ipv4.is_empty() {
+                    p.push(format!(
+                        "RDMA device {} maps to {iface}, which has no IPv4 address: its GID (the IPv4-mapped address) cannot be found",
+                        d.name
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(e) = &rdma.enabled {
+        if e.to_lowercase().contains("disabled") {
+            p.push(format!(
+                "RDMA is disabled ({e}): enable it with `rdma_ctl enable` in recoveryOS"
+            ));
+        }
+    }
+    if blas.name == "rust-fallback" {
+        p.push("no BLAS found: hpl runs on tbbench's own slower kernels (Linux: apt install libopenblas0)".into());
+    }
+    if blas.env.iter().any(|e| e.starts_with("OPENBLAS_CORETYPE=")) {
+        p.push(format!(
+            "{}: OpenBLAS's kernel is forced (hpl Gflops follow it; results record it)",
+            blas.env.join(" ")
+        ));
+    }
+    p
+}
+
+pub fn run(json: bool) -> Result<i32> {
+    let host = sysinfo::this_host();
+    let interfaces = netinfo::interfaces()?;
+    let rdma = match devices::list_devices() {
+        Ok(devices) => Rdma {
+            enabled: rdma_ctl_status(),
+            devices,
+            none_because: None,
+        },
+        Err(why) => Rdma {
+            enabled: rdma_ctl_status(),
+            devices: vec![],
+            none_because: Some(why),
+        },
+    };
+    let blas = tbbench_hpl::kernels::record();
+    let problems = problems(&interfaces, &rdma, &blas);
+    let env = Env {
+        host,
+        interfaces,
+        rdma,
+        blas,
+        problems,
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&env)?);
+        return Ok(0);
+    }
+    print_text(&env);
+    Ok(0)
+}
+
+fn print_text(e: &Env) {
+    let h = &e.host;
+    println!("# host");
+    println!(
+        "{}  {} · {} · {}  {} ({} cores, {} logical)  {:.1} GiB memory, {:.1} GiB available",
+        h.hostname,
+        h.os_version,
+        h.kernel,
+        h.arch,
+        h.cpu_model,
+        h.cores_physical,
+        h.cores_logical,
+        h.memory_total_bytes as f64 / (1u64 << 30) as f64,
+        h.memory_available_bytes as f64 / (1u64 << 30) as f64
+    );
+    println!("\n# interfaces");
+    println!(
+        "{:<12} {:<19} {:<5} {:>10} {:>6}  addresses",
+        "name", "kind", "state", "speed", "MTU"
+    );
+    for i in &e.interfaces {
+        let mut addrs: Vec<String> = i.ipv4.iter().map(|a| a.to_string()).collect();
+        if !i.ipv6.is_empty() {
+            addrs.push(format!("+{} IPv6", i.ipv6.len()));
+        }
+        if !i.bridge_members.is_empty() {
+            addrs.push(format!("bridge of {}", i.bridge_members.join(",")));
+        }
+        println!(
+            "{:<12} {:<19} {:<5} {:>10} {:>6}  {}",
+            i.name,
+            i.kind.as_str(),
+            if i.up { "up" } else { "down" },
+            i.speed_gbit_per_s
+                .map(|s| format!("{s} Gbit/s"))
+                .unwrap_or_else(|| "–".into()),
+            i.mtu.map(|m| m.to_string()).unwrap_or_else(|| "–".into()),
+            addrs.join(" ")
+        );
+    }
+    println!("\n# RDMA");
+    if let Some(s) = &e.rdma.enabled {
+        println!("rdma_ctl status: {s}");
+    }
+    match &e.rdma.none_because {
+        Some(why) => println!("{why}"),
+        None => {
+            for d in &e.rdma.devices {
+                for p in &d.ports {
+                    println!(
+                        "{} port {}: {}, {} link layer, active MTU {}{}",
+                        d.name,
+                        p.port,
+                        p.state,
+                        p.link_layer,
+                        p.active_mtu_bytes,
+                        d.interface
+                            .as_ref()
+                            .map(|i| format!(", interface {i}"))
+                            .unwrap_or_default()
+                    );
+                }
+            }
+        }
+    }
+    println!("\n# BLAS");
+    let env = if e.blas.env.is_empty() {
+        String::new()
+    } else {
+        format!(" [{}]", e.blas.env.join(" "))
+    };
+    println!("{}: {}{env}", e.blas.name, e.blas.kernel);
+    println!("\n# problems");
+    if e.problems.is_empty() {
+        println!("none found");
+    }
+    for p in &e.problems {
+        println!("- {p}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn iface(name: &str, kind: LinkKind, up: bool, ipv4: &[&str], members: &[&str]) -> Interface {
+        Interface {
+            name: name.into(),
+            kind,
+            up,
+            mtu: Some(1500),
+            speed_gbit_per_s: None,
+            ipv4: ipv4.iter().map(|a| a.parse().unwrap()).collect(),
+            ipv6: vec![],
+            hardware_port: None,
+            bridge_members: members.iter().map(|m| m.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn the_problems_a_mac_cluster_owner_hits_are_named() {
+        let ifs = vec![
+            iface("lo0", LinkKind::Loopback, true, &["127.0.0.1"], &[]),
+            iface(
+                "bridge0",
+                LinkKind::ThunderboltBridge,
+                true,
+                &[],
+                &["en2", "en3"],
+            ),
+            iface("en3", LinkKind::ThunderboltIp, true, &[], &[]),
+            iface("en4", LinkKind::ThunderboltIp, false, &[], &[]),
+            iface("en0", LinkKind::Ethernet, true, &["192.168.1.5"], &[]),
+        ];
+        let rdma = Rdma {
+            enabled: Some("RDMA is disabled".into()),
+            devices: vec![DeviceInfo {
+                name: "rdma_en3".into(),
+                interface: Some("en3".into()),
+                ports: vec![devices::PortInfo {
+                    port: 1,
+                    state: "down".into(),
+                    active_mtu_bytes: 1024,
+                    link_layer: "ethernet".into(),
+                    lid: 0,
+                }],
+            }],
+            none_because: None,
+        };
+        let blas = tbbench_reports::Blas {
+            name: "rust-fallback".into(),
+            kernel: String::new(),
+            env: vec![],
+        };
+        let p = problems(&ifs, &rdma, &blas);
+        let has = |s: &str| p.iter().any(|l| l.contains(s));
+        assert!(
+            has("bridge0 (Thunderbolt Bridge) is on with en2, en3"),
+            "{p:#?}"
+        );
+        assert!(has("en3 (thunderbolt-ip) is up but has no IPv4"), "{p:#?}");
+        assert!(has("en4 (thunderbolt-ip) is down"), "{p:#?}");
+        assert!(has("rdma_en3 port 1 is down"), "{p:#?}");
+        assert!(has("maps to en3, which has no IPv4"), "{p:#?}");
+        assert!(has("RDMA is disabled"), "{p:#?}");
+        assert!(has("no BLAS found"), "{p:#?}");
+        assert!(
+            !has("en0") && !has("lo0"),
+            "healthy interfaces are not problems: {p:#?}"
+        );
+        assert!(p.iter().all(|l| !l.contains('\n')));
+    }
+}

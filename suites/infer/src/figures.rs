@@ -1,0 +1,263 @@
+//! From request records to a level's figures: distributions (median, p90, p99 from HDR
+//! histograms; min, mean, max and stdev exact), failures by kind, and the aggregate rate.
+
+use crate::request::{Record, TokenSource};
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One figure over the requests of a level, in the unit its field name says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Dist {
+    pub n: u64,
+    pub min: f64,
+    pub median: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub mean: f64,
+    pub max: f64,
+    /// Sample standard deviation (n − 1).
+    pub stdev: f64,
+}
+
+/// Percentiles come from an HDR histogram at three significant digits (what every other
+/// tbbench latency uses); values are recorded in thousandths of their unit (µs for ms,
+/// millitokens/s for tokens/s) so sub-unit detail survives.
+pub fn dist(values: &[f64]) -> Option<Dist> {
+    let v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    let mut h = Histogram::<u64>::new_with_bounds(1, 1_000_000_000_000, 3)
+        .expect("static histogram bounds");
+    for x in &v {
+        h.saturating_record(((x * 1e3).round() as u64).max(1));
+    }
+    let n = v.len();
+    let mean = v.iter().sum::<f64>() / n as f64;
+    let var = if n > 1 {
+        v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64
+    } else {
+        0.0
+    };
+    let q = |p: f64| h.value_at_quantile(p) as f64 / 1e3;
+    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    Some(Dist {
+        n: n as u64,
+        min,
+        // The histogram's bucket edge can sit a hair outside the exact range.
+        median: q(0.5).clamp(min, max),
+        p90: q(0.9).clamp(min, max),
+        p99: q(0.99).clamp(min, max),
+        mean,
+        max,
+        stdev: var.sqrt(),
+    })
+}
+
+/// One measurement: a concurrency level (closed loop) or an arrival rate (open loop).
+#[derive(Debug, Clone, Serialize)]
+pub struct Level {
+    /// "closed" (N workers, each sending its next request when the last one ended) or "open"
+    /// (Poisson arrivals at `rate_per_s`, whatever is still running).
+    pub mode: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_per_s: Option<f64>,
+    pub requests: u64,
+    pub ok: u64,
+    pub failed: u64,
+    /// Failed requests by kind: connect, timeout, http-NNN, broken-stream, stream-error,
+    /// bad-response, empty-stream.
+    pub failures: BTreeMap<String, u64>,
+    /// From the first request's start to the last one's end.
+    pub wall_s: f64,
+    /// Output tokens of the completed requests.
+    pub output_tokens: u64,
+    /// output_tokens / wall_s.
+    pub aggregate_tokens_per_s: f64,
+    /// The weakest source any completed request's count came from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_source: Option<TokenSource>,
+    /// True when some count is a chunk count (a chunk may hold several tokens).
+    pub tokens_approximate: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<Dist>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttft_content_ms: Option<Dist>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttft_reasoning_ms: Option<Dist>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tpot_ms: Option<Dist>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gap_ms: Option<Dist>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub e2e_ms: Option<Dist>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decode_tokens_per_s: Option<Dist>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connect_ms: Option<Dist>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<Dist>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_tokens_per_request: Option<Dist>,
+    /// Open loop: the most requests in flight at once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_in_flight: Option<usize>,
+    /// Open loop: how late requests started against their Poisson schedule.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dispatch_lag_ms: Option<Dist>,
+    pub per_request: Vec<Record>,
+}
+
+impl Level {
+    pub fn new(
+        concurrency: Option<usize>,
+        rate_per_s: Option<f64>,
+        mut records: Vec<Record>,
+        lags_ms: Vec<f64>,
+    ) -> Level {
+        records.sort_by_key(|r| r.index);
+        let ok: Vec<&Record> = records.iter().filter(|r| r.ok).collect();
+        let mut failures = BTreeMap::new();
+        for r in records.iter().filter(|r| !r.ok) {
+            let k = r
+                .fail_kind
+                .map(|k| k.to_string())
+                .unwrap_or_else(|| "unknown".into());
+            *failures.entry(k).or_insert(0) += 1;
+        }
+        let begin = records
+            .iter()
+            .map(|r| r.start_s)
+            .fold(f64::INFINITY, f64::min);
+        let end = records.iter().map(|r| r.end_s).fold(0.0, f64::max);
+        let wall_s = if begin.is_finite() { end - begin } else { 0.0 };
+        let output_tokens: u64 = ok.iter().filter_map(|r| r.output_tokens).sum();
+        let pick = |f: fn(&Record) -> Option<f64>| {
+            dist(&ok.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
+        };
+        let gaps: Vec<f64> = ok
+            .iter()
+            .flat_map(|r| r.gaps_us.iter().map(|&g| g as f64 / 1e3))
+            .collect();
+        let token_source = ok.iter().filter_map(|r| r.token_source).max();
+        let max_in_flight = rate_per_s.map(|_| {
+            let mut edges: Vec<(f64, i32)> = records
+                .iter()
+                .flat_map(|r| [(r.start_s, 1), (r.end_s, -1)])
+                .collect();
+            edges.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            let mut now = 0;
+            let mut most = 0;
+            for (_, d) in edges {
+                now += d;
+                most = most.max(now);
+            }
+            most as usize
+        });
+        Level {
+            mode: if rate_per_s.is_some() {
+                "open"
+            } else {
+                "closed"
+            },
+            concurrency,
+            rate_per_s,
+            requests: records.len() as u64,
+            ok: ok.len() as u64,
+            failed: (records.len() - ok.len()) as u64,
+            failures,
+            wall_s,
+            output_tokens,
+            aggregate_tokens_per_s: if wall_s > 0.0 {
+                output_tokens as f64 / wall_s
+            } else {
+                0.0
+            },
+            token_source,
+            tokens_approximate: token_source == Some(TokenSource::Chunks),
+            ttft_ms: pick(|r| r.ttft_ms),
+            ttft_content_ms: pick(|r| r.ttft_content_ms),
+            ttft_reasoning_ms: pick(|r| r.ttft_reasoning_ms),
+            tpot_ms: pick(|r| r.tpot_ms),
+            gap_ms: dist(&gaps),
+            e2e_ms: pick(|r| r.e2e_ms),
+            decode_tokens_per_s: pick(|r| r.decode_tokens_per_s),
+            connect_ms: pick(|r| r.connect_ms),
+            prompt_tokens: pick(|r| r.prompt_tokens.map(|p| p as f64)),
+            output_tokens_per_request: pick(|r| r.output_tokens.map(|p| p as f64)),
+            max_in_flight,
+            dispatch_lag_ms: if rate_per_s.is_some() {
+                dist(&lags_ms)
+            } else {
+                None
+            },
+            per_request: records,
+        }
+    }
+
+    /// "c=4" or "rate=2/s": how tables and the report name the level.
+    pub fn name(&self) -> String {
+        match (self.concurrency, self.rate_per_s) {
+            (_, Some(r)) => format!("rate={r}/s"),
+            (Some(c), None) => format!("c={c}"),
+            (None, None) => "?".into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::FailKind;
+
+    #[test]
+    fn distributions_of_known_values() {
+        let v: Vec<f64> = (1..=100).map(|x| x as f64).collect();
+        let d = dist(&v).unwrap();
+        assert_eq!((d.n, d.min, d.max), (100, 1.0, 100.0));
+        assert!((d.median - 50.0).abs() <= 0.05, "{d:?}");
+        assert!((d.p90 - 90.0).abs() <= 0.1, "{d:?}");
+        assert!((d.p99 - 99.0).abs() <= 0.1, "{d:?}");
+        assert!((d.mean - 50.5).abs() < 1e-9);
+        let one = dist(&[0.25]).unwrap();
+        assert_eq!((one.median, one.stdev), (0.25, 0.0));
+        assert!(dist(&[]).is_none());
+    }
+
+    #[test]
+    fn a_level_counts_tokens_over_wall_time_and_failures_by_kind() {
+        let ok = |i, start, end, tokens| Record {
+            index: i,
+            ok: true,
+            start_s: start,
+            end_s: end,
+            output_tokens: Some(tokens),
+            token_source: Some(TokenSource::Usage),
+            ttft_ms: Some(10.0),
+            ..Default::default()
+        };
+        let mut failed = Record {
+            index: 2,
+            start_s: 0.5,
+            end_s: 3.0,
+            ..Default::default()
+        };
+        failed.fail_kind = Some(FailKind::Http(500));
+        let l = Level::new(
+            Some(2),
+            None,
+            vec![ok(0, 0.0, 1.0, 50), ok(1, 0.0, 2.0, 50), failed],
+            vec![],
+        );
+        assert_eq!((l.ok, l.failed), (2, 1));
+        assert_eq!(l.failures.get("http-500"), Some(&1));
+        assert_eq!(l.wall_s, 3.0, "a failed request's time is wall time too");
+        assert!((l.aggregate_tokens_per_s - 100.0 / 3.0).abs() < 1e-9);
+        assert!(!l.tokens_approximate);
+        assert_eq!(l.name(), "c=2");
+    }
+}

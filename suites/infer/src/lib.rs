@@ -1,0 +1,123 @@
+//! `tbbench infer`: end-to-end token rates.
+//!
+//! Against a server (`--endpoint`): streamed OpenAI-compatible completions, timed per SSE
+//! event, at closed-loop concurrency levels or open-loop Poisson arrivals; TTFT, TPOT, chunk
+//! gaps, E2E latency, per-request decode rate and aggregate tokens/s (README, "tbbench
+//! infer", defines each once). This mode has no ranks: one client process talks to the
+//! server, so it does not go through the rank driver; it writes the same result file (one
+//! host, the client; the network the requests travelled).
+
+pub mod decode;
+pub mod endpoint;
+pub mod figures;
+pub mod http;
+pub mod load;
+pub mod openai;
+pub mod prompt;
+pub mod request;
+pub mod sse;
+mod table;
+
+pub use openai::Api;
+use serde::Serialize;
+use std::path::PathBuf;
+
+/// Every parameter of an endpoint run; serialized whole into the result's `params`.
+#[derive(Debug, Clone, Serialize)]
+pub struct InferConfig {
+    /// Base URL of the OpenAI-compatible API, e.g. `http://127.0.0.1:8080/v1`.
+    pub endpoint: String,
+    /// None: the first model the server lists at GET /models.
+    pub model: Option<String>,
+    pub api: Api,
+    /// Prompt length to aim for, in the server's tokens (tuned during warm-up from `usage`).
+    pub prompt_tokens: u64,
+    pub max_tokens: u64,
+    /// Measured requests per level.
+    pub requests: u64,
+    /// Untimed full-size requests before the first level (they also tune the prompt length).
+    pub warmup: u64,
+    /// Closed-loop levels, one measurement each; unused with `rate_per_s`.
+    pub concurrency: Vec<usize>,
+    /// Open loop: Poisson arrivals at this mean rate.
+    pub rate_per_s: Option<f64>,
+    /// The variable the API key is read from. The key itself is never printed or stored.
+    pub api_key_env: String,
+    /// Longest wait on the network with no progress (connect, send, each read).
+    pub timeout_s: f64,
+    pub ignore_eos: bool,
+    pub temperature: Option<f64>,
+    /// Seeds the prompt words and the arrival times (prompts are unique per run anyway).
+    pub seed: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub out: Option<PathBuf>,
+}
+
+impl Default for InferConfig {
+    fn default() -> Self {
+        InferConfig {
+            endpoint: String::new(),
+            model: None,
+            api: Api::Chat,
+            prompt_tokens: 128,
+            max_tokens: 128,
+            requests: 16,
+            warmup: 2,
+            concurrency: vec![1],
+            rate_per_s: None,
+            api_key_env: "OPENAI_API_KEY".into(),
+            timeout_s: 60.0,
+            ignore_eos: false,
+            temperature: None,
+            seed: 1,
+            out: None,
+        }
+    }
+}
+
+/// `1,2,4,8` (also `1-8`, every power of two from 1 to 8).
+pub fn parse_concurrency(text: &str) -> Result<Vec<usize>, String> {
+    let bad = |w: &str| format!("'{w}' is not a concurrency (use a list like 1,2,4,8 or 1-8)");
+    let mut out = Vec::new();
+    for w in text.split(',').map(str::trim) {
+        if let Some((a, b)) = w.split_once('-') {
+            let (a, b): (usize, usize) = (
+                a.trim().parse().map_err(|_| bad(w))?,
+                b.trim().parse().map_err(|_| bad(w))?,
+            );
+            if a == 0 || b < a {
+                return Err(bad(w));
+            }
+            let mut c = a;
+            while c <= b {
+                out.push(c);
+                c *= 2;
+            }
+        } else {
+            let c: usize = w.parse().map_err(|_| bad(w))?;
+            if c == 0 {
+                return Err(bad(w));
+            }
+            out.push(c);
+        }
+    }
+    if out.iter().any(|&c| c > 4096) {
+        return Err(format!("{text}: at most 4096 concurrent requests"));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn concurrency_lists_and_ranges() {
+        assert_eq!(parse_concurrency("1,2,4,8").unwrap(), vec![1, 2, 4, 8]);
+        assert_eq!(parse_concurrency("1-8").unwrap(), vec![1, 2, 4, 8]);
+        assert_eq!(parse_concurrency("3").unwrap(), vec![3]);
+        for bad in ["0", "a", "1,,2", "4-2", "-1", "99999"] {
+            assert!(parse_concurrency(bad).is_err(), "{bad}");
+        }
+    }
+}

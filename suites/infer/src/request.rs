@@ -1,0 +1,296 @@
+//! One streamed request, timed: when each SSE event arrived, what it said, and the figures of
+//! the request (TTFT, TPOT, gaps, E2E) that follow. A failure is a record too, with its kind
+//! and message; it never stops the run.
+
+use crate::http::{self, FailKind, Failure, Url};
+use crate::openai::{self, Api, ServerTimings, Usage};
+use crate::sse::{SseDecoder, SseItem};
+use serde::Serialize;
+use std::io::Read;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// Where a request's output token count came from, best first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TokenSource {
+    /// The server's `usage.completion_tokens`.
+    Usage,
+    /// The server's own timings (llama-server `timings.predicted_n`, exo's generation_stats).
+    ServerTimings,
+    /// Stream chunks that carried text: approximate, since a chunk may hold several tokens.
+    Chunks,
+}
+
+pub struct Target<'a> {
+    pub url: &'a Url,
+    pub api: Api,
+    /// `Authorization` header value, when a key is set. Never printed or stored.
+    pub auth: Option<&'a str>,
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Record {
+    pub index: u64,
+    /// When the request started, seconds after the level started.
+    pub start_s: f64,
+    pub ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip)]
+    pub fail_kind: Option<FailKind>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connect_ms: Option<f64>,
+    /// The first token of either kind (content or reasoning).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttft_content_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttft_reasoning_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub e2e_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tpot_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decode_tokens_per_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_source: Option<TokenSource>,
+    /// Events that carried content or reasoning text.
+    pub token_chunks: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_timings: Option<ServerTimings>,
+    /// The longest gap between two text-bearing chunks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gap_max_ms: Option<f64>,
+    /// Every gap between text-bearing chunks, for the level's histogram (not written: one
+    /// per token would swamp the file).
+    #[serde(skip)]
+    pub gaps_us: Vec<u64>,
+    /// When the request ended, seconds after the level started.
+    #[serde(skip)]
+    pub end_s: f64,
+    /// This end and the server's end of the connection, for the network record.
+    #[serde(skip)]
+    pub addrs: Option<(SocketAddr, SocketAddr)>,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Runs one request to its end. `level_start` anchors `start_s`/`end_s`.
+pub fn run(target: &Target, body: &[u8], index: u64, level_start: Instant) -> Record {
+    let start = Instant::now();
+    let mut rec = Record {
+        index,
+        start_s: start.duration_since(level_start).as_secs_f64(),
+        ..Default::default()
+    };
+    if let Err(f) = stream(target, body, start, &mut rec) {
+        rec.ok = false;
+        rec.fail_kind = Some(f.kind);
+        rec.error = Some(f.to_string());
+    } else {
+        rec.ok = true;
+    }
+    rec.end_s = Instant::now().duration_since(level_start).as_secs_f64();
+    rec
+}
+
+fn stream(target: &Target, body: &[u8], start: Instant, rec: &mut Record) -> Result<(), Failure> {
+    let mut headers = vec![
+        ("Content-Type", "application/json"),
+        ("Accept", "text/event-stream"),
+    ];
+    if let Some(a) = target.auth {
+        headers.push(("Authorization", a));
+    }
+    let mut resp = http::send(
+        target.url,
+        "POST",
+        target.api.path(),
+        &headers,
+        body,
+        target.timeout,
+    )?;
+    rec.status = Some(resp.status);
+    rec.connect_ms = Some(ms(resp.connect));
+    rec.addrs = Some((resp.local, resp.peer));
+    if resp.status != 200 {
+        let text = resp.text(8192);
+        return Err(Failure::new(
+            FailKind::Http(resp.status),
+            format!(
+                "{} {}: {}",
+                resp.status,
+                resp.reason,
+                openai::error_body_message(&text)
+            ),
+        ));
+    }
+    let ctype = resp
+        .header("content-type")
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    if !ctype.starts_with("text/event-stream") {
+        let text = resp.text(300);
+        return Err(Failure::new(
+            FailKind::BadResponse,
+            format!(
+                "answered with Content-Type {ctype:?}, not an event stream: {}",
+                openai::error_body_message(&text)
+            ),
+        ));
+    }
+
+    let mut decoder = SseDecoder::new();
+    let mut items = Vec::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut first_any: Option<Instant> = None;
+    let mut first_content: Option<Instant> = None;
+    let mut first_reasoning: Option<Instant> = None;
+    let mut last_token: Option<Instant> = None;
+    let mut usage: Option<Usage> = None;
+    let mut timings: Option<ServerTimings> = None;
+    let mut done = false;
+    let mut end = start;
+    'read: loop {
+        let n = match resp.body.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) => {
+                return Err(Failure::from_io(
+                    &e,
+                    &format!("reading the stream after {} chunks", rec.token_chunks),
+                    FailKind::Broken,
+                ))
+            }
+        };
+        let now = Instant::now();
+        end = now;
+        decoder.feed(&buf[..n], &mut items);
+        for item in items.drain(..) {
+            let ev = match item {
+                SseItem::Comment(c) => {
+                    if let Some(t) = openai::parse_stats_comment(&c) {
+                        timings = Some(t);
+                    }
+                    continue;
+                }
+                SseItem::Event(ev) => ev,
+            };
+            if ev.event_type == "error" {
+                return Err(Failure::new(
+                    FailKind::StreamError,
+                    format!(
+                        "error event after {} chunks: {}",
+                        rec.token_chunks,
+                        openai::error_body_message(&ev.data)
+                    ),
+                ));
+            }
+            match openai::parse_data(target.api, &ev.data) {
+                Err(e) => return Err(Failure::new(FailKind::BadResponse, e)),
+                Ok(openai::Parsed::Error(m)) => {
+                    return Err(Failure::new(
+                        FailKind::StreamError,
+                        format!("error object after {} chunks: {m}", rec.token_chunks),
+                    ))
+                }
+                Ok(openai::Parsed::Done) => {
+                    done = true;
+                    // Whatever follows [DONE] is not part of the answer.
+                    break 'read;
+                }
+                Ok(openai::Parsed::Chunk(c)) => {
+                    let has_content = !c.content.is_empty();
+                    let has_reasoning = !c.reasoning.is_empty();
+                    if has_content || has_reasoning {
+                        rec.token_chunks += 1;
+                        first_any.get_or_insert(now);
+                        if has_content {
+                            first_content.get_or_insert(now);
+                        }
+                        if has_reasoning {
+                            first_reasoning.get_or_insert(now);
+                        }
+                        if let Some(prev) = last_token {
+                            rec.gaps_us
+                                .push(now.duration_since(prev).as_micros().min(u64::MAX as u128)
+                                    as u64);
+                        }
+                        last_token = Some(now);
+                    }
+                    if c.finish_reason.is_some() {
+                        rec.finish_reason = c.finish_reason;
+                    }
+                    if c.usage.is_some() {
+                        usage = c.usage;
+                    }
+                    if c.timings.is_some() {
+                        timings = c.timings;
+                    }
+                }
+            }
+        }
+    }
+    let cut = decoder.finish();
+    if !done && (rec.finish_reason.is_none() || cut) {
+        return Err(Failure::new(
+            FailKind::Broken,
+            format!(
+                "the stream ended after {} chunks without [DONE]{}",
+                rec.token_chunks,
+                if cut { ", inside an event" } else { "" }
+            ),
+        ));
+    }
+    if rec.token_chunks == 0 && rec.finish_reason.is_none() {
+        return Err(Failure::new(
+            FailKind::Empty,
+            "the stream ended with no token and no finish_reason (the server dropped the request)",
+        ));
+    }
+
+    let e2e = end.duration_since(start);
+    rec.e2e_ms = Some(ms(e2e));
+    rec.ttft_ms = first_any.map(|t| ms(t.duration_since(start)));
+    rec.ttft_content_ms = first_content.map(|t| ms(t.duration_since(start)));
+    rec.ttft_reasoning_ms = first_reasoning.map(|t| ms(t.duration_since(start)));
+    rec.gap_max_ms = rec.gaps_us.iter().max().map(|&g| g as f64 / 1e3);
+    let (tokens, source) = match (
+        usage.and_then(|u| u.completion_tokens),
+        timings.as_ref().and_then(|t| t.generated_tokens),
+    ) {
+        (Some(n), _) => (n, TokenSource::Usage),
+        (None, Some(n)) => (n, TokenSource::ServerTimings),
+        (None, None) => (rec.token_chunks, TokenSource::Chunks),
+    };
+    rec.output_tokens = Some(tokens);
+    rec.token_source = Some(source);
+    rec.prompt_tokens = usage
+        .and_then(|u| u.prompt_tokens)
+        .or(timings.as_ref().and_then(|t| t.prompt_tokens));
+    rec.usage = usage;
+    rec.server_timings = timings;
+    if let (Some(ttft), true) = (first_any, tokens >= 2) {
+        let decode = end.duration_since(ttft).as_secs_f64();
+        if decode > 0.0 {
+            rec.tpot_ms = Some(decode * 1e3 / (tokens - 1) as f64);
+            rec.decode_tokens_per_s = Some((tokens - 1) as f64 / decode);
+        }
+    }
+    Ok(())
+}

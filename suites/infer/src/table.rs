@@ -1,0 +1,44 @@
+//! The human table: one row per level, printed as each level ends.
+
+use crate::figures::{Dist, Level};
+
+pub fn header() -> String {
+    format!(
+        "{:<10} {:>5} {:>5} | {:>8} {:>8} {:>8} | {:>7} {:>7} | {:>7} {:>7} | {:>8} | {:>8} | {:>9} | tokens",
+        "level", "ok", "fail", "TTFT p50", "p90", "p99 ms", "TPOT p50", "p90 ms", "gap p50", "p99 ms",
+        "E2E p50", "tok/s p50", "aggr tok/s"
+    )
+}
+
+fn f(d: &Option<Dist>, pick: fn(&Dist) -> f64, decimals: usize) -> String {
+    d.as_ref()
+        .map(|d| format!("{:.decimals$}", pick(d)))
+        .unwrap_or_else(|| "-".into())
+}
+
+pub fn row(l: &Level) -> String {
+    format!(
+        "{:<10} {:>5} {:>5} | {:>8} {:>8} {:>8} | {:>8} {:>7} | {:>7} {:>7} | {:>8} | {:>9} | {:>10.1} | {}",
+        l.name(),
+        l.ok,
+        l.failed,
+        f(&l.ttft_ms, |d| d.median, 1),
+        f(&l.ttft_ms, |d| d.p90, 1),
+        f(&l.ttft_ms, |d| d.p99, 1),
+        f(&l.tpot_ms, |d| d.median, 2),
+        f(&l.tpot_ms, |d| d.p90, 2),
+        f(&l.gap_ms, |d| d.median, 2),
+        f(&l.gap_ms, |d| d.p99, 2),
+        f(&l.e2e_ms, |d| d.median, 0),
+        f(&l.decode_tokens_per_s, |d| d.median, 1),
+        l.aggregate_tokens_per_s,
+        match (l.token_source, l.tokens_approximate) {
+            (_, true) => "chunks (approximate)".to_string(),
+            (Some(s), false) => serde_json::to_value(s)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
+            (None, _) => "-".into(),
+        }
+    )
+}

@@ -1,0 +1,588 @@
+//! `tbbench infer --endpoint` against a tiny HTTP server written here, which answers each
+//! request as a script says: good streams with known timing, HTTP errors, streams cut short,
+//! error objects mid-stream, silence. Real sockets and the real binary.
+
+#[path = "../../../runners/tests/support.rs"]
+mod support;
+
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use support::*;
+
+/// What the server does with the n-th POST (0-based; the probe is 0).
+#[derive(Clone, Copy, Debug)]
+enum Act {
+    /// A good stream: first token after `ttft_ms`, then `tokens - 1` more every `gap_ms`,
+    /// usage unless the request did not ask for it.
+    Stream {
+        ttft_ms: u64,
+        gap_ms: u64,
+        tokens: u64,
+    },
+    Status500,
+    /// Headers and two chunks, then the connection closes mid-stream.
+    Cut,
+    /// Two tokens, then an error object.
+    ErrorObject,
+    /// Reads the request and says nothing.
+    Silent,
+    /// A proper stream with [DONE] but no token: a request the server dropped.
+    EmptyStream,
+    /// 400 when the body asks for stream_options (servers that refuse it), else a stream.
+    RefuseStreamOptions,
+}
+
+struct Server {
+    url: String,
+    seen: Arc<Mutex<Vec<String>>>,
+}
+
+fn read_request(s: &mut TcpStream) -> String {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        if s.read(&mut byte).unwrap_or(0) == 0 {
+            return String::new();
+        }
+        buf.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&buf).to_string();
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).unwrap();
+    head + &String::from_utf8_lossy(&body)
+}
+
+fn chunk(s: &mut TcpStream, data: &[u8]) -> std::io::Result<()> {
+    s.write_all(format!("{:x}\r\n", data.len()).as_bytes())?;
+    s.write_all(data)?;
+    s.write_all(b"\r\n")?;
+    s.flush()
+}
+
+const SSE_HEAD: &[u8] =
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+
+fn token_event(i: u64) -> String {
+    // CRLF line ends and a multi-byte character, sent in pieces below.
+    format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"tök{i} \"}},\"finish_reason\":null}}]}}\r\n\r\n")
+}
+
+fn good_stream(s: &mut TcpStream, ttft_ms: u64, gap_ms: u64, tokens: u64, usage: bool) {
+    let _ = s.write_all(SSE_HEAD);
+    let _ = chunk(
+        s,
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n: keep-alive\n\n",
+    );
+    std::thread::sleep(Duration::from_millis(ttft_ms));
+    for i in 0..tokens {
+        if i > 0 {
+            std::thread::sleep(Duration::from_millis(gap_ms));
+        }
+        let ev = token_event(i);
+        let bytes = ev.as_bytes();
+        // Split inside "ö" (two bytes) so the client must join a code point across reads.
+        let cut = ev.find('ö').unwrap() + 1;
+        let _ = chunk(s, &bytes[..cut]);
+        let _ = chunk(s, &bytes[cut..]);
+    }
+    let mut tail = String::from(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\n",
+    );
+    if usage {
+        tail.push_str(&format!(
+            "data: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":100,\"completion_tokens\":{tokens},\"total_tokens\":{}}}}}\n\n",
+            100 + tokens
+        ));
+    }
+    tail.push_str("data: [DONE]\n\n");
+    let _ = chunk(s, tail.as_bytes());
+    let _ = chunk(s, b"");
+}
+
+fn serve(script: impl Fn(usize) -> Act + Send + Sync + 'static) -> Server {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", l.local_addr().unwrap());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let count = Arc::new(AtomicUsize::new(0));
+    let script = Arc::new(script);
+    let seen2 = seen.clone();
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut s) = conn else { continue };
+            let (seen, count, script) = (seen2.clone(), count.clone(), script.clone());
+            std::thread::spawn(move || {
+                let req = read_request(&mut s);
+                if req.is_empty() {
+                    return;
+                }
+                seen.lock().unwrap().push(req.clone());
+                if req.starts_with("GET /v1/models") {
+                    let body = r#"{"object":"list","data":[{"id":"scripted-model"}]}"#;
+                    let _ = write!(
+                        s,
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    return;
+                }
+                let n = count.fetch_add(1, Ordering::SeqCst);
+                let usage = req.contains("include_usage");
+                match script(n) {
+                    Act::Stream {
+                        ttft_ms,
+                        gap_ms,
+                        tokens,
+                    } => good_stream(&mut s, ttft_ms, gap_ms, tokens, usage),
+                    Act::Status500 => {
+                        let body = r#"{"error":{"message":"model crashed","type":"server_error"}}"#;
+                        let _ = write!(
+                            s,
+                            "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                    }
+                    Act::Cut => {
+                        let _ = s.write_all(SSE_HEAD);
+                        let _ = chunk(&mut s, token_event(0).as_bytes());
+                        let _ = chunk(&mut s, b"data: {\"choices\":[{\"delta\":{\"cont");
+                        // Dropping the socket ends the stream inside an event and a chunk.
+                    }
+                    Act::ErrorObject => {
+                        let _ = s.write_all(SSE_HEAD);
+                        let _ = chunk(&mut s, token_event(0).as_bytes());
+                        let _ = chunk(&mut s, token_event(1).as_bytes());
+                        let _ = chunk(
+                            &mut s,
+                            b"data: {\"error\":{\"message\":\"KV cache full\",\"code\":500}}\n\n",
+                        );
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                    Act::Silent => std::thread::sleep(Duration::from_secs(20)),
+                    Act::EmptyStream => {
+                        let _ = s.write_all(SSE_HEAD);
+                        let _ = chunk(&mut s, b"data: [DONE]\n\n");
+                        let _ = chunk(&mut s, b"");
+                    }
+                    Act::RefuseStreamOptions => {
+                        if req.contains("stream_options") {
+                            let body = r#"{"detail":"unknown field stream_options"}"#;
+                            let _ = write!(
+                                s,
+                                "HTTP/1.1 422 Unprocessable Entity\r\nContent-Length: {}\r\n\r\n{body}",
+                                body.len()
+                            );
+                        } else {
+                            good_stream(&mut s, 5, 2, 6, false);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    Server { url, seen }
+}
+
+fn infer(
+    server_url: &str,
+    out: &std::path::Path,
+    extra: &[&str],
+) -> (std::process::Output, Duration) {
+    let mut args = vec![
+        "infer",
+        "--endpoint",
+        server_url,
+        "--warmup",
+        "0",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let t = Instant::now();
+    let o = run(&args, Duration::from_secs(60));
+    (o, t.elapsed())
+}
+
+fn level(r: &Value, i: usize) -> &Value {
+    &r["results"]["levels"][i]
+}
+
+#[test]
+fn faults_are_counted_per_request_and_the_run_goes_on() {
+    let server = serve(|n| match n {
+        0 | 1 => Act::Stream {
+            ttft_ms: 5,
+            gap_ms: 2,
+            tokens: 5,
+        },
+        2 => Act::Status500,
+        3 => Act::Cut,
+        4 => Act::ErrorObject,
+        5 => Act::Silent,
+        6 => Act::EmptyStream,
+        _ => Act::Stream {
+            ttft_ms: 5,
+            gap_ms: 2,
+            tokens: 5,
+        },
+    });
+    let dir = tmpdir("infer-faults");
+    let out = dir.join("r.json");
+    let (o, took) = infer(
+        &server.url,
+        &out,
+        &[
+            "--model",
+            "m",
+            "--requests",
+            "7",
+            "--timeout",
+            "1s",
+            "--max-tokens",
+            "5",
+        ],
+    );
+    let stderr = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "failures fail the run\n{stderr}");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    assert!(
+        stderr.contains("5 of 7 requests failed"),
+        "one line says how many failed:\n{stderr}"
+    );
+    let r = read_json(&out);
+    let l = level(&r, 0);
+    assert_eq!((l["ok"].as_u64(), l["failed"].as_u64()), (Some(2), Some(5)));
+    let f = &l["failures"];
+    for kind in [
+        "http-500",
+        "broken-stream",
+        "stream-error",
+        "timeout",
+        "empty-stream",
+    ] {
+        assert_eq!(f[kind], 1, "{kind} in {f}");
+    }
+    let per = l["per_request"].as_array().unwrap();
+    assert_eq!(per.len(), 7);
+    let err = |i: usize| per[i]["error"].as_str().unwrap_or("").to_string();
+    assert!(err(1).contains("model crashed"), "{}", err(1));
+    assert!(err(2).starts_with("broken-stream"), "{}", err(2));
+    assert!(
+        err(3).contains("KV cache full") && err(3).contains("after 2 chunks"),
+        "{}",
+        err(3)
+    );
+    assert!(err(4).starts_with("timeout"), "{}", err(4));
+    assert!(err(5).starts_with("empty-stream"), "{}", err(5));
+    assert_eq!(per[6]["ok"], true, "the run went on after the failures");
+    assert_eq!(r["verification"]["passed"], false);
+    let detail = r["verification"]["checks"][0]["detail"].as_str().unwrap();
+    assert!(detail.contains("5 of 7 requests failed"), "{detail}");
+}
+
+#[test]
+fn figures_follow_a_server_with_known_timing() {
+    // TTFT 120 ms, then a token every 25 ms: the client must see those, whatever its reads.
+    let server = serve(|_| Act::Stream {
+        ttft_ms: 120,
+        gap_ms: 25,
+        tokens: 12,
+    });
+    let dir = tmpdir("infer-timing");
+    let out = dir.join("r.json");
+    let key = "sk-test-do-not-print-9f3a";
+    let o = std::process::Command::new(bin())
+        .args([
+            "infer",
+            "--endpoint",
+            &server.url,
+            "--requests",
+            "4",
+            "--warmup",
+            "1",
+            "--max-tokens",
+            "12",
+            "--api-key-env",
+            "TBBENCH_TEST_INFER_KEY",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .env("TBBENCH_TEST_INFER_KEY", key)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&o.stdout), text(&o.stderr));
+    assert!(o.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("TTFT p50") && stdout.contains("c=1"),
+        "{stdout}"
+    );
+    let raw = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        raw.starts_with("{\n  \"schema_version\""),
+        "schema_version first"
+    );
+    for text in [&raw, &stdout, &stderr] {
+        assert!(!text.contains(key), "the API key leaked");
+    }
+    let requests = server.seen.lock().unwrap().clone();
+    assert!(
+        requests
+            .iter()
+            .filter(|r| r.starts_with("POST"))
+            .all(|r| r.contains(&format!("Authorization: Bearer {key}"))),
+        "every request carries the key"
+    );
+    // Model from GET /models; every measured prompt unique from its first words.
+    assert!(requests[0].starts_with("GET /v1/models"));
+    let prompts: Vec<String> = requests
+        .iter()
+        .filter_map(|r| {
+            let body: Value = serde_json::from_str(&r[r.find("\r\n\r\n")? + 4..]).ok()?;
+            Some(
+                body["messages"][0]["content"]
+                    .as_str()?
+                    .chars()
+                    .take(20)
+                    .collect(),
+            )
+        })
+        .collect();
+    let mut unique = prompts.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), prompts.len(), "{prompts:?}");
+
+    let r: Value = serde_json::from_str(&raw).unwrap();
+    assert_eq!(r["suite"], "infer");
+    assert_eq!(r["network"]["transport"], "http");
+    assert_eq!(r["network"]["link_kind"], "loopback");
+    assert_eq!(r["params"]["model"], "scripted-model");
+    assert_eq!(r["params"]["api_key_set"], true);
+    assert_eq!(r["params"]["api_key_env"], "TBBENCH_TEST_INFER_KEY");
+    assert_eq!(r["results"]["token_source"], "usage");
+    assert_eq!(r["verification"]["passed"], true);
+    let l = level(&r, 0);
+    assert_eq!(l["output_tokens"], 48);
+    let med = |k: &str| l[k]["median"].as_f64().unwrap();
+    let ttft = med("ttft_ms");
+    assert!((120.0..300.0).contains(&ttft), "TTFT {ttft}");
+    assert_eq!(l["ttft_content_ms"]["median"], l["ttft_ms"]["median"]);
+    assert!(l.get("ttft_reasoning_ms").is_none());
+    let tpot = med("tpot_ms");
+    assert!((24.0..45.0).contains(&tpot), "TPOT {tpot}");
+    let gap = med("gap_ms");
+    assert!((24.0..45.0).contains(&gap), "gap {gap}");
+    let e2e = med("e2e_ms");
+    assert!(
+        (ttft + 11.0 * 24.0..ttft + 11.0 * 45.0 + 50.0).contains(&e2e),
+        "E2E {e2e}"
+    );
+    let agg = l["aggregate_tokens_per_s"].as_f64().unwrap();
+    let wall = l["wall_s"].as_f64().unwrap();
+    assert!((agg - 48.0 / wall).abs() < 1e-6);
+    for p in l["per_request"].as_array().unwrap() {
+        assert_eq!(p["output_tokens"], 12);
+        assert_eq!(p["token_chunks"], 12);
+        assert_eq!(p["prompt_tokens"], 100);
+        // Decode tokens/s is TPOT's reciprocal, request by request.
+        let (tpot, rate) = (
+            p["tpot_ms"].as_f64().unwrap(),
+            p["decode_tokens_per_s"].as_f64().unwrap(),
+        );
+        assert!((tpot * rate - 1000.0).abs() < 1e-6, "{tpot} ms vs {rate}/s");
+    }
+}
+
+#[test]
+fn a_server_that_refuses_stream_options_is_asked_again_without() {
+    let server = serve(|_| Act::RefuseStreamOptions);
+    let dir = tmpdir("infer-refuse");
+    let out = dir.join("r.json");
+    let (o, _) = infer(&server.url, &out, &["--model", "m", "--requests", "3"]);
+    let stderr = text(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    let r = read_json(&out);
+    assert_eq!(r["results"]["stream_usage"], false);
+    assert_eq!(r["results"]["tokens_approximate"], true);
+    assert_eq!(level(&r, 0)["token_source"], "chunks");
+    let warnings = r["warnings"].to_string();
+    assert!(warnings.contains("refused stream_options"), "{warnings}");
+    assert!(warnings.contains("approximate"), "{warnings}");
+    assert!(stderr.contains("approximate"), "{stderr}");
+}
+
+#[test]
+fn levels_start_together_and_open_loop_arrives_at_a_rate() {
+    let server = serve(|_| Act::Stream {
+        ttft_ms: 30,
+        gap_ms: 5,
+        tokens: 4,
+    });
+    let dir = tmpdir("infer-levels");
+    let out = dir.join("r.json");
+    let (o, _) = infer(
+        &server.url,
+        &out,
+        &[
+            "--model",
+            "m",
+            "--requests",
+            "8",
+            "--concurrency",
+            "1,4",
+            "--max-tokens",
+            "4",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let r = read_json(&out);
+    assert_eq!(level(&r, 0)["concurrency"], 1);
+    let l4 = level(&r, 1);
+    assert_eq!(l4["concurrency"], 4);
+    let starts: Vec<f64> = l4["per_request"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["start_s"].as_f64().unwrap())
+        .collect();
+    let mut sorted = starts.clone();
+    sorted.sort_by(f64::total_cmp);
+    assert!(
+        sorted[3] - sorted[0] < 0.02,
+        "the first four start together: {starts:?}"
+    );
+    assert!(
+        sorted[4] - sorted[0] > 0.03,
+        "the fifth waits for a free worker: {starts:?}"
+    );
+
+    let out = dir.join("open.json");
+    let (o, _) = infer(
+        &server.url,
+        &out,
+        &[
+            "--model",
+            "m",
+            "--requests",
+            "10",
+            "--rate",
+            "50",
+            "--max-tokens",
+            "4",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let r = read_json(&out);
+    let l = level(&r, 0);
+    assert_eq!(l["mode"], "open");
+    assert_eq!(l["rate_per_s"], 50.0);
+    assert!(l["max_in_flight"].as_u64().unwrap() >= 1);
+    assert!(l["dispatch_lag_ms"]["n"] == 10);
+}
+
+#[test]
+fn setup_mistakes_end_in_one_line_without_a_result_file() {
+    let dir = tmpdir("infer-mistakes");
+    let out = dir.join("never.json");
+    let closed = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let url = format!("http://127.0.0.1:{closed}/v1");
+    let cases: Vec<(Vec<&str>, i32, &str)> = vec![
+        (vec!["--endpoint", &url, "--model", "m"], 1, "connect"),
+        (vec!["--endpoint", &url], 1, "cannot reach"),
+        (
+            vec!["--endpoint", "https://example.invalid/v1", "--model", "m"],
+            1,
+            "https is not supported",
+        ),
+        (
+            vec!["--endpoint", &url, "--concurrency", "0"],
+            2,
+            "concurrency",
+        ),
+        (
+            vec!["--endpoint", &url, "--rate", "0", "--model", "m"],
+            1,
+            "--rate",
+        ),
+    ];
+    for (args, code, says) in cases {
+        let mut all = vec!["infer", "--out", out.to_str().unwrap()];
+        all.extend(args.iter());
+        let t = Instant::now();
+        let o = run(&all, Duration::from_secs(30));
+        let stderr = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(t.elapsed() < Duration::from_secs(10));
+        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(!out.exists(), "{args:?} wrote a result file");
+    }
+}
+
+#[test]
+fn the_report_reads_infer_results() {
+    let server = serve(|_| Act::Stream {
+        ttft_ms: 5,
+        gap_ms: 2,
+        tokens: 6,
+    });
+    let dir = tmpdir("infer-report");
+    let res = dir.join("results");
+    let (o, _) = infer(
+        &server.url,
+        &res.join("infer.json"),
+        &[
+            "--model",
+            "m",
+            "--requests",
+            "4",
+            "--concurrency",
+            "1,2",
+            "--max-tokens",
+            "6",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let html = dir.join("report.html");
+    let json = dir.join("report.json");
+    let o = run(
+        &[
+            "report",
+            res.to_str().unwrap(),
+            "-o",
+            html.to_str().unwrap(),
+            "--json",
+            json.to_str().unwrap(),
+            "--strict",
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("Infer: token rates"), "section present");
+    assert!(page.contains("Aggregate output tokens/s vs concurrency"));
+    assert!(page.contains("infer-levels"));
+    let o = run(
+        &["compare", res.to_str().unwrap(), res.to_str().unwrap()],
+        Duration::from_secs(30),
+    );
+    let stdout = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{stdout}{}", text(&o.stderr));
+    for figure in ["TTFT p50", "TPOT p50", "tokens/s"] {
+        assert!(stdout.contains(figure), "{figure} in compare:\n{stdout}");
+    }
+}
