@@ -126,7 +126,9 @@ pub struct Variant {
 
 impl Variant {
     /// The run a plain `--n`/`--nb` asks for: what tbbench implements, with HPL's usual
-    /// NBMIN 4 and NDIV 2, no lookahead, threshold 16.
+    /// NBMIN 4 and NDIV 2, threshold 16, and lookahead DEPTH 1 where there is a panel
+    /// broadcast for it to hide (more than one process column; measured faster on 1x2). With
+    /// one process column it could only reorder the update, so it stays off.
     pub fn plain(n: usize, nb: usize, grid: Grid) -> Variant {
         Variant {
             n,
@@ -137,7 +139,7 @@ impl Variant {
             ndiv: 2,
             rfact: Factorization::Right,
             bcast: Broadcast::IncreasingRing,
-            depth: 0,
+            depth: usize::from(grid.q > 1),
             swap: Swap::Mix { threshold: 64 },
             threshold: 16.0,
         }
@@ -411,6 +413,19 @@ mod tests {
         assert_eq!((v[0].n, v[0].nb, v[0].grid.p, v[0].grid.q), (29, 1, 2, 2));
         assert_eq!(v[1].code(), "WR00L2C2", "PFACT varies fastest");
         assert_eq!(v.last().unwrap().code(), "WR00R2R4");
+    }
+
+    #[test]
+    fn plain_runs_look_ahead_only_with_a_broadcast_to_hide() {
+        let grid = |p, q| Grid {
+            p,
+            q,
+            map: ProcessMap::RowMajor,
+        };
+        assert_eq!(Variant::plain(8000, 192, grid(1, 2)).code(), "WR10R2R4");
+        assert_eq!(Variant::plain(8000, 192, grid(2, 2)).depth, 1);
+        assert_eq!(Variant::plain(8000, 192, grid(1, 1)).code(), "WR00R2R4");
+        assert_eq!(Variant::plain(8000, 192, grid(4, 1)).depth, 0);
     }
 
     #[test]

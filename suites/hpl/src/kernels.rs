@@ -354,10 +354,14 @@ mod tests {
 /// What a result file (and `tbbench env`) records about this host's BLAS: the library, its
 /// kernel, and the variables that change the kernel choice, as set.
 pub fn record() -> tbbench_reports::Blas {
-    let env: Vec<String> = ["OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS"]
-        .iter()
-        .filter_map(|v| std::env::var(v).ok().map(|x| format!("{v}={x}")))
-        .collect();
+    let env: Vec<String> = [
+        "OPENBLAS_CORETYPE",
+        "OPENBLAS_L2_SIZE",
+        "OPENBLAS_NUM_THREADS",
+    ]
+    .iter()
+    .filter_map(|v| std::env::var(v).ok().map(|x| format!("{v}={x}")))
+    .collect();
     match blas() {
         Some(b) => tbbench_reports::Blas {
             name: b.name.clone(),

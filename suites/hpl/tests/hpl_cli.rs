@@ -47,6 +47,10 @@ fn small_solves_pass_on_one_two_and_four_ranks() {
         let run = &r["results"]["runs"][0];
         assert_eq!(run["n"], 300);
         assert_eq!(run["passed"], true);
+        // Lookahead by default wherever there is a panel broadcast to hide behind it.
+        let code = if nodes == "1" { "WR00R2R4" } else { "WR10R2R4" };
+        assert_eq!(run["code"], code);
+        assert!(stdout.contains(code), "{stdout}");
         assert!(run["resid"].as_f64().unwrap() < 1.0);
         assert!(run["gflops"].as_f64().unwrap() > 0.0);
         assert_eq!(

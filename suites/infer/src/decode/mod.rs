@@ -237,6 +237,224 @@ fn ms_summary(d: &[Duration]) -> Summary {
 
 pub struct DecodeSuite;
 
+/// What every rank's decode measured, as rank 0 has it.
+struct Measured {
+    run: Timed,
+    reference: Option<Vec<u32>>,
+    one_rank_tps: Option<f64>,
+    decode_tps: f64,
+    per_token: Summary,
+    comm_share: Vec<f64>,
+    comm_ms: Vec<f64>,
+    weight_bytes: Vec<f64>,
+    bytes: Vec<f64>,
+    bws: Vec<f64>,
+    ceiling: f64,
+}
+
+/// The measurement, the same for a model file and a synthetic one: each rank's read
+/// bandwidth in turn, the distributed decode, the figures gathered on rank 0, and rank 0's
+/// 1-rank run of the same prompt (`whole` builds its model) for the check and the speed-up.
+/// Ranks other than 0 get None.
+fn measure(
+    config: &DecodeConfig,
+    ctx: &mut Context,
+    shard: &mut Shard,
+    prompt: &[u32],
+    whole: impl FnOnce() -> Result<Shard>,
+) -> Result<Option<Measured>> {
+    let (rank, size) = (ctx.rank(), ctx.size());
+    // In turn, so ranks sharing a host do not measure each other.
+    let mut bw = 0.0;
+    for r in 0..size {
+        if r == rank {
+            bw = read_bandwidth();
+        }
+        ctx.comm.barrier()?;
+    }
+    let mut ranks = Ranks {
+        comm: &mut ctx.comm,
+        waited: Duration::ZERO,
+    };
+    let run = generate(shard, &mut ranks, prompt, config.max_tokens)?;
+    let waited = ranks.waited;
+    let steps = run.per_token.len().max(1) as f64;
+    const FIELDS: usize = 6;
+    let mine: [f64; FIELDS] = [
+        waited.as_secs_f64(),
+        (run.prefill + run.decode).as_secs_f64(),
+        shard.weight_bytes as f64,
+        shard.bytes_per_token() as f64,
+        bw,
+        // Per decode step: the time in network calls; the rest is computation.
+        run.decode_waited.as_secs_f64() / steps,
+    ];
+    let all = ctx.comm.allgather_f64(&mine)?;
+    if rank != 0 {
+        // Rank 0 may now decode alone for the check; wait for it without the timeout.
+        ctx.comm.barrier_patient()?;
+        return Ok(None);
+    }
+    let reference = if config.verify && size > 1 {
+        let mut w = whole()?;
+        Some(generate(&mut w, &mut Alone, prompt, config.max_tokens)?)
+    } else {
+        None
+    };
+    ctx.comm.barrier_patient()?;
+    let one_rank_tps = reference
+        .as_ref()
+        .map(|r| r.per_token.len() as f64 / r.decode.as_secs_f64().max(1e-12));
+    let decode_tps = run.per_token.len() as f64 / run.decode.as_secs_f64().max(1e-12);
+    let col = |k: usize| all.chunks(FIELDS).map(|c| c[k]).collect::<Vec<f64>>();
+    let (bytes, bws) = (col(3), col(4));
+    let ceiling = bandwidth_ceiling(config.parallel, &bytes, &bws, &ctx.rank_hosts);
+    Ok(Some(Measured {
+        per_token: ms_summary(&run.per_token),
+        run,
+        reference: reference.map(|r| r.tokens),
+        one_rank_tps,
+        decode_tps,
+        comm_share: all.chunks(FIELDS).map(|c| c[0] / c[1].max(1e-12)).collect(),
+        comm_ms: col(5).iter().map(|s| s * 1e3).collect(),
+        weight_bytes: col(2),
+        bytes,
+        bws,
+        ceiling,
+    }))
+}
+
+/// What a run says about its model, beside the measurement.
+struct About {
+    model: serde_json::Value,
+    load_s: f64,
+    /// How the weights are held: "f32", the file's blocks, random blocks.
+    held: &'static str,
+    /// The generated tokens as text, where a tokenizer exists.
+    text: Option<String>,
+    warnings: Vec<String>,
+}
+
+/// Rank 0's lines, checks and result record for a measurement.
+fn output(
+    config: &DecodeConfig,
+    ctx: &Context,
+    m: Measured,
+    prompt: &[u32],
+    about: About,
+) -> SuiteOutput {
+    let About {
+        model,
+        load_s,
+        held,
+        text: decoded,
+        mut warnings,
+    } = about;
+    let size = ctx.size();
+    let speedup = if size == 1 {
+        Some(1.0)
+    } else {
+        m.one_rank_tps.map(|o| m.decode_tps / o)
+    };
+    let step_ms = m.per_token.mean;
+    println!(
+        "prompt {} tokens in {:.3} s ({:.1} tokens/s); {} tokens generated; decode {:.2} tokens/s, per token p50 {:.2} ms p99 {:.2} ms",
+        prompt.len(),
+        m.run.prefill.as_secs_f64(),
+        prompt.len() as f64 / m.run.prefill.as_secs_f64().max(1e-12),
+        m.run.tokens.len(),
+        m.decode_tps,
+        m.per_token.median,
+        m.per_token.p99,
+    );
+    println!(
+        "per token: {:.2} ms computing, {:.2} ms in the network (rank 0); memory-bandwidth ceiling {:.1} tokens/s ({:.0}% reached){}",
+        step_ms - m.comm_ms[0],
+        m.comm_ms[0],
+        m.ceiling,
+        m.decode_tps / m.ceiling.max(1e-12) * 100.0,
+        match speedup {
+            Some(s) if size > 1 => format!("; {s:.2}x the 1-rank rate"),
+            _ => String::new(),
+        }
+    );
+    if let Some(t) = &decoded {
+        println!("text: {t:?}");
+    }
+    let matched = m.reference.as_ref().map(|r| *r == m.run.tokens);
+    let check = match (&m.reference, matched) {
+        (Some(r), Some(false)) => {
+            let first = r
+                .iter()
+                .zip(&m.run.tokens)
+                .position(|(a, b)| a != b)
+                .unwrap_or(r.len().min(m.run.tokens.len()));
+            println!("tokens differ from the 1-rank run from token {first} on");
+            Check {
+                name: "tokens match the 1-rank run".into(),
+                passed: false,
+                detail: format!("the {size}-rank run differs from token {first} on"),
+            }
+        }
+        (Some(_), _) => Check {
+            name: "tokens match the 1-rank run".into(),
+            passed: true,
+            detail: format!("all {} generated tokens equal", m.run.tokens.len()),
+        },
+        (None, _) => Check {
+            name: "decode ran".into(),
+            passed: true,
+            detail: if size == 1 {
+                "one rank: the run is its own reference".into()
+            } else {
+                "not compared with a 1-rank run (--no-verify)".into()
+            },
+        },
+    };
+    if let Some(w) = ctx.oversubscribed() {
+        warnings.push(w);
+    }
+    let results = json!({
+        "model": model,
+        "parallel": config.parallel,
+        "ranks": size,
+        "load_s": load_s,
+        "weights_in_memory": held,
+        "prompt_tokens": prompt.len(),
+        "prompt_ids": prompt,
+        "prefill_s": m.run.prefill.as_secs_f64(),
+        "generated_tokens": m.run.tokens.len(),
+        "decode_tokens_per_s": m.decode_tps,
+        "per_token_ms": m.per_token,
+        "comm_share_per_rank": m.comm_share,
+        "per_token_comm_ms_per_rank": m.comm_ms,
+        "per_token_compute_ms_per_rank": m.comm_ms.iter().map(|c| step_ms - c).collect::<Vec<_>>(),
+        "weight_bytes_per_rank": m.weight_bytes,
+        "bytes_read_per_token_per_rank": m.bytes,
+        "read_bandwidth_gb_per_s_per_rank": m.bws.iter().map(|b| b / 1e9).collect::<Vec<_>>(),
+        "bandwidth_ceiling_tokens_per_s": m.ceiling,
+        "percent_of_bandwidth_ceiling": m.decode_tps / m.ceiling.max(1e-12) * 100.0,
+        "one_rank_decode_tokens_per_s": m.one_rank_tps,
+        "speedup_over_one_rank": speedup,
+        "tokens": m.run.tokens,
+        "text": decoded,
+        "reference_tokens": m.reference,
+        "matched": matched,
+    });
+    SuiteOutput {
+        results,
+        checks: vec![check],
+        warnings,
+    }
+}
+
+fn split_name(p: Parallel) -> &'static str {
+    match p {
+        Parallel::Tp => "tensor parallel",
+        Parallel::Pp => "pipeline parallel",
+    }
+}
+
 /// `--shape`: the same measurement on random weights at a real model's layer shapes. No
 /// tokenizer and no text: the prompt is 16 random token ids, and the tokens are still
 /// checked against a 1-rank run of the same weights.
@@ -256,27 +474,20 @@ fn run_synthetic(
         cfg.layers = k;
     }
     // Refuse before allocating: this host's ranks together must fit in 80% of its free memory.
-    let here = ctx
-        .hosts
-        .iter()
-        .find(|h| h.hostname == ctx.rank_hosts[rank])
-        .map(|h| (h.ranks.len().max(1) as u64, h.memory_available_bytes))
-        .unwrap_or((1, 0));
-    let need = model::Shard::synthetic_bytes(&cfg, split) * here.0;
-    if here.1 > 0 && need > here.1 / 10 * 8 {
+    let (ranks_here, free) = host_share(ctx);
+    let fits =
+        |c: &model::Config| model::Shard::synthetic_bytes(c, split) * ranks_here <= free / 10 * 8;
+    if free > 0 && !fits(&cfg) {
         let mut fit = cfg.clone();
-        while fit.layers > 1
-            && model::Shard::synthetic_bytes(&fit, split) * here.0 > here.1 / 10 * 8
-        {
+        while fit.layers > 1 && !fits(&fit) {
             fit.layers -= 1;
         }
         anyhow::bail!(
-            "{shape} with {} layers needs {:.1} GiB on {} ({} rank(s)), more than 80% of its {:.1} GiB free; --layers {} fits",
+            "{shape} with {} layers needs {:.1} GiB on {} ({ranks_here} rank(s)), more than 80% of its {:.1} GiB free; --layers {} fits",
             cfg.layers,
-            need as f64 / (1u64 << 30) as f64,
+            (model::Shard::synthetic_bytes(&cfg, split) * ranks_here) as f64 / (1u64 << 30) as f64,
             ctx.rank_hosts[rank],
-            here.0,
-            here.1 as f64 / (1u64 << 30) as f64,
+            free as f64 / (1u64 << 30) as f64,
             fit.layers
         );
     }
@@ -291,117 +502,44 @@ fn run_synthetic(
             ((st >> 33) % cfg.vocab as u64) as u32
         })
         .collect();
-    let mut bw = 0.0;
-    for r in 0..size {
-        if r == rank {
-            bw = read_bandwidth();
-        }
-        ctx.comm.barrier()?;
+    if rank == 0 {
+        println!(
+            "# synthetic {shape} ({} of {full_layers} layers, width {}, {} heads ({} KV) of {}, feed-forward {}; {approx}), {} over {size} rank(s)",
+            cfg.layers, cfg.dim, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.ffn,
+            split_name(config.parallel)
+        );
     }
-    let mut ranks = Ranks {
-        comm: &mut ctx.comm,
-        waited: Duration::ZERO,
-    };
-    let run = generate(&mut shard, &mut ranks, &prompt, config.max_tokens)?;
-    let steps = run.per_token.len().max(1) as f64;
-    let mine = [
-        shard.bytes_per_token() as f64,
-        bw,
-        run.decode_waited.as_secs_f64() / steps,
-    ];
-    let all = ctx.comm.allgather_f64(&mine)?;
-    if rank != 0 {
-        ctx.comm.barrier_patient()?;
+    let whole_cfg = cfg.clone();
+    let whole =
+        move || model::Shard::synthetic(whole_cfg, Split::Tensor { rank: 0, size: 1 }, seed);
+    let Some(m) = measure(config, ctx, &mut shard, &prompt, whole)? else {
         return Ok(None);
-    }
-    let reference = if config.verify && size > 1 {
-        let mut whole =
-            model::Shard::synthetic(cfg.clone(), Split::Tensor { rank: 0, size: 1 }, seed)?;
-        Some(generate(
-            &mut whole,
-            &mut Alone,
-            &prompt,
-            config.max_tokens,
-        )?)
-    } else {
-        None
     };
-    ctx.comm.barrier_patient()?;
-    let one_rank_tps = reference
-        .as_ref()
-        .map(|r| r.per_token.len() as f64 / r.decode.as_secs_f64().max(1e-12));
-    let reference = reference.map(|r| r.tokens);
-    let matched = reference.as_ref().map(|r| *r == run.tokens);
-    let decode_tps = run.per_token.len() as f64 / run.decode.as_secs_f64().max(1e-12);
-    let per_token = ms_summary(&run.per_token);
-    let bytes: Vec<f64> = all.chunks(3).map(|c| c[0]).collect();
-    let bws: Vec<f64> = all.chunks(3).map(|c| c[1]).collect();
-    let comm_ms: Vec<f64> = all.chunks(3).map(|c| c[2] * 1e3).collect();
-    let ceiling = bandwidth_ceiling(config.parallel, &bytes, &bws, &ctx.rank_hosts);
-    println!(
-        "# synthetic {shape} ({} of {full_layers} layers, width {}, {} heads ({} KV) of {}, feed-forward {}; {approx}), {} over {size} rank(s)",
-        cfg.layers, cfg.dim, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.ffn,
-        match config.parallel { Parallel::Tp => "tensor parallel", Parallel::Pp => "pipeline parallel" }
-    );
-    println!(
-        "decode {decode_tps:.2} tokens/s, per token p50 {:.2} ms ({:.2} ms in the network on rank 0); memory-bandwidth ceiling {ceiling:.2} tokens/s ({:.0}% reached)",
-        per_token.median,
-        comm_ms[0],
-        decode_tps / ceiling.max(1e-12) * 100.0
-    );
-    let checks = vec![match matched {
-        Some(m) => Check {
-            name: "tokens match the 1-rank run".into(),
-            passed: m,
-            detail: if m {
-                format!("all {} generated tokens equal", run.tokens.len())
-            } else {
-                format!("the {size}-rank run differs")
-            },
-        },
-        None => Check {
-            name: "decode ran".into(),
-            passed: true,
-            detail: "not compared with a 1-rank run".into(),
-        },
-    }];
-    let mut warnings = vec![format!("synthetic model: random weights at {shape}'s layer shapes ({approx}); token rates, not text")];
-    if let Some(w) = ctx.oversubscribed() {
-        warnings.push(w);
-    }
-    let results = json!({
-        "model": {
-            "name": format!("{shape} (synthetic)"), "synthetic": true, "approximation": approx,
-            "layers": cfg.layers, "layers_in_model": full_layers, "dim": cfg.dim, "heads": cfg.heads,
-            "kv_heads": cfg.kv_heads, "head_dim": cfg.head_dim, "ffn": cfg.ffn, "vocab": cfg.vocab,
-        },
-        "parallel": config.parallel,
-        "ranks": size,
-        "load_s": load_s,
-        "weights_in_memory": "q8_0 blocks (random)",
-        "prompt_tokens": prompt.len(),
-        "prompt_ids": prompt,
-        "prefill_s": run.prefill.as_secs_f64(),
-        "generated_tokens": run.tokens.len(),
-        "decode_tokens_per_s": decode_tps,
-        "per_token_ms": per_token,
-        "per_token_comm_ms_per_rank": comm_ms,
-        "per_token_compute_ms_per_rank": comm_ms.iter().map(|c| per_token.mean - c).collect::<Vec<_>>(),
-        "bytes_read_per_token_per_rank": bytes,
-        "read_bandwidth_gb_per_s_per_rank": bws.iter().map(|b| b / 1e9).collect::<Vec<_>>(),
-        "bandwidth_ceiling_tokens_per_s": ceiling,
-        "percent_of_bandwidth_ceiling": decode_tps / ceiling.max(1e-12) * 100.0,
-        "one_rank_decode_tokens_per_s": one_rank_tps,
-        "speedup_over_one_rank": if size == 1 { Some(1.0) } else { one_rank_tps.map(|o| decode_tps / o) },
-        "tokens": run.tokens,
-        "reference_tokens": reference,
-        "matched": matched,
+    let model = json!({
+        "name": format!("{shape} (synthetic)"), "synthetic": true, "approximation": approx,
+        "layers": cfg.layers, "layers_in_model": full_layers, "dim": cfg.dim, "heads": cfg.heads,
+        "kv_heads": cfg.kv_heads, "head_dim": cfg.head_dim, "ffn": cfg.ffn, "vocab": cfg.vocab,
     });
-    Ok(Some(SuiteOutput {
-        results,
-        checks,
+    let warnings = vec![format!(
+        "synthetic model: random weights at {shape}'s layer shapes ({approx}); token rates, not text"
+    )];
+    let about = About {
+        model,
+        load_s,
+        held: "q8_0 blocks (random)",
+        text: None,
         warnings,
-    }))
+    };
+    Ok(Some(output(config, ctx, m, &prompt, about)))
+}
+
+/// How many ranks share this rank's host, and its free memory in bytes (0: unknown).
+fn host_share(ctx: &Context) -> (u64, u64) {
+    ctx.hosts
+        .iter()
+        .find(|h| h.hostname == ctx.rank_hosts[ctx.rank()])
+        .map(|h| (h.ranks.len().max(1) as u64, h.memory_available_bytes))
+        .unwrap_or((1, 0))
 }
 
 impl Suite for DecodeSuite {
@@ -430,14 +568,8 @@ impl Suite for DecodeSuite {
             .filter(|t| t.dims.len() == 2)
             .map(|t| t.elements())
             .sum();
-        let here = ctx
-            .hosts
-            .iter()
-            .find(|h| h.hostname == ctx.rank_hosts[rank])
-            .map(|h| (h.ranks.len().max(1), h.memory_available_bytes))
-            .unwrap_or((1, 0));
-        let share = elements * 4 / size as u64 * here.0 as u64;
-        let f32_ok = here.1 > 0 && share < here.1 / 4;
+        let (ranks_here, free) = host_share(ctx);
+        let f32_ok = free > 0 && elements * 4 / size as u64 * ranks_here < free / 4;
         let t_load = Instant::now();
         let mut shard = Shard::load(&g, split, f32_ok)?;
         let load_s = t_load.elapsed().as_secs_f64();
@@ -459,183 +591,41 @@ impl Suite for DecodeSuite {
                 shard.cfg.context
             );
         }
-        // Each rank measures its read bandwidth in turn, so ranks sharing a host do not
-        // measure each other.
-        let mut bw = 0.0;
-        for r in 0..size {
-            if r == rank {
-                bw = read_bandwidth();
-            }
-            ctx.comm.barrier()?;
+        let cfg = shard.cfg.clone();
+        if rank == 0 {
+            println!(
+                "# built-in decode: {} layers, width {}, {} heads ({} KV), {} over {size} rank(s)",
+                cfg.layers,
+                cfg.dim,
+                cfg.heads,
+                cfg.kv_heads,
+                split_name(config.parallel)
+            );
         }
-        let mut ranks = Ranks {
-            comm: &mut ctx.comm,
-            waited: Duration::ZERO,
-        };
-        let run = generate(&mut shard, &mut ranks, &prompt, config.max_tokens)?;
-        let waited = ranks.waited;
-        let steps = run.per_token.len().max(1) as f64;
-        const FIELDS: usize = 6;
-        let mine: [f64; FIELDS] = [
-            waited.as_secs_f64(),
-            (run.prefill + run.decode).as_secs_f64(),
-            shard.weight_bytes as f64,
-            shard.bytes_per_token() as f64,
-            bw,
-            // Per decode step: the time in network calls; the rest is computation.
-            run.decode_waited.as_secs_f64() / steps,
-        ];
-        let all = ctx.comm.allgather_f64(&mine)?;
-        if rank != 0 {
-            // Rank 0 may now decode alone for the check; wait for it without the timeout.
-            ctx.comm.barrier_patient()?;
+        let whole = || Shard::load(&g, Split::Tensor { rank: 0, size: 1 }, f32_ok);
+        let Some(m) = measure(config, ctx, &mut shard, &prompt, whole)? else {
             return Ok(None);
-        }
-        let reference = if config.verify && size > 1 {
-            let mut whole = Shard::load(&g, Split::Tensor { rank: 0, size: 1 }, f32_ok)?;
-            Some(generate(
-                &mut whole,
-                &mut Alone,
-                &prompt,
-                config.max_tokens,
-            )?)
-        } else {
-            None
         };
-        let one_rank_tps = reference
-            .as_ref()
-            .map(|r| r.per_token.len() as f64 / r.decode.as_secs_f64().max(1e-12));
-        let reference = reference.map(|r| r.tokens);
-        ctx.comm.barrier_patient()?;
-        drop(g);
-
-        let decode_steps = run.per_token.len();
-        let decode_tps = if run.decode.as_secs_f64() > 0.0 {
-            decode_steps as f64 / run.decode.as_secs_f64()
-        } else {
-            0.0
-        };
-        let per_token = ms_summary(&run.per_token);
-        let comm_share: Vec<f64> = all.chunks(FIELDS).map(|c| c[0] / c[1].max(1e-12)).collect();
-        let bytes: Vec<f64> = all.chunks(FIELDS).map(|c| c[3]).collect();
-        let bws: Vec<f64> = all.chunks(FIELDS).map(|c| c[4]).collect();
-        let ceiling = bandwidth_ceiling(config.parallel, &bytes, &bws, &ctx.rank_hosts);
-        let step_ms = per_token.mean;
-        let comm_ms: Vec<f64> = all.chunks(FIELDS).map(|c| c[5] * 1e3).collect();
-        let speedup = if size == 1 {
-            Some(1.0)
-        } else {
-            one_rank_tps.map(|o| decode_tps / o)
-        };
-        let matched = reference.as_ref().map(|r| *r == run.tokens);
-        let cfg = &shard.cfg;
-        println!(
-            "# built-in decode: {} layers, width {}, {} heads ({} KV), {} over {size} rank(s)",
-            cfg.layers,
-            cfg.dim,
-            cfg.heads,
-            cfg.kv_heads,
-            match config.parallel {
-                Parallel::Tp => "tensor parallel",
-                Parallel::Pp => "pipeline parallel",
-            }
-        );
-        println!(
-            "prompt {} tokens in {:.3} s ({:.1} tokens/s); {} tokens generated; decode {:.2} tokens/s, per token p50 {:.2} ms p99 {:.2} ms; rank 0 waited on the network {:.0}% of the time",
-            prompt.len(),
-            run.prefill.as_secs_f64(),
-            prompt.len() as f64 / run.prefill.as_secs_f64().max(1e-12),
-            run.tokens.len(),
-            decode_tps,
-            per_token.median,
-            per_token.p99,
-            comm_share[0] * 100.0
-        );
-        println!(
-            "per token: {:.2} ms computing, {:.2} ms in the network (rank 0); memory-bandwidth ceiling {:.1} tokens/s ({:.0}% reached){}",
-            step_ms - comm_ms[0],
-            comm_ms[0],
-            ceiling,
-            decode_tps / ceiling.max(1e-12) * 100.0,
-            match speedup {
-                Some(s) if size > 1 => format!("; {s:.2}x the 1-rank rate"),
-                _ => String::new(),
-            }
-        );
-        println!("text: {:?}", tok.decode(&run.tokens));
-        let mut checks = Vec::new();
-        match matched {
-            Some(true) => checks.push(Check {
-                name: "tokens match the 1-rank run".into(),
-                passed: true,
-                detail: format!("all {} generated tokens equal", run.tokens.len()),
-            }),
-            Some(false) => {
-                let r = reference.as_ref().expect("matched implies a reference");
-                let first = r
-                    .iter()
-                    .zip(&run.tokens)
-                    .position(|(a, b)| a != b)
-                    .unwrap_or(r.len().min(run.tokens.len()));
-                println!("tokens differ from the 1-rank run from token {first} on");
-                checks.push(Check {
-                    name: "tokens match the 1-rank run".into(),
-                    passed: false,
-                    detail: format!("the {size}-rank run differs from token {first} on"),
-                })
-            }
-            None => checks.push(Check {
-                name: "decode ran".into(),
-                passed: true,
-                detail: if size == 1 {
-                    "one rank: the run is its own reference".into()
-                } else {
-                    "not compared with a 1-rank run (--no-verify)".into()
-                },
-            }),
-        }
-        let mut warnings = Vec::new();
-        if let Some(w) = ctx.oversubscribed() {
-            warnings.push(w);
-        }
-        let results = json!({
-            "model": {
-                "path": path.display().to_string(),
-                "name": g_name(&path),
-                "synthetic": false,
-                "layers": cfg.layers, "dim": cfg.dim, "heads": cfg.heads,
-                "kv_heads": cfg.kv_heads, "ffn": cfg.ffn, "vocab": cfg.vocab,
-            },
-            "parallel": config.parallel,
-            "ranks": size,
-            "load_s": load_s,
-            "weights_in_memory": if shard.f32_weights { "f32" } else { "file blocks (q4/q8 kept)" },
-            "prompt_tokens": prompt.len(),
-            "prompt_ids": prompt,
-            "prefill_s": run.prefill.as_secs_f64(),
-            "generated_tokens": run.tokens.len(),
-            "decode_tokens_per_s": decode_tps,
-            "per_token_ms": per_token,
-            "comm_share_per_rank": comm_share,
-            "per_token_comm_ms_per_rank": comm_ms,
-            "per_token_compute_ms_per_rank": comm_ms.iter().map(|c| step_ms - c).collect::<Vec<_>>(),
-            "weight_bytes_per_rank": all.chunks(FIELDS).map(|c| c[2]).collect::<Vec<_>>(),
-            "bytes_read_per_token_per_rank": bytes,
-            "read_bandwidth_gb_per_s_per_rank": bws.iter().map(|b| b / 1e9).collect::<Vec<_>>(),
-            "bandwidth_ceiling_tokens_per_s": ceiling,
-            "percent_of_bandwidth_ceiling": decode_tps / ceiling.max(1e-12) * 100.0,
-            "one_rank_decode_tokens_per_s": one_rank_tps,
-            "speedup_over_one_rank": speedup,
-            "tokens": run.tokens,
-            "text": tok.decode(&run.tokens),
-            "reference_tokens": reference,
-            "matched": matched,
+        let model = json!({
+            "path": path.display().to_string(),
+            "name": g_name(&path),
+            "synthetic": false,
+            "layers": cfg.layers, "dim": cfg.dim, "heads": cfg.heads,
+            "kv_heads": cfg.kv_heads, "ffn": cfg.ffn, "vocab": cfg.vocab,
         });
-        Ok(Some(SuiteOutput {
-            results,
-            checks,
-            warnings,
-        }))
+        let held = if shard.f32_weights {
+            "f32"
+        } else {
+            "file blocks (q4/q8 kept)"
+        };
+        let about = About {
+            model,
+            load_s,
+            held,
+            text: Some(tok.decode(&m.run.tokens)),
+            warnings: Vec::new(),
+        };
+        Ok(Some(output(config, ctx, m, &prompt, about)))
     }
 }
 
