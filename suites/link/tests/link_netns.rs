@@ -160,58 +160,72 @@ fn over_runs_each_shaped_network_and_the_report_shows_both() {
     let dir = tmpdir("netns-over");
     let hosts = dir.join("hosts.json");
     std::fs::write(&hosts, netlab(&["hostfile", "tbo", "0"]).stdout).unwrap();
-    let out = dir.join("results");
-    let o = run(
-        &[
-            "link",
-            "--hostfile",
-            hosts.to_str().unwrap(),
-            "--rsh",
-            "ip netns exec",
-            "--over",
-            "tcp:10.71.0.0/24,tcp:10.72.0.0/24",
-            "--sizes",
-            "4MiB",
-            "--mode",
-            "latency,bw",
-            "--iters",
-            "20",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-        Duration::from_secs(240),
-    );
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    let stdout = text(&o.stdout);
-    assert!(stdout.contains("== side by side =="), "{stdout}");
-    let mut files: Vec<_> = std::fs::read_dir(&out)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
-    assert_eq!(files.len(), 2, "{files:?}");
+    // A shaped rate is a CPU-bound measurement on two vCPUs: one retry absorbs a neighbour's
+    // burst; a link that is not shaped as configured fails both times.
+    let mut out = dir.join("results-1");
     let mut labels = Vec::new();
-    for (f, (net, shaped)) in files.iter().zip([("10.71.0", 2.5), ("10.72.0", 10.0)]) {
-        let r = read_json(f);
-        let addrs = r["network"]["addresses"].as_array().unwrap();
-        assert!(
-            addrs.iter().all(|a| a.as_str().unwrap().starts_with(net)),
-            "{}: data went over {addrs:?}, not {net}.x",
-            f.display()
+    for attempt in 1..=2 {
+        out = dir.join(format!("results-{attempt}"));
+        let o = run(
+            &[
+                "link",
+                "--hostfile",
+                hosts.to_str().unwrap(),
+                "--rsh",
+                "ip netns exec",
+                "--over",
+                "tcp:10.71.0.0/24,tcp:10.72.0.0/24",
+                "--sizes",
+                "4MiB",
+                "--mode",
+                "latency,bw",
+                "--iters",
+                "20",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            Duration::from_secs(240),
         );
-        let bw = r["results"]["bandwidth"]
-            .as_array()
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let stdout = text(&o.stdout);
+        assert!(stdout.contains("== side by side =="), "{stdout}");
+        let mut files: Vec<_> = std::fs::read_dir(&out)
             .unwrap()
-            .iter()
-            .find(|b| b["mode"] == "bw")
-            .unwrap();
-        let gbit = bw["gbit_per_s"]["avg"].as_f64().unwrap();
-        assert!(
-            (gbit - shaped).abs() / shaped < 0.05,
-            "{}: measured {gbit:.3} Gbit/s over a network shaped to {shaped} Gbit/s",
-            f.display()
-        );
-        labels.push(r["network"]["label"].as_str().unwrap().to_string());
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        assert_eq!(files.len(), 2, "{files:?}");
+        labels.clear();
+        let mut off = Vec::new();
+        for (f, (net, shaped)) in files.iter().zip([("10.71.0", 2.5), ("10.72.0", 10.0)]) {
+            let r = read_json(f);
+            let addrs = r["network"]["addresses"].as_array().unwrap();
+            assert!(
+                addrs.iter().all(|a| a.as_str().unwrap().starts_with(net)),
+                "{}: data went over {addrs:?}, not {net}.x",
+                f.display()
+            );
+            let bw = r["results"]["bandwidth"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|b| b["mode"] == "bw")
+                .unwrap();
+            // The median iteration: a scheduler hiccup in one iteration does not move it.
+            let gbit = bw["iteration_gbit_per_s"]["median"].as_f64().unwrap();
+            if (gbit - shaped).abs() / shaped >= 0.05 {
+                off.push(format!(
+                    "{}: measured {gbit:.3} Gbit/s over a network shaped to {shaped} Gbit/s",
+                    f.display()
+                ));
+            }
+            labels.push(r["network"]["label"].as_str().unwrap().to_string());
+        }
+        if off.is_empty() {
+            break;
+        }
+        assert!(attempt < 2, "{}", off.join("; "));
+        eprintln!("attempt {attempt}: {}; measuring again", off.join("; "));
     }
     assert_ne!(
         labels[0], labels[1],
