@@ -275,6 +275,31 @@ pub fn trsv_upper(k: usize, a: &[f64], lda: usize, x: &mut [f64]) {
     }
 }
 
+/// What a result file (and `tbbench env`) records about this host's BLAS: the library, its
+/// kernel, and the variables that change the kernel choice, as set.
+pub fn record() -> tbbench_reports::Blas {
+    let env: Vec<String> = [
+        "OPENBLAS_CORETYPE",
+        "OPENBLAS_L2_SIZE",
+        "OPENBLAS_NUM_THREADS",
+    ]
+    .iter()
+    .filter_map(|v| std::env::var(v).ok().map(|x| format!("{v}={x}")))
+    .collect();
+    match blas() {
+        Some(b) => tbbench_reports::Blas {
+            name: b.name.clone(),
+            kernel: b.kernel.clone(),
+            env,
+        },
+        None => tbbench_reports::Blas {
+            name: "rust-fallback".into(),
+            kernel: "tbbench kernels (pure Rust, one thread): no BLAS found".into(),
+            env,
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -348,30 +373,5 @@ mod tests {
         let mut x = [10.0, 8.0]; // U·[4, 2]
         trsv_upper(2, &u, 2, &mut x);
         assert_eq!(x, [4.0, 2.0]);
-    }
-}
-
-/// What a result file (and `tbbench env`) records about this host's BLAS: the library, its
-/// kernel, and the variables that change the kernel choice, as set.
-pub fn record() -> tbbench_reports::Blas {
-    let env: Vec<String> = [
-        "OPENBLAS_CORETYPE",
-        "OPENBLAS_L2_SIZE",
-        "OPENBLAS_NUM_THREADS",
-    ]
-    .iter()
-    .filter_map(|v| std::env::var(v).ok().map(|x| format!("{v}={x}")))
-    .collect();
-    match blas() {
-        Some(b) => tbbench_reports::Blas {
-            name: b.name.clone(),
-            kernel: b.kernel.clone(),
-            env,
-        },
-        None => tbbench_reports::Blas {
-            name: "rust-fallback".into(),
-            kernel: "tbbench kernels (pure Rust, one thread): no BLAS found".into(),
-            env,
-        },
     }
 }

@@ -82,26 +82,7 @@ impl Suite for HplSuite {
         let rank = ctx.rank();
         // Every rank says which BLAS it loaded (hosts may differ); rank 0 records it per host.
         kernels::set_threads(config.threads);
-        let env: Vec<String> = [
-            "OPENBLAS_CORETYPE",
-            "OPENBLAS_L2_SIZE",
-            "OPENBLAS_NUM_THREADS",
-        ]
-        .iter()
-        .filter_map(|v| std::env::var(v).ok().map(|x| format!("{v}={x}")))
-        .collect();
-        let mine = match kernels::blas() {
-            Some(b) => Blas {
-                name: b.name.clone(),
-                kernel: b.kernel.clone(),
-                env,
-            },
-            None => Blas {
-                name: "rust-fallback".into(),
-                kernel: "tbbench kernels (pure Rust, one thread): no BLAS found".into(),
-                env,
-            },
-        };
+        let mine = kernels::record();
         if let Some(all) = ctx.comm.gather(0, &serde_json::to_vec(&mine)?)? {
             for (r, bytes) in all.iter().enumerate() {
                 let b: Blas = serde_json::from_slice(bytes)?;
