@@ -91,7 +91,7 @@ const CSS: &str = "
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:0 auto;max-width:1180px;padding:1rem 2rem;color:#222;background:#fff}
 h1{font-size:1.6rem;margin-bottom:.2rem}h2{border-bottom:2px solid #ddd;padding-bottom:.2rem;margin-top:2.2rem}
 h3{margin-top:1.6rem}
-table{border-collapse:collapse;margin:.6rem 0 1rem;font-size:.86rem}
+table{border-collapse:collapse;margin:.6rem 0 1rem;font-size:.86rem;display:block;max-width:100%;overflow-x:auto}
 th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:left;vertical-align:top}
 th{background:#f4f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}
 .pass{background:#1a7f37;color:#fff;font-weight:700;padding:.1rem .5rem;border-radius:3px}
