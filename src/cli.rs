@@ -355,7 +355,7 @@ impl HplArgs {
                     skipped.first().cloned().unwrap_or_default()
                 );
             }
-            skipped.push("not implemented yet: PFACT and RFACT Left and Crout run as Right (the same factors, in another order; NBMIN and NDIV are honoured), BCAST 0 (1rg, increasing ring) is honoured and the others run as a binomial tree, and rows are swapped pair by pair whatever SWAP says".into());
+            skipped.push("not implemented yet: PFACT and RFACT Left and Crout run as Right (the same factors, in another order; NBMIN and NDIV are honoured), and rows are swapped pair by pair whatever SWAP says (all six BCAST variants are honoured)".into());
         } else if let Some(n) = self.n {
             let g = grid
                 .map(|(p, q)| Grid {

@@ -124,6 +124,94 @@ impl Comm {
         Ok(())
     }
 
+    /// HPL's "2rg": the root sends to the first member of each half of the others, and each
+    /// half passes it along as a ring: half the hops of one ring, the root sending twice.
+    pub fn bcast_two_ring_in(&mut self, group: Group, root: usize, buf: &mut [u8]) -> Result<()> {
+        let n = group.len(self.size());
+        let (me, root_i) = (group.index_of(self.rank())?, group.index_of(root)?);
+        let rel = (me + n - root_i) % n;
+        let at = |r: usize| group.rank((r + root_i) % n);
+        // Others are rel 1..n; the first ring takes 1..=a, the second a+1..n.
+        let a = n / 2;
+        if rel == 0 {
+            if n > 1 {
+                self.t.send(at(1), buf)?;
+            }
+            if a + 1 < n {
+                self.t.send(at(a + 1), buf)?;
+            }
+            return Ok(());
+        }
+        let (first, last) = if rel <= a { (1, a) } else { (a + 1, n - 1) };
+        let from = if rel == first { 0 } else { rel - 1 };
+        self.t.recv(at(from), buf)?;
+        if rel < last {
+            self.t.send(at(rel + 1), buf)?;
+        }
+        Ok(())
+    }
+
+    /// HPL's "Lng" (bandwidth-reducing): the root scatters one piece to each member, then the
+    /// pieces go round a ring until everyone has all of them, so no link carries the whole
+    /// message more than about once and the root sends it only once. Short messages, where
+    /// the pieces would be tiny, go by the binomial tree.
+    pub fn bcast_long_in(&mut self, group: Group, root: usize, buf: &mut [u8]) -> Result<()> {
+        let n = group.len(self.size());
+        if n < 3 || buf.len() < n * 4096 {
+            return self.bcast_in(group, root, buf);
+        }
+        let (me, root_i) = (group.index_of(self.rank())?, group.index_of(root)?);
+        let rel = (me + n - root_i) % n;
+        let at = |r: usize| group.rank((r % n + root_i) % n);
+        let len = buf.len();
+        let piece = |k: usize| (k * len / n)..((k + 1) * len / n);
+        if rel == 0 {
+            for k in 1..n {
+                self.t.send(at(k), &buf[piece(k)])?;
+            }
+        } else {
+            self.t.recv(at(0), &mut buf[piece(rel)])?;
+        }
+        // Step s: send the piece got s steps ago to the next member, take the one before.
+        let mut out = Vec::new();
+        for s in 0..n - 1 {
+            let send_k = (rel + n - s) % n;
+            let recv_k = (rel + n - s - 1) % n;
+            out.clear();
+            out.extend_from_slice(&buf[piece(send_k)]);
+            let (to, from) = (at(rel + 1), at(rel + n - 1));
+            let r = piece(recv_k);
+            self.sendrecv(to, &out, from, &mut buf[r])?;
+        }
+        Ok(())
+    }
+
+    /// HPL's "modified" broadcasts (1rM, 2rM, LnM): the root first sends to the member after
+    /// it, which then needs the panel soonest (it factors the next one), and the others get
+    /// it by `rest` among themselves, that member acting as the root.
+    pub fn bcast_modified_in(
+        &mut self,
+        group: Group,
+        root: usize,
+        buf: &mut [u8],
+        rest: fn(&mut Comm, Group, usize, &mut [u8]) -> Result<()>,
+    ) -> Result<()> {
+        let n = group.len(self.size());
+        if n < 2 {
+            return Ok(());
+        }
+        let root_i = group.index_of(root)?;
+        let next = group.rank((root_i + 1) % n);
+        if self.rank() == root {
+            return self.t.send(next, buf);
+        }
+        if self.rank() == next {
+            self.t.recv(root, buf)?;
+        }
+        let others: Vec<usize> = (1..n).map(|k| group.rank((root_i + k) % n)).collect();
+        rest(self, Group::Members(&others), next, buf)
+    }
+
     /// Gathers each rank's bytes (of any length) at `root`, in rank order.
     pub fn gather(&mut self, root: usize, mine: &[u8]) -> Result<Option<Vec<Vec<u8>>>> {
         if self.rank() != root {
@@ -354,5 +442,43 @@ mod tests {
         assert_eq!(out[1], (1.0, 1, (-0.0, 0)));
         assert_eq!(out[2], (5.0, 3, (-2.0, 2)));
         assert_eq!(out[3], (5.0, 3, (-2.0, 2)));
+    }
+
+    #[test]
+    fn every_broadcast_variant_delivers_from_every_root() {
+        let out = ranks(5, 23, |c| {
+            let mut got = Vec::new();
+            // Long enough that "Lng" really scatters (5 pieces of more than 4 KiB).
+            let len = 5 * 4096 + 7;
+            for root in 0..5 {
+                for variant in 0..6 {
+                    let mut b = vec![0u8; len];
+                    if c.rank() == root {
+                        for (i, x) in b.iter_mut().enumerate() {
+                            *x = (i * 31 + root * 7 + variant) as u8;
+                        }
+                    }
+                    let g = Group::All;
+                    match variant {
+                        0 => c.bcast_ring_in(g, root, &mut b),
+                        1 => c.bcast_two_ring_in(g, root, &mut b),
+                        2 => c.bcast_long_in(g, root, &mut b),
+                        3 => c.bcast_modified_in(g, root, &mut b, Comm::bcast_ring_in),
+                        4 => c.bcast_modified_in(g, root, &mut b, Comm::bcast_two_ring_in),
+                        _ => c.bcast_modified_in(g, root, &mut b, Comm::bcast_long_in),
+                    }
+                    .unwrap();
+                    let ok = b
+                        .iter()
+                        .enumerate()
+                        .all(|(i, x)| *x == (i * 31 + root * 7 + variant) as u8);
+                    got.push(ok);
+                }
+            }
+            got
+        });
+        for (r, oks) in out.iter().enumerate() {
+            assert!(oks.iter().all(|o| *o), "rank {r}: {oks:?}");
+        }
     }
 }

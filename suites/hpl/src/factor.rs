@@ -303,12 +303,19 @@ fn broadcast_panel(
     if f.in_place() {
         return Ok(());
     }
-    // HPL.dat's BCAST 0 is the increasing ring; the other variants are not in yet and use a
-    // binomial tree (the run says so).
-    if bcast == Broadcast::IncreasingRing {
-        comm.bcast_ring_in(Group::Members(row), root, f64_bytes_mut(&mut f.packed))?;
-    } else {
-        comm.bcast_in(Group::Members(row), root, f64_bytes_mut(&mut f.packed))?;
+    // HPL.dat's six BCAST variants, each as HPL defines its message pattern.
+    let (g, buf) = (Group::Members(row), f64_bytes_mut(&mut f.packed));
+    match bcast {
+        Broadcast::IncreasingRing => comm.bcast_ring_in(g, root, buf)?,
+        Broadcast::IncreasingRingModified => {
+            comm.bcast_modified_in(g, root, buf, Comm::bcast_ring_in)?
+        }
+        Broadcast::IncreasingTwoRing => comm.bcast_two_ring_in(g, root, buf)?,
+        Broadcast::IncreasingTwoRingModified => {
+            comm.bcast_modified_in(g, root, buf, Comm::bcast_two_ring_in)?
+        }
+        Broadcast::Long => comm.bcast_long_in(g, root, buf)?,
+        Broadcast::LongModified => comm.bcast_modified_in(g, root, buf, Comm::bcast_long_in)?,
     }
     let (rows, jb) = (f.rows, f.jb);
     for (k, p) in f.ipiv.iter_mut().enumerate() {

@@ -210,10 +210,19 @@ fn recursive_panels_of_every_shape_give_the_same_x() {
 }
 
 #[test]
-fn ring_and_tree_broadcasts_give_the_same_x() {
-    let n = 50;
+fn every_broadcast_variant_gives_the_same_x() {
+    // Panels of 300 x 64 doubles: large enough that "Lng" scatters rather than falling back
+    // to the tree.
+    let n = 300;
     let want = reference::solve(n, reference::augmented(n, HPL_SEED));
-    for bcast in [Broadcast::IncreasingRing, Broadcast::Long] {
+    for bcast in [
+        Broadcast::IncreasingRing,
+        Broadcast::IncreasingRingModified,
+        Broadcast::IncreasingTwoRing,
+        Broadcast::IncreasingTwoRingModified,
+        Broadcast::Long,
+        Broadcast::LongModified,
+    ] {
         for (p, q) in [(1, 4), (2, 2), (1, 3)] {
             for depth in [0, 1] {
                 let o = Opts {
@@ -221,7 +230,7 @@ fn ring_and_tree_broadcasts_give_the_same_x() {
                     depth,
                     ..DEFAULT
                 };
-                let xs = distributed_x(n, 8, grid(p, q), o);
+                let xs = distributed_x(n, 64, grid(p, q), o);
                 let worst = worst_error(&xs[..1], &want);
                 assert!(
                     worst < 1e-10,
