@@ -139,13 +139,34 @@ fn report_of_recorded_runs_puts_networks_side_by_side() {
         "4-rank Gflops {g:.2} missing"
     );
     assert!(html.contains("3 of 3 solves passed"), "verdict line");
-    assert_eq!(
-        html.matches("<span class=\"pass\">PASSED</span>").count(),
-        4
-    );
+    let section = |id: &str| -> String {
+        let start = html
+            .find(&format!("<section id=\"{id}\">"))
+            .unwrap_or_else(|| panic!("no {id} section"));
+        let end = start + html[start..].find("</section>").unwrap();
+        html[start..end].to_string()
+    };
+    let hpl = section("hpl");
+    assert_eq!(hpl.matches("<span class=\"pass\">PASSED</span>").count(), 4);
     assert!(html.contains("Gflops vs number of ranks"));
     assert!(html.contains("Time split of the slowest rank"));
     assert_eq!(summary["sections"]["hpl"]["total"], 3);
+
+    // The built-in decode: a real model and a synthetic shape, each matching its 1-rank run.
+    let decode = section("decode");
+    assert!(decode.contains("SmolLM2-135M-Instruct.Q4_1"), "{decode}");
+    assert!(decode.contains("llama-3.2-3b (synthetic)"));
+    assert_eq!(
+        decode.matches("<span class=\"pass\">PASSED</span>").count(),
+        2
+    );
+    let tps = fixture("decode/decode-smollm2-pp2.json")["results"]["decode_tokens_per_s"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        decode.contains(&format!(">{tps:.2}<")),
+        "decode rate {tps:.2} missing"
+    );
 
     // History: the three runs of one configuration, a trend chart per headline figure.
     let hist = summary["history"].as_array().unwrap();
