@@ -528,6 +528,89 @@ impl Collective for Alone {
     }
 }
 
+/// The matrices of one layer, in the order synthetic weights number them.
+const LAYER_MATRICES: [&str; 7] = [
+    "attn_q",
+    "attn_k",
+    "attn_v",
+    "attn_output",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_down",
+];
+
+/// Which part of the model a rank holds: its heads, KV heads, feed-forward columns and output
+/// rows (tensor parallel: a contiguous share of each; pipeline: all of them), its layers, and
+/// whether it embeds (first stage) and scores (last stage).
+struct Share {
+    heads: (usize, usize),
+    kv: (usize, usize),
+    ffn: (usize, usize),
+    vocab: (usize, usize),
+    layers: std::ops::Range<usize>,
+    first: bool,
+    last: bool,
+}
+
+impl Share {
+    fn of(cfg: &Config, split: Split) -> Result<Share> {
+        split.check(cfg)?;
+        let (rank, size, tp) = match split {
+            Split::Tensor { rank, size } => (rank, size, true),
+            Split::Pipeline { rank, size } => (rank, size, false),
+        };
+        let part = |n: usize| {
+            if tp {
+                (rank * n / size, (rank + 1) * n / size)
+            } else {
+                (0, n)
+            }
+        };
+        let first = tp || rank == 0;
+        let last = tp || rank + 1 == size;
+        Ok(Share {
+            heads: part(cfg.heads),
+            kv: part(cfg.kv_heads),
+            ffn: part(cfg.ffn),
+            vocab: if last { part(cfg.vocab) } else { (0, 0) },
+            layers: split.layers(cfg),
+            first,
+            last,
+        })
+    }
+
+    /// This rank's layers, each matrix from `mat(layer, name, rows, cols, full row length)`
+    /// and each norm from `norm(layer, name)`.
+    fn layers(
+        &self,
+        cfg: &Config,
+        mut mat: impl FnMut(usize, &str, (usize, usize), (usize, usize), usize) -> Result<Matrix>,
+        mut norm: impl FnMut(usize, &str) -> Result<Vec<f32>>,
+    ) -> Result<Vec<Layer>> {
+        let hd = cfg.head_dim;
+        let d = (0, cfg.dim);
+        let q = (self.heads.0 * hd, self.heads.1 * hd);
+        let kv = (self.kv.0 * hd, self.kv.1 * hd);
+        let mut out = Vec::new();
+        for l in self.layers.clone() {
+            out.push(Layer {
+                attn_norm: norm(l, "attn_norm")?,
+                ffn_norm: norm(l, "ffn_norm")?,
+                wq: mat(l, "attn_q", q, d, cfg.dim)?,
+                wk: mat(l, "attn_k", kv, d, cfg.dim)?,
+                wv: mat(l, "attn_v", kv, d, cfg.dim)?,
+                wo: mat(l, "attn_output", d, q, cfg.heads * hd)?,
+                gate: mat(l, "ffn_gate", self.ffn, d, cfg.dim)?,
+                up: mat(l, "ffn_up", self.ffn, d, cfg.dim)?,
+                down: mat(l, "ffn_down", d, self.ffn, cfg.ffn)?,
+                k_cache: Vec::new(),
+                v_cache: Vec::new(),
+            });
+        }
+        Ok(out)
+    }
+}
+
 /// One rank's share of the model, with its KV cache.
 pub struct Shard {
     pub cfg: Config,
@@ -556,47 +639,17 @@ impl Shard {
     /// blocks as stored) rather than in the file's block formats (4-6x less memory).
     pub fn load(g: &Gguf, split: Split, f32_ok: bool) -> Result<Shard> {
         let cfg = Config::from_gguf(g)?;
-        split.check(&cfg)?;
-        let (rank, size, tp) = match split {
-            Split::Tensor { rank, size } => (rank, size, true),
-            Split::Pipeline { rank, size } => (rank, size, false),
-        };
-        let part = |n: usize| {
-            if tp {
-                (rank * n / size, (rank + 1) * n / size)
-            } else {
-                (0, n)
-            }
-        };
-        let hd = cfg.head_dim;
-        let (h0, h1) = part(cfg.heads);
-        let (k0, k1) = part(cfg.kv_heads);
-        let (f0, f1) = part(cfg.ffn);
-        let d = (0, cfg.dim);
-        let range = split.layers(&cfg);
-        let mut layers = Vec::new();
-        for l in range.clone() {
-            let n = |s: &str| format!("blk.{l}.{s}.weight");
-            layers.push(Layer {
-                attn_norm: vector(g, &n("attn_norm"))?,
-                ffn_norm: vector(g, &n("ffn_norm"))?,
-                wq: Matrix::load(g, &n("attn_q"), (h0 * hd, h1 * hd), d, f32_ok)?,
-                wk: Matrix::load(g, &n("attn_k"), (k0 * hd, k1 * hd), d, f32_ok)?,
-                wv: Matrix::load(g, &n("attn_v"), (k0 * hd, k1 * hd), d, f32_ok)?,
-                wo: Matrix::load(g, &n("attn_output"), d, (h0 * hd, h1 * hd), f32_ok)?,
-                gate: Matrix::load(g, &n("ffn_gate"), (f0, f1), d, f32_ok)?,
-                up: Matrix::load(g, &n("ffn_up"), (f0, f1), d, f32_ok)?,
-                down: Matrix::load(g, &n("ffn_down"), d, (f0, f1), f32_ok)?,
-                k_cache: Vec::new(),
-                v_cache: Vec::new(),
-            });
-        }
+        let share = Share::of(&cfg, split)?;
+        let layers = share.layers(
+            &cfg,
+            |l, name, rows, cols, _| {
+                Matrix::load(g, &format!("blk.{l}.{name}.weight"), rows, cols, f32_ok)
+            },
+            |l, name| vector(g, &format!("blk.{l}.{name}.weight")),
+        )?;
         let embd_info = g.info("token_embd.weight")?;
         let embd_row_bytes = quant::bytes_of(embd_info.ggml_type, cfg.dim)?;
-        // Pipeline: only the first stage embeds and only the last scores; tensor: all do.
-        let first = !matches!(split, Split::Pipeline { rank, .. } if rank != 0);
-        let last = !matches!(split, Split::Pipeline { rank, size } if rank + 1 != size);
-        let embd = if first {
+        let embd = if share.first {
             g.data(embd_info)?.to_vec()
         } else {
             Vec::new()
@@ -607,82 +660,57 @@ impl Shard {
         } else {
             "token_embd.weight"
         };
-        let (v0, v1) = if !last { (0, 0) } else { part(cfg.vocab) };
-        let out = Matrix::load(g, out_name, (v0, v1), d, f32_ok)?;
-        let out_norm = if last {
+        let out = Matrix::load(g, out_name, share.vocab, (0, cfg.dim), f32_ok)?;
+        let out_norm = if share.last {
             vector(g, "output_norm.weight")?
         } else {
             Vec::new()
         };
-        let weight_bytes = layers
-            .iter()
-            .map(|l| {
-                [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down]
-                    .iter()
-                    .map(|m| m.bytes())
-                    .sum::<usize>()
-            })
-            .sum::<usize>()
-            + out.bytes()
-            + embd.len();
-        Ok(Shard {
-            cfg,
-            split,
-            layers,
-            embd_type: embd_info.ggml_type,
-            embd_row_bytes,
-            embd,
-            synthetic: None,
-            out_norm,
-            out,
-            out_first: v0,
-            local_heads: h1 - h0,
-            local_kv: k1 - k0,
-            weight_bytes,
-            f32_weights: f32_ok,
-        })
+        let mut shard = Shard::assemble(cfg, split, &share, layers, out, out_norm);
+        shard.embd_type = embd_info.ggml_type;
+        shard.embd_row_bytes = embd_row_bytes;
+        shard.weight_bytes += embd.len();
+        shard.embd = embd;
+        shard.f32_weights = f32_ok;
+        Ok(shard)
     }
 
     /// Random weights at `cfg`'s shapes (`--shape`), the same on every rank for one `seed`.
     pub fn synthetic(cfg: Config, split: Split, seed: u64) -> Result<Shard> {
-        split.check(&cfg)?;
-        let (rank, size, tp) = match split {
-            Split::Tensor { rank, size } => (rank, size, true),
-            Split::Pipeline { rank, size } => (rank, size, false),
+        let share = Share::of(&cfg, split)?;
+        let layers = share.layers(
+            &cfg,
+            |l, name, rows, cols, full_cols| {
+                let id = LAYER_MATRICES.iter().position(|m| *m == name).unwrap_or(0) as u64 + 1;
+                Ok(Matrix::random(
+                    seed ^ ((l as u64) << 40) ^ (id << 32),
+                    rows,
+                    cols,
+                    full_cols,
+                ))
+            },
+            |_, _| Ok(vec![1.0; cfg.dim]),
+        )?;
+        let out = Matrix::random(seed ^ 0x07, share.vocab, (0, cfg.dim), cfg.dim);
+        let out_norm = if share.last {
+            vec![1.0; cfg.dim]
+        } else {
+            Vec::new()
         };
-        let part = |n: usize| {
-            if tp {
-                (rank * n / size, (rank + 1) * n / size)
-            } else {
-                (0, n)
-            }
-        };
-        let hd = cfg.head_dim;
-        let (h0, h1) = part(cfg.heads);
-        let (k0, k1) = part(cfg.kv_heads);
-        let (f0, f1) = part(cfg.ffn);
-        let d = (0, cfg.dim);
-        let range = split.layers(&cfg);
-        let mut layers = Vec::new();
-        for l in range {
-            let m = |id: u64| seed ^ ((l as u64) << 40) ^ (id << 32);
-            layers.push(Layer {
-                attn_norm: vec![1.0; cfg.dim],
-                ffn_norm: vec![1.0; cfg.dim],
-                wq: Matrix::random(m(1), (h0 * hd, h1 * hd), d, cfg.dim),
-                wk: Matrix::random(m(2), (k0 * hd, k1 * hd), d, cfg.dim),
-                wv: Matrix::random(m(3), (k0 * hd, k1 * hd), d, cfg.dim),
-                wo: Matrix::random(m(4), d, (h0 * hd, h1 * hd), cfg.heads * hd),
-                gate: Matrix::random(m(5), (f0, f1), d, cfg.dim),
-                up: Matrix::random(m(6), (f0, f1), d, cfg.dim),
-                down: Matrix::random(m(7), d, (f0, f1), cfg.ffn),
-                k_cache: Vec::new(),
-                v_cache: Vec::new(),
-            });
-        }
-        let last = !matches!(split, Split::Pipeline { rank, size } if rank + 1 != size);
-        let (v0, v1) = if !last { (0, 0) } else { part(cfg.vocab) };
-        let out = Matrix::random(seed ^ 0x07, (v0, v1), d, cfg.dim);
+        let mut shard = Shard::assemble(cfg, split, &share, layers, out, out_norm);
+        shard.synthetic = Some(seed);
+        Ok(shard)
+    }
+
+    /// A shard from its parts; the embedding is set by the caller.
+    fn assemble(
+        cfg: Config,
+        split: Split,
+        share: &Share,
+        layers: Vec<Layer>,
+        out: Matrix,
+        out_norm: Vec<f32>,
+    ) -> Shard {
         let weight_bytes = layers
             .iter()
             .map(|l| {
@@ -693,22 +721,22 @@ impl Shard {
             })
             .sum::<usize>()
             + out.bytes();
-        Ok(Shard {
-            out_norm: if last { vec![1.0; cfg.dim] } else { Vec::new() },
-            local_heads: h1 - h0,
-            local_kv: k1 - k0,
+        Shard {
             cfg,
             split,
             layers,
             embd_type: quant::F32,
             embd_row_bytes: 0,
             embd: Vec::new(),
-            synthetic: Some(seed),
+            synthetic: None,
+            out_norm,
             out,
-            out_first: v0,
+            out_first: share.vocab.0,
+            local_heads: share.heads.1 - share.heads.0,
+            local_kv: share.kv.1 - share.kv.0,
             weight_bytes,
             f32_weights: false,
-        })
+        }
     }
 
     /// Bytes of weights a synthetic shard of `cfg` holds on the fullest rank (for refusing a
