@@ -155,18 +155,28 @@ pub fn number_label(v: f64) -> String {
     }
 }
 
+/// The drawn chart in its figure, or one line saying why it could not be drawn.
+fn finish(
+    title: &str,
+    names: &[&str],
+    svg: &str,
+    drawn: Result<(), Box<dyn std::error::Error>>,
+) -> String {
+    match drawn {
+        Ok(()) => figure(title, names, svg),
+        Err(e) => format!(
+            "<p class=\"warn\">chart '{}' could not be drawn: {}</p>",
+            escape(title),
+            escape(&e.to_string())
+        ),
+    }
+}
+
 pub fn line_chart(c: &LineChart) -> String {
     let mut svg = String::new();
     let drawn = draw_lines(c, &mut svg);
     let names: Vec<&str> = c.series.iter().map(|s| s.name.as_str()).collect();
-    match drawn {
-        Ok(()) => figure(&c.title, &names, &svg),
-        Err(e) => format!(
-            "<p class=\"warn\">chart '{}' could not be drawn: {}</p>",
-            escape(&c.title),
-            escape(&e.to_string())
-        ),
-    }
+    finish(&c.title, &names, &svg, drawn)
 }
 
 fn draw_lines(c: &LineChart, out: &mut String) -> Result<(), Box<dyn std::error::Error>> {
@@ -306,14 +316,7 @@ pub fn bar_chart(c: &BarChart) -> String {
     let mut svg = String::new();
     let drawn = draw_bars(c, &mut svg);
     let names: Vec<&str> = c.series.iter().map(|s| s.0.as_str()).collect();
-    match drawn {
-        Ok(()) => figure(&c.title, &names, &svg),
-        Err(e) => format!(
-            "<p class=\"warn\">chart '{}' could not be drawn: {}</p>",
-            escape(&c.title),
-            escape(&e.to_string())
-        ),
-    }
+    finish(&c.title, &names, &svg, drawn)
 }
 
 fn draw_bars(c: &BarChart, out: &mut String) -> Result<(), Box<dyn std::error::Error>> {

@@ -214,14 +214,7 @@ pub fn compare(
         .iter()
         .filter(|l| !l.result.verification.passed)
         .map(|l| {
-            let failed: Vec<&str> = l
-                .result
-                .verification
-                .checks
-                .iter()
-                .filter(|c| !c.passed)
-                .map(|c| c.name.as_str())
-                .collect();
+            let failed = l.result.verification.failed();
             format!(
                 "{}: verification failed ({})",
                 l.path.display(),

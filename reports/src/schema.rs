@@ -113,6 +113,15 @@ pub struct Check {
 }
 
 impl Verification {
+    /// The names of the checks that failed.
+    pub fn failed(&self) -> Vec<&str> {
+        self.checks
+            .iter()
+            .filter(|c| !c.passed)
+            .map(|c| c.name.as_str())
+            .collect()
+    }
+
     pub fn from_checks(checks: Vec<Check>) -> Self {
         Verification {
             passed: !checks.is_empty() && checks.iter().all(|c| c.passed),

@@ -422,13 +422,7 @@ fn run_suite<S: Suite>(
         println!("result: {}", path.display());
     }
     if !result.verification.passed {
-        let failed: Vec<&str> = result
-            .verification
-            .checks
-            .iter()
-            .filter(|c| !c.passed)
-            .map(|c| c.name.as_str())
-            .collect();
+        let failed = result.verification.failed();
         eprintln!(
             "tbbench: error: verification FAILED ({}); the result file records it",
             failed.join(", ")

@@ -310,85 +310,91 @@ impl SuiteView for LinkView {
     }
 }
 
-fn percentile_table(names: &[String], parsed: &[LinkResults]) -> String {
-    let mut sizes: Vec<u64> = parsed
-        .iter()
-        .flat_map(|l| l.latency.iter().map(|x| x.size_bytes))
-        .collect();
+/// A table with a row per message size and, per network, one column per `columns` entry;
+/// `cells` gives a network's cells at one size (its first pair's row, if it measured it).
+fn size_table(
+    class: &str,
+    names: &[String],
+    parsed: &[LinkResults],
+    sizes_of: impl Fn(&LinkResults) -> Vec<u64>,
+    columns: &[&str],
+    cells: impl Fn(&LinkResults, u64) -> Vec<Cell>,
+) -> String {
+    let mut sizes: Vec<u64> = parsed.iter().flat_map(&sizes_of).collect();
     sizes.sort_unstable();
     sizes.dedup();
     let mut headers: Vec<String> = vec!["size".into()];
     for n in names {
-        for p in ["p50", "p99", "p99.9"] {
-            headers.push(format!("{n} {p} µs"));
-        }
+        headers.extend(columns.iter().map(|c| format!("{n} {c}")));
     }
     let rows = sizes
         .iter()
         .map(|&s| {
             let mut row: Vec<Cell> = vec![Cell::from(size_label(s as f64))];
             for l in parsed {
-                let pair = first_pair(l);
-                let x = l
-                    .latency
-                    .iter()
-                    .find(|x| x.size_bytes == s && Some(x.pair) == pair);
-                row.push(opt_num(x.map(|x| x.one_way_us.median), 2));
-                row.push(opt_num(x.map(|x| x.one_way_us.p99), 2));
-                row.push(opt_num(x.map(|x| x.one_way_us.p999), 2));
+                row.extend(cells(l, s));
             }
             row
         })
         .collect();
     let h: Vec<&str> = headers.iter().map(|s| s.as_str()).collect();
-    format!(
-        "<details open><summary>Latency percentiles (one-way, µs)</summary>{}</details>\n",
-        html::table("percentiles", &h, rows)
-    )
+    html::table(class, &h, rows)
+}
+
+fn percentile_table(names: &[String], parsed: &[LinkResults]) -> String {
+    let table = size_table(
+        "percentiles",
+        names,
+        parsed,
+        |l| l.latency.iter().map(|x| x.size_bytes).collect(),
+        &["p50 µs", "p99 µs", "p99.9 µs"],
+        |l, s| {
+            let pair = first_pair(l);
+            let x = l
+                .latency
+                .iter()
+                .find(|x| x.size_bytes == s && Some(x.pair) == pair);
+            vec![
+                opt_num(x.map(|x| x.one_way_us.median), 2),
+                opt_num(x.map(|x| x.one_way_us.p99), 2),
+                opt_num(x.map(|x| x.one_way_us.p999), 2),
+            ]
+        },
+    );
+    format!("<details open><summary>Latency percentiles (one-way, µs)</summary>{table}</details>\n")
 }
 
 fn bandwidth_table(mode: &str, names: &[String], parsed: &[LinkResults]) -> String {
-    let mut sizes: Vec<u64> = parsed
-        .iter()
-        .flat_map(|l| {
+    let table = size_table(
+        &format!("bandwidth {mode}"),
+        names,
+        parsed,
+        |l| {
             l.bandwidth
                 .iter()
                 .filter(|x| x.mode == mode)
                 .map(|x| x.size_bytes)
-        })
-        .collect();
-    sizes.sort_unstable();
-    sizes.dedup();
-    let mut headers: Vec<String> = vec!["size".into()];
-    for n in names {
-        headers.push(format!("{n} Gbit/s"));
-        headers.push(format!("{n} GiB/s"));
-        headers.push(format!("{n} % of ceiling"));
-    }
-    let rows = sizes
-        .iter()
-        .map(|&s| {
-            let mut row: Vec<Cell> = vec![Cell::from(size_label(s as f64))];
-            for l in parsed {
-                let pair = first_pair(l);
-                let x = l
-                    .bandwidth
-                    .iter()
-                    .find(|x| x.mode == mode && x.size_bytes == s && Some(x.pair) == pair);
-                row.push(opt_num(x.map(|x| x.gbit_per_s.avg), 2));
-                row.push(opt_num(x.map(|x| x.gib_per_s.avg), 3));
-                row.push(opt_num(
+                .collect()
+        },
+        &["Gbit/s", "GiB/s", "% of ceiling"],
+        |l, s| {
+            let pair = first_pair(l);
+            let x = l
+                .bandwidth
+                .iter()
+                .find(|x| x.mode == mode && x.size_bytes == s && Some(x.pair) == pair);
+            vec![
+                opt_num(x.map(|x| x.gbit_per_s.avg), 2),
+                opt_num(x.map(|x| x.gib_per_s.avg), 3),
+                opt_num(
                     x.and_then(|x| x.percent_of_ceiling.as_ref().map(|p| p.avg)),
                     1,
-                ));
-            }
-            row
-        })
-        .collect();
-    let h: Vec<&str> = headers.iter().map(|s| s.as_str()).collect();
+                ),
+            ]
+        },
+    );
     format!(
-        "<details><summary>{} table (average over the window)</summary>{}</details>\n",
-        html::escape(mode),
-        html::table(&format!("bandwidth {mode}"), &h, rows)
+        "<details><summary>{} table (average over the window)</summary>{table}</details>\n",
+        html::escape(mode)
     )
 }
