@@ -266,7 +266,7 @@ impl Comm {
             .filter(|(i, p)| group.rank(*i) != root && !p.is_empty())
             .map(|(i, p)| RecvOp {
                 peer: group.rank(i),
-                buf: &mut **p,
+                buf: p,
             })
             .collect();
         self.t.exchange(&[], &mut recvs)
