@@ -356,7 +356,6 @@ impl HplArgs {
                     skipped.first().cloned().unwrap_or_default()
                 );
             }
-            skipped.push("not implemented yet: PFACT and RFACT Left and Crout run as Right (the same factors, in another order; NBMIN and NDIV are honoured), and rows are swapped pair by pair whatever SWAP says (all six BCAST variants are honoured)".into());
         } else if let Some(n) = self.n {
             let g = grid
                 .map(|(p, q)| Grid {

@@ -234,6 +234,79 @@ impl Comm {
         Ok(Some(all))
     }
 
+    /// Gathers at `root` what each member of `group` sends, when every size is known to the
+    /// root beforehand (HPL's long swap knows them from the pivots): member i's bytes land in
+    /// `parts[i]`, the root posting every receive at once, so the whole gather is one round.
+    /// [`Comm::gather`] does not fit there: it serves only the whole world and learns each size
+    /// from a first message, one member after another. The root's own part and empty parts
+    /// travel nowhere (the root copies its own).
+    pub fn gatherv_in(
+        &mut self,
+        group: Group,
+        root: usize,
+        mine: &[u8],
+        parts: &mut [&mut [u8]],
+    ) -> Result<()> {
+        let n = group.len(self.size());
+        group.index_of(root)?;
+        if self.rank() != root {
+            if !mine.is_empty() {
+                self.t.send(root, mine)?;
+            }
+            return Ok(());
+        }
+        anyhow::ensure!(
+            parts.len() == n,
+            "gather: {} parts for {n} members",
+            parts.len()
+        );
+        let mut recvs: Vec<RecvOp> = parts
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, p)| group.rank(*i) != root && !p.is_empty())
+            .map(|(i, p)| RecvOp {
+                peer: group.rank(i),
+                buf: p,
+            })
+            .collect();
+        self.t.exchange(&[], &mut recvs)
+    }
+
+    /// The reverse of [`Comm::gatherv_in`]: the root sends `parts[i]` to member i of `group`,
+    /// every send posted at once; each member receives into `mine`, whose size it knows. The
+    /// root's own part and empty parts travel nowhere.
+    pub fn scatterv_in(
+        &mut self,
+        group: Group,
+        root: usize,
+        parts: &[&[u8]],
+        mine: &mut [u8],
+    ) -> Result<()> {
+        let n = group.len(self.size());
+        group.index_of(root)?;
+        if self.rank() != root {
+            if !mine.is_empty() {
+                self.t.recv(root, mine)?;
+            }
+            return Ok(());
+        }
+        anyhow::ensure!(
+            parts.len() == n,
+            "scatter: {} parts for {n} members",
+            parts.len()
+        );
+        let sends: Vec<SendOp> = parts
+            .iter()
+            .enumerate()
+            .filter(|(i, p)| group.rank(*i) != root && !p.is_empty())
+            .map(|(i, p)| SendOp {
+                peer: group.rank(i),
+                buf: p,
+            })
+            .collect();
+        self.t.exchange(&sends, &mut [])
+    }
+
     /// All-reduce of f64s: binomial reduce to rank 0, then broadcast.
     pub fn allreduce_f64(&mut self, data: &mut [f64], op: ReduceOp) -> Result<()> {
         self.allreduce_f64_in(Group::All, data, op)
@@ -442,6 +515,44 @@ mod tests {
         assert_eq!(out[1], (1.0, 1, (-0.0, 0)));
         assert_eq!(out[2], (5.0, 3, (-2.0, 2)));
         assert_eq!(out[3], (5.0, 3, (-2.0, 2)));
+    }
+
+    #[test]
+    fn group_gather_and_scatter_of_known_sizes_reach_every_member() {
+        let out = ranks(4, 24, |c| {
+            let r = c.rank();
+            // The column {3, 1, 0} of some grid, rooted at its middle member; rank 2 idles.
+            let col: &[usize] = &[3, 1, 0];
+            if r == 2 {
+                return (Vec::new(), Vec::new());
+            }
+            let root = 1;
+            // Member i sends i + 1 bytes of value 10·rank; member 1 (the root) keeps its own.
+            let idx = col.iter().position(|x| *x == r).unwrap();
+            let mine = vec![10 * r as u8; idx + 1];
+            let mut bufs: Vec<Vec<u8>> = (0..3).map(|i| vec![0u8; i + 1]).collect();
+            {
+                let mut parts: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
+                c.gatherv_in(Group::Members(col), root, &mine, &mut parts)
+                    .unwrap();
+            }
+            // Back out: member i gets 2·i bytes of value i + 100 (member 0: nothing at all).
+            let outs: Vec<Vec<u8>> = (0..3).map(|i| vec![i as u8 + 100; 2 * i]).collect();
+            let refs: Vec<&[u8]> = outs.iter().map(|b| &b[..]).collect();
+            let mut got = vec![0u8; 2 * idx];
+            if r != root {
+                c.scatterv_in(Group::Members(col), root, &refs, &mut got)
+                    .unwrap();
+            } else {
+                c.scatterv_in(Group::Members(col), root, &refs, &mut [])
+                    .unwrap();
+            }
+            (bufs.concat(), got)
+        });
+        // The root (rank 1) holds rank 3's byte and rank 0's three bytes; its own stays zero.
+        assert_eq!(out[1].0, vec![30, 0, 0, 0, 0, 0]);
+        assert_eq!(out[0].1, vec![102; 4]);
+        assert_eq!(out[3].1, Vec::<u8>::new());
     }
 
     #[test]

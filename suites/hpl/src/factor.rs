@@ -1,25 +1,28 @@
 //! The distributed right-looking LU with partial pivoting of [A | b] (b is eliminated with
 //! A, as HPL does), then the distributed back substitution. One panel of NB columns at a time:
 //!
-//! 1. panel: the process column owning it factors it recursively (HPL's RFACT=Right: NDIV
-//!    parts down to NBMIN columns, each pivot picked with a maxloc over the process column,
-//!    its row swapped and broadcast; TRSM + GEMM between parts);
+//! 1. panel: the process column owning it factors it recursively (`panel`: HPL's RFACT
+//!    and PFACT, each left-looking, Crout or right-looking: NDIV parts down to NBMIN
+//!    columns, each pivot picked with a maxloc over the process column, its row swapped and
+//!    broadcast);
 //! 2. broadcast: the panel (L21 and the pivots) goes along each process row (with one
 //!    process column it is used in place);
-//! 3. swaps: every process column applies the pivots to its trailing columns;
+//! 3. swaps: every process column applies the pivots to its trailing columns (`swap`:
+//!    HPL's SWAP, binary exchange, long or mix);
 //! 4. update: the process row owning the panel's rows solves U12 = L11⁻¹·A12 and sends it
 //!    down each process column; everyone updates A22 −= L21·U12.
 //!
 //! With lookahead (HPL's DEPTH 1) the process column owning the next panel applies step 4 to
 //! that panel's columns first, factors and broadcasts it, and only then updates the rest of
 //! its trailing matrix; the other columns receive the next panel while they update, so no
-//! column idles while one factors. DEPTH ≥ 2 and HPL's broadcast and swap variants are not
-//! in yet.
+//! column idles while one factors. DEPTH ≥ 2 is not in yet.
 
 use crate::grid::{owner, Grid};
-use crate::input::Broadcast;
+use crate::input::{Broadcast, Factorization, Swap, Variant};
 use crate::kernels;
 use crate::matrix::LocalMatrix;
+use crate::panel::Panel;
+use crate::swap;
 use anyhow::{bail, Result};
 use serde::Serialize;
 use std::ops::Range;
@@ -44,176 +47,30 @@ fn row_group(grid: &Grid, row: usize) -> Vec<usize> {
     (0..grid.q).map(|c| grid.rank_at(row, c)).collect()
 }
 
-/// Swaps global rows `j` and `g` over local columns `cols` within this process column:
-/// locally when one process row owns both, else by exchanging the two segments.
-fn swap_rows(
-    m: &mut LocalMatrix,
-    comm: &mut Comm,
-    j: usize,
-    g: usize,
-    cols: std::ops::Range<usize>,
-) -> Result<()> {
-    if j == g || cols.is_empty() {
-        return Ok(());
-    }
-    let (p, nb) = (m.grid.p, m.nb);
-    let (oj, og) = (owner(j, nb, p), owner(g, nb, p));
-    let lj = m.rows_before(j);
-    let lg = m.rows_before(g);
-    if oj == og {
-        if m.myrow == oj {
-            m.swap_local_rows(lj, lg, cols);
-        }
-        return Ok(());
-    }
-    let (mine, other_row) = if m.myrow == oj {
-        (lj, og)
-    } else if m.myrow == og {
-        (lg, oj)
-    } else {
-        return Ok(());
-    };
-    let out = m.row_segment(mine, cols.clone());
-    let mut back = vec![0.0; out.len()];
-    let peer = m.grid.rank_at(other_row, m.mycol);
-    comm.sendrecv(peer, f64_bytes(&out), peer, f64_bytes_mut(&mut back))?;
-    m.set_row_segment(mine, cols, &back);
-    Ok(())
+/// HPL.dat's algorithm choices for one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Algorithm {
+    pub pfact: Factorization,
+    pub nbmin: usize,
+    pub ndiv: usize,
+    pub rfact: Factorization,
+    pub bcast: Broadcast,
+    /// HPL's lookahead (0 or 1).
+    pub depth: usize,
+    pub swap: Swap,
 }
 
-/// One panel being factored by its process column: HPL's recursive right-looking panel
-/// factorization (RFACT = Right), NDIV parts at each level down to NBMIN columns, which are
-/// factored column by column. Between parts the rest of the range is brought up to date with
-/// a triangular solve and a matrix product, so most of the panel's work runs in the BLAS.
-struct Panel<'a> {
-    m: &'a mut LocalMatrix,
-    comm: &'a mut Comm,
-    column: &'a [usize],
-    j0: usize,
-    c0: usize,
-    jb: usize,
-    nbmin: usize,
-    ndiv: usize,
-    ipiv: &'a mut [u64],
-}
-
-impl Panel<'_> {
-    /// Factors panel columns [s, s + w).
-    fn recursive(&mut self, s: usize, w: usize) -> Result<()> {
-        if w <= self.nbmin.max(1) || self.ndiv < 2 {
-            return self.columns(s, w);
+impl From<&Variant> for Algorithm {
+    fn from(v: &Variant) -> Algorithm {
+        Algorithm {
+            pfact: v.pfact,
+            nbmin: v.nbmin,
+            ndiv: v.ndiv,
+            rfact: v.rfact,
+            bcast: v.bcast,
+            depth: v.depth,
+            swap: v.swap,
         }
-        let part = w.div_ceil(self.ndiv);
-        let mut done = 0;
-        while done < w {
-            let pw = part.min(w - done);
-            self.recursive(s + done, pw)?;
-            if done + pw < w {
-                self.update(s + done, pw, s + done + pw, w - done - pw)?;
-            }
-            done += pw;
-        }
-        Ok(())
-    }
-
-    /// The base case: columns [s, s + w) one at a time: pivot search over the process column,
-    /// swap across the whole panel, pivot row to the column, scale, rank-1 update of [s, s+w).
-    fn columns(&mut self, s: usize, w: usize) -> Result<()> {
-        let (nb, p) = (self.m.nb, self.m.grid.p);
-        let panel_cols = self.c0..self.c0 + self.jb;
-        for jj in s..s + w {
-            let j = self.j0 + jj;
-            let lc = self.c0 + jj;
-            let m = &mut *self.m;
-            let lr = m.rows_before(j);
-            let (mut best, mut at) = (-1.0f64, u64::MAX);
-            for i in lr..m.mp {
-                let v = m.at(i, lc).abs();
-                if v > best {
-                    best = v;
-                    at = m.global_row(i) as u64;
-                }
-            }
-            let (_, g) = self
-                .comm
-                .allreduce_maxloc_in(Group::Members(self.column), best, at)?;
-            self.ipiv[jj] = g;
-            swap_rows(m, self.comm, j, g as usize, panel_cols.clone())?;
-            // The column needs the pivot row over [jj, s + w): its diagonal and U part.
-            let oj = owner(j, nb, p);
-            let seg = lc..self.c0 + s + w;
-            let mut urow = if m.myrow == oj {
-                m.row_segment(m.rows_before(j), seg.clone())
-            } else {
-                vec![0.0; seg.len()]
-            };
-            self.comm.bcast_in(
-                Group::Members(self.column),
-                m.grid.rank_at(oj, m.mycol),
-                f64_bytes_mut(&mut urow),
-            )?;
-            let d = urow[0];
-            let below = m.rows_before(j + 1);
-            let lda = m.lda;
-            for i in below..m.mp {
-                m.a[lc * lda + i] /= d;
-            }
-            for (k, &u) in urow.iter().enumerate().skip(1) {
-                if u != 0.0 {
-                    for i in below..m.mp {
-                        let l = m.a[lc * lda + i];
-                        m.a[(lc + k) * lda + i] -= l * u;
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Panel columns [us, us + uw) after columns [fs, fs + fw) were factored: U = L11⁻¹·A12 on
-    /// the process row holding the panel's rows, sent down the column, then A22 −= L21·U.
-    fn update(&mut self, fs: usize, fw: usize, us: usize, uw: usize) -> Result<()> {
-        let m = &mut *self.m;
-        let (nb, p, lda) = (m.nb, m.grid.p, m.lda);
-        let pr = owner(self.j0, nb, p);
-        let top = m.rows_before(self.j0 + fs);
-        let mut u = vec![0.0; fw * uw];
-        if m.myrow == pr {
-            let (l11, a12) = m.a.split_at_mut((self.c0 + us) * lda);
-            kernels::trsm_unit_lower(
-                fw,
-                uw,
-                &l11[(self.c0 + fs) * lda + top..],
-                lda,
-                &mut a12[top..],
-                lda,
-            );
-            for c in 0..uw {
-                let src = (self.c0 + us + c) * lda + top;
-                u[c * fw..(c + 1) * fw].copy_from_slice(&m.a[src..src + fw]);
-            }
-        }
-        self.comm.bcast_in(
-            Group::Members(self.column),
-            m.grid.rank_at(pr, m.mycol),
-            f64_bytes_mut(&mut u),
-        )?;
-        let below = m.rows_before(self.j0 + fs + fw);
-        if below < m.mp {
-            let (l21, a22) = m.a.split_at_mut((self.c0 + us) * lda);
-            kernels::gemm_minus(
-                m.mp - below,
-                uw,
-                fw,
-                &l21[(self.c0 + fs) * lda + below..],
-                lda,
-                &u,
-                fw,
-                &mut a22[below..],
-                lda,
-            );
-        }
-        Ok(())
     }
 }
 
@@ -264,8 +121,7 @@ fn factor_panel(
     comm: &mut Comm,
     column: &[usize],
     f: &mut Factored,
-    nbmin: usize,
-    ndiv: usize,
+    algo: &Algorithm,
 ) -> Result<()> {
     Panel {
         m: &mut *m,
@@ -274,11 +130,14 @@ fn factor_panel(
         j0: f.j0,
         c0: f.c0,
         jb: f.jb,
-        nbmin,
-        ndiv,
+        pfact: algo.pfact,
+        rfact: algo.rfact,
+        nbmin: algo.nbmin,
+        ndiv: algo.ndiv,
         ipiv: &mut f.ipiv,
+        trace: None,
     }
-    .recursive(0, f.jb)?;
+    .factor()?;
     if !f.in_place() {
         let (rows, jb) = (f.rows, f.jb);
         for k in 0..jb {
@@ -320,37 +179,6 @@ fn broadcast_panel(
     let (rows, jb) = (f.rows, f.jb);
     for (k, p) in f.ipiv.iter_mut().enumerate() {
         *p = f.packed[rows * jb + k].to_bits();
-    }
-    Ok(())
-}
-
-/// Applies the panel's pivots to local columns `cols` (b's included).
-fn apply_pivots(
-    m: &mut LocalMatrix,
-    comm: &mut Comm,
-    f: &Factored,
-    cols: Range<usize>,
-) -> Result<()> {
-    if cols.is_empty() {
-        return Ok(());
-    }
-    if m.grid.p == 1 {
-        // Every row is here: apply the panel's pivots one column at a time (as LAPACK's
-        // dlaswp does), so each column stays in cache instead of striding across rows.
-        let lda = m.lda;
-        let (c0, width) = (cols.start, cols.len());
-        if !kernels::laswp(width, &mut m.a[c0 * lda..], lda, f.j0, &f.ipiv) {
-            for c in cols {
-                let col = &mut m.a[c * lda..c * lda + m.mp];
-                for (jj, &g) in f.ipiv.iter().enumerate() {
-                    col.swap(f.j0 + jj, g as usize);
-                }
-            }
-        }
-    } else {
-        for (jj, &g) in f.ipiv.iter().enumerate() {
-            swap_rows(m, comm, f.j0 + jj, g as usize, cols.clone())?;
-        }
     }
     Ok(())
 }
@@ -418,19 +246,16 @@ fn update_trailing(m: &mut LocalMatrix, f: &Factored, cols: Range<usize>, u12: &
 }
 
 /// Factors [A | b] in place; on return this rank's share holds its part of U and of the
-/// transformed b. `depth` is HPL's lookahead (0 or 1). `on_panel(columns done)` runs on every
-/// rank after each panel.
-#[allow(clippy::too_many_arguments)]
+/// transformed b, with `algo`'s variants (lookahead DEPTH 0 or 1). `on_panel(columns done)`
+/// runs on every rank after each panel.
 pub fn factor(
     m: &mut LocalMatrix,
     comm: &mut Comm,
-    nbmin: usize,
-    ndiv: usize,
-    bcast: Broadcast,
-    depth: usize,
+    algo: &Algorithm,
     t: &mut Timings,
     mut on_panel: impl FnMut(usize),
 ) -> Result<()> {
+    let (bcast, depth) = (algo.bcast, algo.depth);
     if depth > 1 {
         bail!("lookahead DEPTH {depth} is not implemented (DEPTH 0 and 1 are)");
     }
@@ -454,7 +279,7 @@ pub fn factor(
     // The first panel has nothing to hide behind.
     let mut cur = Factored::new(m, 0);
     if m.mycol == owner(0, nb, grid.q) {
-        factor_panel(m, comm, &my_column, &mut cur, nbmin, ndiv)?;
+        factor_panel(m, comm, &my_column, &mut cur, algo)?;
     }
     t.panel += lap(&mut clock);
     broadcast_panel(comm, &my_row, root_in_row(0), bcast, &mut cur)?;
@@ -464,7 +289,7 @@ pub fn factor(
         let next_j0 = cur.j0 + cur.jb;
         let ct = m.cols_before(next_j0);
         let nq = m.nq;
-        apply_pivots(m, comm, &cur, ct..nq)?;
+        swap::apply_pivots(m, comm, &my_column, cur.j0, &cur.ipiv, ct..nq, algo.swap)?;
         t.swap += lap(&mut clock);
         if next_j0 >= n {
             let u12 = solve_u12(m, comm, &my_column, &cur, ct..nq)?;
@@ -480,7 +305,7 @@ pub fn factor(
             update_trailing(m, &cur, ct..nq, &u12);
             t.update += lap(&mut clock);
             if owns_next {
-                factor_panel(m, comm, &my_column, &mut next, nbmin, ndiv)?;
+                factor_panel(m, comm, &my_column, &mut next, algo)?;
             }
             t.panel += lap(&mut clock);
             broadcast_panel(comm, &my_row, root_in_row(next_j0), bcast, &mut next)?;
@@ -499,7 +324,7 @@ pub fn factor(
                 rest = m.cols_before(next_j0 + next.jb);
                 update_trailing(m, &cur, ct..rest, &u12[..(rest - ct) * cur.jb]);
                 t.update += lap(&mut clock);
-                factor_panel(m, comm, &my_column, &mut next, nbmin, ndiv)?;
+                factor_panel(m, comm, &my_column, &mut next, algo)?;
                 t.panel += lap(&mut clock);
             }
             let u12_rest = &u12[(rest - ct) * cur.jb..];

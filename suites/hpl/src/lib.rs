@@ -3,7 +3,8 @@
 //!
 //! Laid out as netlib HPL is (STYLE.md): `input` reads HPL.dat, `generator` makes HPL's
 //! matrix, `grid` holds the block-cyclic index maths, `matrix` a rank's share, `factor` the
-//! panel factorization, broadcasts, swaps, update and back substitution, `kernels` the local
+//! driver (broadcasts, update and back substitution), `panel` the panel factorization (PFACT,
+//! RFACT), `swap` the row interchanges (SWAP), `kernels` the local
 //! dense kernels, `check` HPL's residual test, `suite` the runs and their results.
 
 pub mod check;
@@ -13,8 +14,10 @@ pub mod grid;
 pub mod input;
 pub mod kernels;
 pub mod matrix;
+mod panel;
 pub mod reference;
 pub mod suite;
+mod swap;
 #[cfg(test)]
 mod tests;
 

@@ -303,10 +303,7 @@ fn run_one(v: &Variant, ctx: &mut Context, dgemm: Option<f64>) -> Result<RunResu
     factor::factor(
         &mut m,
         &mut ctx.comm,
-        v.nbmin,
-        v.ndiv,
-        v.bcast,
-        v.depth,
+        &factor::Algorithm::from(v),
         &mut times,
         |done| {
             if let Some(b) = &bar {

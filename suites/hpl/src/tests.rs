@@ -2,10 +2,10 @@
 //! threads here, each with its own shared-memory transport, so every grid shape runs in a
 //! unit test. (The end-to-end tests run real processes through `tbbench hpl`.)
 
-use crate::factor::{factor, solve, Timings};
+use crate::factor::{factor, solve, Algorithm, Timings};
 use crate::generator::HPL_SEED;
 use crate::grid::{Grid, ProcessMap};
-use crate::input::Broadcast;
+use crate::input::{Broadcast, Factorization, Swap};
 use crate::matrix::LocalMatrix;
 use crate::{check, reference};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -24,19 +24,16 @@ fn fresh_token() -> [u8; 16] {
     token
 }
 
-#[derive(Clone, Copy)]
-struct Opts {
-    nbmin: usize,
-    ndiv: usize,
-    bcast: Broadcast,
-    depth: usize,
-}
+type Opts = Algorithm;
 
-const DEFAULT: Opts = Opts {
+const DEFAULT: Opts = Algorithm {
+    pfact: Factorization::Right,
     nbmin: 4,
     ndiv: 2,
+    rfact: Factorization::Right,
     bcast: Broadcast::IncreasingRing,
     depth: 0,
+    swap: Swap::Mix { threshold: 64 },
 };
 
 fn grid(p: usize, q: usize) -> Grid {
@@ -66,17 +63,7 @@ fn distributed_x(n: usize, nb: usize, grid: Grid, o: Opts) -> Vec<Vec<f64>> {
                 let mut comm = Comm::new(Box::new(t));
                 let mut m = LocalMatrix::generate(n, nb, grid, rank, HPL_SEED);
                 let mut times = Timings::default();
-                factor(
-                    &mut m,
-                    &mut comm,
-                    o.nbmin,
-                    o.ndiv,
-                    o.bcast,
-                    o.depth,
-                    &mut times,
-                    |_| {},
-                )
-                .unwrap();
+                factor(&mut m, &mut comm, &o, &mut times, |_| {}).unwrap();
                 solve(&m, &mut comm, &mut times).unwrap()
             })
         })
@@ -171,17 +158,11 @@ fn lookahead_deeper_than_one_is_refused_by_name() {
     let t = ShmTransport::attach(0, 1, &token, names, Duration::from_secs(5)).unwrap();
     let mut comm = Comm::new(Box::new(t));
     let mut m = LocalMatrix::generate(20, 4, grid(1, 1), 0, HPL_SEED);
-    let err = factor(
-        &mut m,
-        &mut comm,
-        4,
-        2,
-        Broadcast::IncreasingRing,
-        2,
-        &mut Timings::default(),
-        |_| {},
-    )
-    .unwrap_err();
+    let deep = Algorithm {
+        depth: 2,
+        ..DEFAULT
+    };
+    let err = factor(&mut m, &mut comm, &deep, &mut Timings::default(), |_| {}).unwrap_err();
     assert!(err.to_string().contains("DEPTH 2"), "{err}");
 }
 
@@ -236,6 +217,177 @@ fn every_broadcast_variant_gives_the_same_x() {
                     worst < 1e-10,
                     "{bcast:?} on {p}x{q} depth {depth}: x off by {worst}"
                 );
+            }
+        }
+    }
+}
+
+const ORDERS: [Factorization; 3] = [
+    Factorization::Left,
+    Factorization::Crout,
+    Factorization::Right,
+];
+
+const SWAPS: [Swap; 3] = [
+    Swap::BinaryExchange,
+    Swap::Long,
+    Swap::Mix { threshold: 12 },
+];
+
+#[test]
+fn every_pfact_and_rfact_solves_on_every_grid_at_depth_0_and_1() {
+    // The grids, NBs and maps of the test above, for each of the nine PFACT x RFACT pairs;
+    // NBMIN 2 so that NB 8 and 64 recurse (64 → 32 → 16 → 8 → 4 → 2) and NB 4 does once.
+    let n = 35;
+    let want = reference::solve(n, reference::augmented(n, HPL_SEED));
+    for pfact in ORDERS {
+        for rfact in ORDERS {
+            for (p, q) in [
+                (1, 1),
+                (1, 2),
+                (2, 1),
+                (2, 2),
+                (1, 3),
+                (3, 1),
+                (1, 4),
+                (4, 1),
+            ] {
+                for nb in [1, 4, 8, 64] {
+                    for map in [ProcessMap::RowMajor, ProcessMap::ColumnMajor] {
+                        for depth in [0, 1] {
+                            let o = Opts {
+                                pfact,
+                                rfact,
+                                nbmin: 2,
+                                depth,
+                                ..DEFAULT
+                            };
+                            let xs = distributed_x(n, nb, Grid { p, q, map }, o);
+                            let worst = worst_error(&xs, &want);
+                            assert!(
+                                worst < 1e-12,
+                                "PFACT {pfact:?} RFACT {rfact:?} {p}x{q} nb {nb} {map:?} depth {depth}: x off by {worst}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_pfact_rfact_and_swap_combination_matches_the_reference_across_process_rows() {
+    // Many panels of 8 rows over 2 to 4 process rows, so most pivot rows live on another
+    // rank than the panel's; Mix's threshold of 12 columns sends the early panels (wide
+    // trailing matrices) by the long swap and the late ones by binary exchange. 3 process
+    // rows is no power of two (the binary exchange folds).
+    let n = 150;
+    let want = reference::solve(n, reference::augmented(n, HPL_SEED));
+    for swap in SWAPS {
+        for pfact in ORDERS {
+            for rfact in ORDERS {
+                for (p, q) in [(2, 1), (2, 2), (3, 1), (4, 1), (3, 2)] {
+                    for depth in [0, 1] {
+                        let o = Opts {
+                            pfact,
+                            rfact,
+                            nbmin: 2,
+                            ndiv: 2,
+                            depth,
+                            swap,
+                            ..DEFAULT
+                        };
+                        let xs = distributed_x(n, 8, grid(p, q), o);
+                        assert!(xs.iter().all(|x| x == &xs[0]));
+                        let worst = worst_error(&xs[..1], &want);
+                        assert!(
+                            worst < 1e-10,
+                            "{swap:?} PFACT {pfact:?} RFACT {rfact:?} {p}x{q} depth {depth}: x off by {worst}"
+                        );
+                        let resid = reference::residual(n, HPL_SEED, &xs[0]);
+                        assert!(resid < 1.0, "{swap:?} {p}x{q}: residual {resid}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_swap_variant_moves_the_rows_the_pivots_say() {
+    // Pivots drawn at random (repeats, pivots inside the panel, rows on every process row)
+    // for panels at several depths, applied to all local columns on grids of 2 to 5 process
+    // rows; every rank checks its own entries against the pivots applied one by one to the
+    // whole matrix.
+    let (n, nb) = (61, 4);
+    for swap in SWAPS {
+        for (p, q) in [(2, 1), (3, 1), (4, 1), (5, 1), (2, 2), (3, 2)] {
+            let g = grid(p, q);
+            let token = fresh_token();
+            create_segment(&token, g.size()).unwrap();
+            let handles: Vec<_> = (0..g.size())
+                .map(|rank| {
+                    std::thread::spawn(move || {
+                        let names = (0..g.size())
+                            .map(|rank| PeerName {
+                                rank,
+                                host: "test".into(),
+                            })
+                            .collect();
+                        let t = ShmTransport::attach(
+                            rank,
+                            g.size(),
+                            &token,
+                            names,
+                            Duration::from_secs(30),
+                        )
+                        .unwrap();
+                        let mut comm = Comm::new(Box::new(t));
+                        let mut m = LocalMatrix::generate(n, nb, g, rank, HPL_SEED);
+                        let mut want = reference::augmented(n, HPL_SEED);
+                        let column: Vec<usize> = (0..p).map(|r| g.rank_at(r, m.mycol)).collect();
+                        let mut x = 12345u64;
+                        for j0 in [0, 8, 20, 56] {
+                            let jb = nb.min(n - j0);
+                            let ipiv: Vec<u64> = (0..jb)
+                                .map(|k| {
+                                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                                    (j0 + k + (x >> 33) as usize % (n - j0 - k)) as u64
+                                })
+                                .collect();
+                            let nq = m.nq;
+                            crate::swap::apply_pivots(
+                                &mut m,
+                                &mut comm,
+                                &column,
+                                j0,
+                                &ipiv,
+                                0..nq,
+                                swap,
+                            )
+                            .unwrap();
+                            for (k, &r) in ipiv.iter().enumerate() {
+                                for c in 0..=n {
+                                    want.swap(c * n + j0 + k, c * n + r as usize);
+                                }
+                            }
+                            for lc in 0..m.nq {
+                                for i in 0..m.mp {
+                                    let (gi, gc) = (m.global_row(i), m.global_col(lc));
+                                    assert_eq!(
+                                        m.at(i, lc),
+                                        want[gc * n + gi],
+                                        "{swap:?} {p}x{q} panel {j0}: row {gi} column {gc}"
+                                    );
+                                }
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for h in handles {
+                h.join().unwrap();
             }
         }
     }

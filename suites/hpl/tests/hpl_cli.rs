@@ -96,13 +96,104 @@ fn netlib_sample_hpl_dat_runs_every_combination() {
     assert_eq!(runs.len(), 864);
     assert!(runs.iter().all(|x| x["passed"] == true));
     assert_eq!(runs[0]["code"], "WR00L2L2");
-    // The variants not yet honoured are named, on the terminal and in the file.
-    assert!(text(&o.stderr).contains("not implemented yet"));
-    assert!(r["warnings"]
-        .as_array()
-        .unwrap()
+    // Every PFACT, RFACT and the SWAP asked for ran as HPL defines them: nothing is noted as
+    // replaced.
+    assert!(
+        !text(&o.stderr).contains("not implemented"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(
+        r["warnings"].as_array().unwrap().iter().all(|w| {
+            let w = w.as_str().unwrap();
+            !w.contains("PFACT") && !w.contains("SWAP") && !w.contains("not implemented")
+        }),
+        "{}",
+        r["warnings"]
+    );
+    assert!(runs
         .iter()
-        .any(|w| w.as_str().unwrap().contains("PFACT")));
+        .all(|x| x["swap"] == serde_json::json!({ "mix": { "threshold": 64 } })));
+}
+
+/// netlib's sample HPL.dat cut to one N and NB on 2x2, with `swap` on its SWAP line.
+fn two_by_two_dat(dir: &std::path::Path, swap: &str) -> std::path::PathBuf {
+    let text_in = std::fs::read_to_string(fixture("netlib-HPL.dat")).unwrap();
+    let mut lines: Vec<&str> = text_in.lines().collect();
+    lines[4] = "1            # of problems sizes (N)";
+    lines[5] = "157          Ns";
+    lines[6] = "1            # of NBs";
+    lines[7] = "8            NBs";
+    lines[9] = "1            # of process grids (P x Q)";
+    lines[10] = "2            Ps";
+    lines[11] = "2            Qs";
+    lines[25] = swap;
+    lines[26] = "40           swapping threshold";
+    let dat = dir.join(format!("HPL-{}.dat", &swap[..1]));
+    std::fs::write(&dat, lines.join("\n")).unwrap();
+    dat
+}
+
+#[test]
+fn every_pfact_rfact_and_swap_passes_on_two_by_two_over_tcp() {
+    let dir = tmpdir("hpl-variants");
+    for (swap, want) in [
+        ("0            SWAP", serde_json::json!("binary-exchange")),
+        ("1            SWAP", serde_json::json!("long")),
+        (
+            "2            SWAP",
+            serde_json::json!({ "mix": { "threshold": 40 } }),
+        ),
+    ] {
+        let dat = two_by_two_dat(&dir, swap);
+        let out = dir.join(format!("r{}.json", &swap[..1]));
+        let o = run(
+            &[
+                "hpl",
+                "--nodes",
+                "4",
+                "--transport",
+                "tcp",
+                "--dat",
+                dat.to_str().unwrap(),
+                "--no-dgemm-probe",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            Duration::from_secs(120),
+        );
+        assert!(o.status.success(), "{swap}: {}", text(&o.stderr));
+        assert!(
+            !text(&o.stderr).contains("not implemented"),
+            "{}",
+            text(&o.stderr)
+        );
+        let r = read_json(&out);
+        let runs = r["results"]["runs"].as_array().unwrap();
+        // PFACT varies fastest, then NBMIN (2 4), then RFACT: 3 x 2 x 3 runs.
+        assert_eq!(runs.len(), 18, "{swap}");
+        let codes: Vec<&str> = runs.iter().map(|x| x["code"].as_str().unwrap()).collect();
+        assert_eq!(
+            &codes[..4],
+            ["WR00L2L2", "WR00L2C2", "WR00L2R2", "WR00L2L4"]
+        );
+        assert_eq!(codes[17], "WR00R2R4");
+        for (x, code) in runs.iter().zip(&codes) {
+            assert_eq!(x["passed"], true, "{swap} {code}");
+            assert!(x["resid"].as_f64().unwrap() < 1.0, "{swap} {code}");
+            assert_eq!(x["swap"], want, "{swap} {code}");
+            assert_eq!((x["p"].as_u64(), x["q"].as_u64()), (Some(2), Some(2)));
+            let letter = |f: &serde_json::Value| match f.as_str().unwrap() {
+                "left" => 'L',
+                "crout" => 'C',
+                _ => 'R',
+            };
+            // The code names what ran: W, map, depth, bcast, RFACT, NDIV, PFACT, NBMIN.
+            assert_eq!(code.chars().nth(4), Some(letter(&x["rfact"])));
+            assert_eq!(code.chars().nth(6), Some(letter(&x["pfact"])));
+        }
+        assert_eq!(r["network"]["transport"], "tcp", "{}", r["network"]);
+    }
 }
 
 #[test]

@@ -1,0 +1,493 @@
+//! The panel factorization, as HPL.dat's PFACT and RFACT choose it (HPL's src/pfact).
+//!
+//! One panel of `jb` columns is factored by the process column that owns it. RFACT is the
+//! recursion: the columns are cut into NDIV parts, down to NBMIN columns or fewer, which PFACT
+//! factors one column at a time. Both come in HPL's three orders, which differ only in when a
+//! column (or part) receives the updates from the columns factored before it:
+//!
+//! - Right-looking: as soon as a column (part) is factored, every column right of it in the
+//!   range is updated (rank-1 update; for a part, TRSM on its U rows and GEMM below).
+//! - Left-looking: nothing right of a column is touched until its turn; it then receives all
+//!   its pending updates at once: its U entries are solved with the L factored so far (TRSV;
+//!   TRSM for a part) and the rows below updated with one matrix-vector (matrix) product.
+//! - Crout: like left-looking for the column below its U rows (their U entries being final
+//!   already), and once a column (part) is factored its rows of U are finished right away for
+//!   every column right of it in the range (one row-times-matrix product on the process row
+//!   that holds the panel's rows, then TRSM for a part).
+//!
+//! All three pick the same pivots and give the same factors up to rounding. The pivot of each
+//! column is found with a maxloc over the process column, its row swapped across the whole
+//! panel and sent down the column (with the part of it the variant needs), as HPL does.
+
+use crate::grid::owner;
+use crate::input::Factorization;
+use crate::kernels;
+use crate::matrix::LocalMatrix;
+use anyhow::Result;
+use tbbench_runners::comm::{f64_bytes, f64_bytes_mut, Comm, Group};
+
+/// Swaps global rows `j` and `g` over local columns `cols` within this process column:
+/// locally when one process row owns both, else by exchanging the two segments.
+fn swap_rows(
+    m: &mut LocalMatrix,
+    comm: &mut Comm,
+    j: usize,
+    g: usize,
+    cols: std::ops::Range<usize>,
+) -> Result<()> {
+    if j == g || cols.is_empty() {
+        return Ok(());
+    }
+    let (p, nb) = (m.grid.p, m.nb);
+    let (oj, og) = (owner(j, nb, p), owner(g, nb, p));
+    let lj = m.rows_before(j);
+    let lg = m.rows_before(g);
+    if oj == og {
+        if m.myrow == oj {
+            m.swap_local_rows(lj, lg, cols);
+        }
+        return Ok(());
+    }
+    let (mine, other_row) = if m.myrow == oj {
+        (lj, og)
+    } else if m.myrow == og {
+        (lg, oj)
+    } else {
+        return Ok(());
+    };
+    let out = m.row_segment(mine, cols.clone());
+    let mut back = vec![0.0; out.len()];
+    let peer = m.grid.rank_at(other_row, m.mycol);
+    comm.sendrecv(peer, f64_bytes(&out), peer, f64_bytes_mut(&mut back))?;
+    m.set_row_segment(mine, cols, &back);
+    Ok(())
+}
+
+/// One panel being factored by its process column. Column and part indices are relative to
+/// the panel: panel column `k` is global column `j0 + k`, local column `c0 + k`, and its
+/// diagonal entry is in global row `j0 + k` (all the panel's top `jb` rows live on one
+/// process row, the one owning global row `j0`).
+pub(crate) struct Panel<'a> {
+    pub m: &'a mut LocalMatrix,
+    pub comm: &'a mut Comm,
+    pub column: &'a [usize],
+    pub j0: usize,
+    pub c0: usize,
+    pub jb: usize,
+    pub pfact: Factorization,
+    pub rfact: Factorization,
+    pub nbmin: usize,
+    pub ndiv: usize,
+    pub ipiv: &'a mut [u64],
+    /// Each step as it runs, where a test asks for the schedule.
+    pub trace: Option<&'a mut Vec<Step>>,
+}
+
+/// One step of a panel's schedule (panel-relative columns), for the tests to pin each
+/// variant's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// `pivot(jj, upto)`.
+    Pivot(usize, usize),
+    /// `apply(fs, fw, us, uw, solve)`.
+    Apply(usize, usize, usize, usize, bool),
+    /// `finish_u_rows(s, o, pw, end)`.
+    Finish(usize, usize, usize, usize),
+}
+
+impl Panel<'_> {
+    pub fn factor(&mut self) -> Result<()> {
+        self.recursive(0, self.jb)
+    }
+
+    fn log(&mut self, step: Step) {
+        if let Some(t) = self.trace.as_mut() {
+            t.push(step);
+        }
+    }
+
+    /// RFACT over columns [s, s + w), which are up to date with every column left of `s`.
+    fn recursive(&mut self, s: usize, w: usize) -> Result<()> {
+        if w <= self.nbmin.max(1) || self.ndiv < 2 {
+            return self.base(s, w);
+        }
+        let part = w.div_ceil(self.ndiv);
+        let end = s + w;
+        let mut o = s;
+        while o < end {
+            let pw = part.min(end - o);
+            let rest = end - o - pw;
+            match self.rfact {
+                Factorization::Right => {
+                    self.recursive(o, pw)?;
+                    if rest > 0 {
+                        self.apply(o, pw, o + pw, rest, true)?;
+                    }
+                }
+                Factorization::Left => {
+                    if o > s {
+                        self.apply(s, o - s, o, pw, true)?;
+                    }
+                    self.recursive(o, pw)?;
+                }
+                Factorization::Crout => {
+                    if o > s {
+                        self.apply(s, o - s, o, pw, false)?;
+                    }
+                    self.recursive(o, pw)?;
+                    if rest > 0 {
+                        self.finish_u_rows(s, o, pw, end);
+                    }
+                }
+            }
+            o += pw;
+        }
+        Ok(())
+    }
+
+    /// PFACT over columns [s, s + w) (up to date with every column left of `s`), one column
+    /// at a time.
+    fn base(&mut self, s: usize, w: usize) -> Result<()> {
+        let end = s + w;
+        for jj in s..end {
+            match self.pfact {
+                Factorization::Right => self.pivot(jj, end)?,
+                Factorization::Left => {
+                    if jj > s {
+                        self.apply(s, jj - s, jj, 1, true)?;
+                    }
+                    self.pivot(jj, jj + 1)?;
+                }
+                Factorization::Crout => {
+                    if jj > s {
+                        self.apply(s, jj - s, jj, 1, false)?;
+                    }
+                    self.pivot(jj, jj + 1)?;
+                    if jj + 1 < end {
+                        self.finish_u_rows(s, jj, 1, end);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Column `jj`'s pivot: maxloc over the process column, the row swapped across the whole
+    /// panel, the pivot row over [jj, upto) sent down the column, the column below scaled by
+    /// the pivot and, over (jj, upto), the rank-1 update (right-looking passes the end of its
+    /// range; left-looking and Crout only need the pivot itself, `upto = jj + 1`).
+    fn pivot(&mut self, jj: usize, upto: usize) -> Result<()> {
+        self.log(Step::Pivot(jj, upto));
+        let (nb, p) = (self.m.nb, self.m.grid.p);
+        let panel_cols = self.c0..self.c0 + self.jb;
+        let j = self.j0 + jj;
+        let lc = self.c0 + jj;
+        let m = &mut *self.m;
+        let lr = m.rows_before(j);
+        let (mut best, mut at) = (-1.0f64, u64::MAX);
+        for i in lr..m.mp {
+            let v = m.at(i, lc).abs();
+            if v > best {
+                best = v;
+                at = m.global_row(i) as u64;
+            }
+        }
+        let (_, g) = self
+            .comm
+            .allreduce_maxloc_in(Group::Members(self.column), best, at)?;
+        self.ipiv[jj] = g;
+        swap_rows(m, self.comm, j, g as usize, panel_cols)?;
+        let oj = owner(j, nb, p);
+        let seg = lc..self.c0 + upto;
+        let mut urow = if m.myrow == oj {
+            m.row_segment(m.rows_before(j), seg.clone())
+        } else {
+            vec![0.0; seg.len()]
+        };
+        self.comm.bcast_in(
+            Group::Members(self.column),
+            m.grid.rank_at(oj, m.mycol),
+            f64_bytes_mut(&mut urow),
+        )?;
+        let d = urow[0];
+        let below = m.rows_before(j + 1);
+        let lda = m.lda;
+        for i in below..m.mp {
+            m.a[lc * lda + i] /= d;
+        }
+        for (k, &u) in urow.iter().enumerate().skip(1) {
+            if u != 0.0 {
+                for i in below..m.mp {
+                    let l = m.a[lc * lda + i];
+                    m.a[(lc + k) * lda + i] -= l * u;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Brings columns [us, us + uw) up to date with the factored columns [fs, fs + fw): their
+    /// rows [fs, fs + fw) become U (solved with L's unit triangle there when `solve`; Crout
+    /// has finished them already), which goes down the process column, and every row below
+    /// takes −= L·U. For one column (uw = 1) these are HPL's TRSV and GEMV.
+    fn apply(&mut self, fs: usize, fw: usize, us: usize, uw: usize, solve: bool) -> Result<()> {
+        self.log(Step::Apply(fs, fw, us, uw, solve));
+        let m = &mut *self.m;
+        let (nb, p, lda) = (m.nb, m.grid.p, m.lda);
+        let pr = owner(self.j0, nb, p);
+        let top = m.rows_before(self.j0 + fs);
+        let mut u = vec![0.0; fw * uw];
+        if m.myrow == pr {
+            let (l11, a12) = m.a.split_at_mut((self.c0 + us) * lda);
+            if solve {
+                kernels::trsm_unit_lower(
+                    fw,
+                    uw,
+                    &l11[(self.c0 + fs) * lda + top..],
+                    lda,
+                    &mut a12[top..],
+                    lda,
+                );
+            }
+            for c in 0..uw {
+                let src = (self.c0 + us + c) * lda + top;
+                u[c * fw..(c + 1) * fw].copy_from_slice(&m.a[src..src + fw]);
+            }
+        }
+        self.comm.bcast_in(
+            Group::Members(self.column),
+            m.grid.rank_at(pr, m.mycol),
+            f64_bytes_mut(&mut u),
+        )?;
+        let below = m.rows_before(self.j0 + fs + fw);
+        if below < m.mp {
+            let (l21, a22) = m.a.split_at_mut((self.c0 + us) * lda);
+            kernels::gemm_minus(
+                m.mp - below,
+                uw,
+                fw,
+                &l21[(self.c0 + fs) * lda + below..],
+                lda,
+                &u,
+                fw,
+                &mut a22[below..],
+                lda,
+            );
+        }
+        Ok(())
+    }
+
+    /// Crout's row step, on the process row holding the panel's rows (no messages): rows
+    /// [o, o + pw) of columns [o + pw, end) take −= L(those rows, [s, o))·U([s, o), those
+    /// columns), then are solved with the unit triangle of the just-factored part: they are
+    /// U's final rows.
+    fn finish_u_rows(&mut self, s: usize, o: usize, pw: usize, end: usize) {
+        self.log(Step::Finish(s, o, pw, end));
+        let m = &mut *self.m;
+        if m.myrow != owner(self.j0, m.nb, m.grid.p) {
+            return;
+        }
+        let lda = m.lda;
+        let top = m.rows_before(self.j0);
+        let (r, right, width) = (top + o, self.c0 + o + pw, end - o - pw);
+        if o > s {
+            // U's rows [s, o) share these columns with the rows being updated: copy them out.
+            let k = o - s;
+            let mut u = vec![0.0; k * width];
+            for c in 0..width {
+                let src = (right + c) * lda + top + s;
+                u[c * k..(c + 1) * k].copy_from_slice(&m.a[src..src + k]);
+            }
+            let (left, rest) = m.a.split_at_mut(right * lda);
+            kernels::gemm_minus(
+                pw,
+                width,
+                k,
+                &left[(self.c0 + s) * lda + r..],
+                lda,
+                &u,
+                k,
+                &mut rest[r..],
+                lda,
+            );
+        }
+        let (left, rest) = m.a.split_at_mut(right * lda);
+        kernels::trsm_unit_lower(
+            pw,
+            width,
+            &left[(self.c0 + o) * lda + r..],
+            lda,
+            &mut rest[r..],
+            lda,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::generator::HPL_SEED;
+    use crate::grid::{Grid, ProcessMap};
+    use std::time::Duration;
+    use tbbench_runners::transport::shm::{create_segment, ShmTransport};
+    use tbbench_runners::transport::PeerName;
+    use Factorization::{Crout, Left, Right};
+    use Step::{Apply, Finish, Pivot};
+
+    /// Factors the first `jb` columns of HPL's matrix of order `n` on one process; returns
+    /// the schedule, the pivots and the factored columns.
+    fn run(
+        n: usize,
+        jb: usize,
+        pfact: Factorization,
+        rfact: Factorization,
+        nbmin: usize,
+        ndiv: usize,
+    ) -> (Vec<Step>, Vec<u64>, Vec<f64>) {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let mut token = [0x5c; 16];
+        token[..4].copy_from_slice(&std::process::id().to_le_bytes());
+        let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        token[4..8].copy_from_slice(&k.to_le_bytes());
+        create_segment(&token, 1).unwrap();
+        let names = vec![PeerName {
+            rank: 0,
+            host: "test".into(),
+        }];
+        let t = ShmTransport::attach(0, 1, &token, names, Duration::from_secs(5)).unwrap();
+        let mut comm = Comm::new(Box::new(t));
+        let grid = Grid {
+            p: 1,
+            q: 1,
+            map: ProcessMap::RowMajor,
+        };
+        let mut m = LocalMatrix::generate(n, jb, grid, 0, HPL_SEED);
+        let (mut trace, mut ipiv) = (Vec::new(), vec![0u64; jb]);
+        Panel {
+            m: &mut m,
+            comm: &mut comm,
+            column: &[0],
+            j0: 0,
+            c0: 0,
+            jb,
+            pfact,
+            rfact,
+            nbmin,
+            ndiv,
+            ipiv: &mut ipiv,
+            trace: Some(&mut trace),
+        }
+        .factor()
+        .unwrap();
+        (trace, ipiv, m.a[..n * jb].to_vec())
+    }
+
+    /// Column-by-column LU with partial pivoting of the same n x jb panel.
+    fn plain_lu(n: usize, jb: usize) -> (Vec<u64>, Vec<f64>) {
+        let mut a = crate::reference::augmented(n, HPL_SEED)[..n * jb].to_vec();
+        let mut ipiv = Vec::new();
+        for k in 0..jb {
+            let p = (k..n)
+                .max_by(|&x, &y| a[k * n + x].abs().total_cmp(&a[k * n + y].abs()))
+                .unwrap();
+            ipiv.push(p as u64);
+            for c in 0..jb {
+                a.swap(c * n + k, c * n + p);
+            }
+            for i in k + 1..n {
+                a[k * n + i] /= a[k * n + k];
+            }
+            for c in k + 1..jb {
+                for i in k + 1..n {
+                    a[c * n + i] -= a[k * n + i] * a[c * n + k];
+                }
+            }
+        }
+        (ipiv, a)
+    }
+
+    #[test]
+    fn each_order_follows_its_own_schedule() {
+        // Six columns in three parts of two (NDIV 3, NBMIN 2).
+        let right = vec![
+            Pivot(0, 2),
+            Pivot(1, 2),
+            Apply(0, 2, 2, 4, true),
+            Pivot(2, 4),
+            Pivot(3, 4),
+            Apply(2, 2, 4, 2, true),
+            Pivot(4, 6),
+            Pivot(5, 6),
+        ];
+        let left = vec![
+            Pivot(0, 1),
+            Apply(0, 1, 1, 1, true),
+            Pivot(1, 2),
+            Apply(0, 2, 2, 2, true),
+            Pivot(2, 3),
+            Apply(2, 1, 3, 1, true),
+            Pivot(3, 4),
+            Apply(0, 4, 4, 2, true),
+            Pivot(4, 5),
+            Apply(4, 1, 5, 1, true),
+            Pivot(5, 6),
+        ];
+        let crout = vec![
+            Pivot(0, 1),
+            Finish(0, 0, 1, 2),
+            Apply(0, 1, 1, 1, false),
+            Pivot(1, 2),
+            Finish(0, 0, 2, 6),
+            Apply(0, 2, 2, 2, false),
+            Pivot(2, 3),
+            Finish(2, 2, 1, 4),
+            Apply(2, 1, 3, 1, false),
+            Pivot(3, 4),
+            Finish(0, 2, 2, 6),
+            Apply(0, 4, 4, 2, false),
+            Pivot(4, 5),
+            Finish(4, 4, 1, 6),
+            Apply(4, 1, 5, 1, false),
+            Pivot(5, 6),
+        ];
+        assert_eq!(run(40, 6, Right, Right, 2, 3).0, right);
+        assert_eq!(run(40, 6, Left, Left, 2, 3).0, left);
+        assert_eq!(run(40, 6, Crout, Crout, 2, 3).0, crout);
+        // Mixed: a left-looking recursion over right-looking base cases.
+        let mixed = run(40, 6, Right, Left, 2, 3).0;
+        assert_eq!(
+            &mixed[..3],
+            &[Pivot(0, 2), Pivot(1, 2), Apply(0, 2, 2, 2, true)]
+        );
+    }
+
+    #[test]
+    fn all_nine_pairs_pick_the_same_pivots_and_factors() {
+        let (n, jb) = (50, 13);
+        let (want_piv, want) = plain_lu(n, jb);
+        let mut schedules = Vec::new();
+        for pfact in [Left, Crout, Right] {
+            for rfact in [Left, Crout, Right] {
+                for (nbmin, ndiv) in [(2, 2), (3, 3), (1, 4)] {
+                    let (trace, ipiv, a) = run(n, jb, pfact, rfact, nbmin, ndiv);
+                    assert_eq!(ipiv, want_piv, "{pfact:?} {rfact:?} {nbmin} {ndiv}");
+                    let worst = a
+                        .iter()
+                        .zip(&want)
+                        .map(|(x, y)| (x - y).abs())
+                        .fold(0.0, f64::max);
+                    assert!(worst < 1e-12, "{pfact:?} {rfact:?} {nbmin} {ndiv}: {worst}");
+                    if (nbmin, ndiv) == (3, 3) {
+                        schedules.push(trace);
+                    }
+                }
+            }
+        }
+        // Nine different schedules: no pair runs as another.
+        for i in 0..schedules.len() {
+            for j in i + 1..schedules.len() {
+                assert_ne!(schedules[i], schedules[j], "pairs {i} and {j}");
+            }
+        }
+    }
+}
