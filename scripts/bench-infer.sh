@@ -9,7 +9,7 @@
 #   scripts/bench-infer.sh [REQUESTS] [MAX_TOKENS] [ROUNDS]
 #
 # Then the built-in decode (tbbench infer --gguf, 1 rank) against llama.cpp on the same GGUF
-# and prompt ids, one thread each: decode tokens/s and the ratio.
+# and prompt ids, at one thread each and at all cores each: decode tokens/s and the ratio.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 requests=${1:-16}
@@ -50,19 +50,23 @@ print(f"{'E2E p50 vs total time (ms)':<34}{tb_e2e:>10.1f}{sv_e2e:>10.1f}{tb_e2e 
 PY
 
 # The built-in decode against llama.cpp itself (llama-cpp-python's Llama, no server), same
-# GGUF, same prompt token ids, one thread each (tbbench's rank is one thread), greedy, ROUNDS
-# interleaved; tokens/s medians and the ratio (goal: at least 1.0).
+# GGUF, same prompt token ids, greedy, ROUNDS interleaved, at 1 thread each and at all of this
+# host's cores each (tbbench --threads, llama.cpp n_threads); tokens/s medians and the ratio
+# (goal: at least 1.0).
 rounds=${3:-3}
-declare -a ours theirs
-for i in $(seq "$rounds"); do
-  "${CARGO_TARGET_DIR:-target}/release/tbbench" infer --gguf "$gguf" --nodes 1 --max-tokens 64 \
-    --out "$tmp/d.json" >/dev/null
-  ours+=("$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['results']['decode_tokens_per_s'])" "$tmp/d.json")")
-  ids=$(python3 -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1]))['results']['prompt_ids']))" "$tmp/d.json")
-  theirs+=("$("$py" - "$gguf" "$ids" <<'PY'
+cores=$(nproc)
+for threads in $(printf '%s\n' 1 "$cores" | sort -un); do
+  declare -a ours=() theirs=()
+  for i in $(seq "$rounds"); do
+    "${CARGO_TARGET_DIR:-target}/release/tbbench" infer --gguf "$gguf" --nodes 1 --threads "$threads" \
+      --max-tokens 64 --out "$tmp/d.json" >/dev/null
+    ours+=("$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['results']['decode_tokens_per_s'])" "$tmp/d.json")")
+    ids=$(python3 -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1]))['results']['prompt_ids']))" "$tmp/d.json")
+    theirs+=("$("$py" - "$gguf" "$ids" "$threads" <<'PY'
 import json, sys, time
 from llama_cpp import Llama
-llm = Llama(model_path=sys.argv[1], n_ctx=512, n_threads=1, n_threads_batch=1, verbose=False)
+n = int(sys.argv[3])
+llm = Llama(model_path=sys.argv[1], n_ctx=512, n_threads=n, n_threads_batch=n, verbose=False)
 llm.eval(json.loads(sys.argv[2]))
 tok, t = llm.sample(top_k=1, temp=0.0), time.perf_counter()
 for _ in range(63):
@@ -71,9 +75,11 @@ for _ in range(63):
 print(63 / (time.perf_counter() - t))
 PY
 )")
-done
-python3 - "${ours[*]}" "${theirs[*]}" <<'PY'
+  done
+  python3 - "${ours[*]}" "${theirs[*]}" "$threads" <<'PY'
 import statistics as st, sys
 a = st.median(float(x) for x in sys.argv[1].split()); b = st.median(float(x) for x in sys.argv[2].split())
-print(f"{'decode tokens/s, 1 thread':<34}{a:>10.1f}{b:>10.1f}{a / b:>8.3f}   (tbbench built-in vs llama.cpp)")
+label = f"decode tokens/s, {sys.argv[3]} thread(s)"
+print(f"{label:<34}{a:>10.1f}{b:>10.1f}{a / b:>8.3f}   (tbbench built-in vs llama.cpp)")
 PY
+done
