@@ -116,22 +116,40 @@ fn netlib_sample_hpl_dat_runs_every_combination() {
         .all(|x| x["swap"] == serde_json::json!({ "mix": { "threshold": 64 } })));
 }
 
-/// netlib's sample HPL.dat cut to one N and NB on 2x2, with `swap` on its SWAP line.
-fn two_by_two_dat(dir: &std::path::Path, swap: &str) -> std::path::PathBuf {
+/// netlib's sample HPL.dat with some lines (0-based index, new text) replaced, written to
+/// `dir/name`.
+fn sample_dat_with(
+    dir: &std::path::Path,
+    name: &str,
+    edits: &[(usize, &str)],
+) -> std::path::PathBuf {
     let text_in = std::fs::read_to_string(fixture("netlib-HPL.dat")).unwrap();
     let mut lines: Vec<&str> = text_in.lines().collect();
-    lines[4] = "1            # of problems sizes (N)";
-    lines[5] = "157          Ns";
-    lines[6] = "1            # of NBs";
-    lines[7] = "8            NBs";
-    lines[9] = "1            # of process grids (P x Q)";
-    lines[10] = "2            Ps";
-    lines[11] = "2            Qs";
-    lines[25] = swap;
-    lines[26] = "40           swapping threshold";
-    let dat = dir.join(format!("HPL-{}.dat", &swap[..1]));
+    for (i, line) in edits {
+        lines[*i] = line;
+    }
+    let dat = dir.join(name);
     std::fs::write(&dat, lines.join("\n")).unwrap();
     dat
+}
+
+/// netlib's sample HPL.dat cut to one N and NB on 2x2, with `swap` on its SWAP line.
+fn two_by_two_dat(dir: &std::path::Path, swap: &str) -> std::path::PathBuf {
+    sample_dat_with(
+        dir,
+        &format!("HPL-{}.dat", &swap[..1]),
+        &[
+            (4, "1            # of problems sizes (N)"),
+            (5, "157          Ns"),
+            (6, "1            # of NBs"),
+            (7, "8            NBs"),
+            (9, "1            # of process grids (P x Q)"),
+            (10, "2            Ps"),
+            (11, "2            Qs"),
+            (25, swap),
+            (26, "40           swapping threshold"),
+        ],
+    )
 }
 
 #[test]
@@ -199,25 +217,27 @@ fn every_pfact_rfact_and_swap_passes_on_two_by_two_over_tcp() {
 #[test]
 fn lookahead_depth_one_runs_and_deeper_is_named_as_skipped() {
     let dir = tmpdir("hpl-depth");
-    let dat = dir.join("HPL.dat");
-    let text_in = std::fs::read_to_string(fixture("netlib-HPL.dat")).unwrap();
-    let mut lines: Vec<&str> = text_in.lines().collect();
-    lines[4] = "1            # of problems sizes (N)";
-    lines[5] = "211          Ns";
-    lines[6] = "1            # of NBs";
-    lines[7] = "16           NBs";
-    lines[9] = "2            # of process grids (P x Q)";
-    lines[10] = "2 1          Ps";
-    lines[11] = "2 4          Qs";
-    lines[13] = "1            # of panel fact";
-    lines[14] = "2            PFACTs";
-    lines[15] = "1            # of recursive stopping criterium";
-    lines[16] = "4            NBMINs";
-    lines[19] = "1            # of recursive panel fact.";
-    lines[20] = "2            RFACTs";
-    lines[23] = "3            # of lookahead depth";
-    lines[24] = "0 1 2        DEPTHs";
-    std::fs::write(&dat, lines.join("\n")).unwrap();
+    let dat = sample_dat_with(
+        &dir,
+        "HPL.dat",
+        &[
+            (4, "1            # of problems sizes (N)"),
+            (5, "211          Ns"),
+            (6, "1            # of NBs"),
+            (7, "16           NBs"),
+            (9, "2            # of process grids (P x Q)"),
+            (10, "2 1          Ps"),
+            (11, "2 4          Qs"),
+            (13, "1            # of panel fact"),
+            (14, "2            PFACTs"),
+            (15, "1            # of recursive stopping criterium"),
+            (16, "4            NBMINs"),
+            (19, "1            # of recursive panel fact."),
+            (20, "2            RFACTs"),
+            (23, "3            # of lookahead depth"),
+            (24, "0 1 2        DEPTHs"),
+        ],
+    );
     let out = dir.join("r.json");
     let o = run(
         &[
@@ -251,18 +271,20 @@ fn lookahead_depth_one_runs_and_deeper_is_named_as_skipped() {
 #[test]
 fn threshold_zero_fails_and_exits_non_zero_with_the_file_written() {
     let dir = tmpdir("hpl-fail");
-    let dat = dir.join("HPL.dat");
-    let text_in = std::fs::read_to_string(fixture("netlib-HPL.dat")).unwrap();
-    let mut lines: Vec<&str> = text_in.lines().collect();
-    lines[4] = "1            # of problems sizes (N)";
-    lines[5] = "64           Ns";
-    lines[6] = "1            # of NBs";
-    lines[7] = "8            NBs";
-    lines[9] = "1            # of process grids (P x Q)";
-    lines[10] = "1            Ps";
-    lines[11] = "2            Qs";
-    lines[12] = "0.0          threshold";
-    std::fs::write(&dat, lines.join("\n")).unwrap();
+    let dat = sample_dat_with(
+        &dir,
+        "HPL.dat",
+        &[
+            (4, "1            # of problems sizes (N)"),
+            (5, "64           Ns"),
+            (6, "1            # of NBs"),
+            (7, "8            NBs"),
+            (9, "1            # of process grids (P x Q)"),
+            (10, "1            Ps"),
+            (11, "2            Qs"),
+            (12, "0.0          threshold"),
+        ],
+    );
     let out = dir.join("r.json");
     let o = run(
         &[

@@ -434,7 +434,9 @@ mod tests {
 
     #[test]
     fn small_rounding_is_ties_to_even() {
-        for x in [-127.0f32, -2.5, -1.5, -0.5, 0.0, 0.49, 0.5, 1.5, 2.5, 3.7, 126.5, 127.0] {
+        for x in [
+            -127.0f32, -2.5, -1.5, -0.5, 0.0, 0.49, 0.5, 1.5, 2.5, 3.7, 126.5, 127.0,
+        ] {
             assert_eq!(round_small(x), x.round_ties_even(), "{x}");
         }
     }
