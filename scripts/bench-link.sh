@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # tbbench link against its peers on this machine's loopback, side by side in one run:
-#   bandwidth   tbbench link --mode bw  vs  iperf3 (TCP, one stream, same message size)
+#   bandwidth   tbbench link --mode bw  vs  iperf3 (TCP, one stream, same message size), and
+#               tbbench --streams 2 vs iperf3 -P 2 at 1 MiB (like for like; iperf3 before
+#               3.16 drives its streams from one thread)
 #   latency     tbbench link --mode latency (p50 one-way)  vs  sockperf ping-pong (p50)
 #   shm         tbbench link --transport shm, 256 MiB  vs  one core's memcpy of 256 MiB
 # Each figure is the median of ROUNDS runs (default 5), rounds interleaved so drift in the
@@ -44,15 +46,20 @@ PY
 
 echo "bench-link: $rounds rounds; BLAS-free; OPENBLAS_* do not apply. Host: $(nproc) cores, $(uname -r)"
 printf '%-34s %10s %10s %-7s %6s   %s\n' "figure" "tbbench" "peer" "unit" "ratio" "goal (ratio = tbbench vs peer, >1 is better)"
-for size in 128K 1M; do
+# 100 iterations of a 64-message window: about as many bytes as iperf3's 3 seconds.
+for case in "128K 1" "1M 1" "1M 2"; do
+  read -r size streams <<<"$case"
   tbv=(); pv=()
   for _ in $(seq "$rounds"); do
-    "$tb" link --buffer "$size" --mode bw --warmup 10 --out "$tmp/bw.json" >/dev/null
+    "$tb" link --buffer "$size" --mode bw --warmup 10 --iters 100 --streams "$streams" \
+      --out "$tmp/bw.json" >/dev/null
     tbv+=("$(json "$tmp/bw.json" "d['results']['bandwidth'][0]['gbit_per_s']['avg']")")
-    iperf3 -c 127.0.0.1 -p "$iperf_port" -l "$size" -t 3 -J >"$tmp/iperf.json"
+    iperf3 -c 127.0.0.1 -p "$iperf_port" -l "$size" -t 3 -P "$streams" -J >"$tmp/iperf.json"
     pv+=("$(json "$tmp/iperf.json" "d['end']['sum_received']['bits_per_second']/1e9")")
   done
-  row "tcp bw ${size}B (vs iperf3)" "$(median "${tbv[@]}")" "$(median "${pv[@]}")" "Gbit/s" 1 ">= 1.0"
+  label="tcp bw ${size}B (vs iperf3)"
+  [ "$streams" = 1 ] || label="tcp bw ${size}B x$streams (vs iperf3 -P$streams)"
+  row "$label" "$(median "${tbv[@]}")" "$(median "${pv[@]}")" "Gbit/s" 1 ">= 1.0"
 done
 for m in 64 4096; do
   tbv=(); pv=()
