@@ -167,6 +167,7 @@ fn report_of_recorded_runs_puts_networks_side_by_side() {
         decode.contains(&format!(">{tps:.2}<")),
         "decode rate {tps:.2} missing"
     );
+    assert!(decode.contains("threads per rank"), "{decode}");
 
     // History: the three runs of one configuration, a trend chart per headline figure.
     let hist = summary["history"].as_array().unwrap();

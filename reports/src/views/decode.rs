@@ -22,6 +22,9 @@ struct DecodeResults {
     model: Model,
     parallel: String,
     ranks: usize,
+    /// Absent in files from before --threads (one thread per rank then).
+    #[serde(default)]
+    threads_per_rank: Option<usize>,
     prompt_tokens: usize,
     prefill_s: f64,
     generated_tokens: usize,
@@ -104,6 +107,7 @@ impl SuiteView for DecodeView {
                 Cell::from(d.model.name.as_str()),
                 Cell::from(d.parallel.as_str()),
                 Cell::Num(d.ranks.to_string()),
+                Cell::Num(d.threads_per_rank.unwrap_or(1).to_string()),
                 Cell::Num(d.prompt_tokens.to_string()),
                 num(d.prompt_tokens as f64 / d.prefill_s.max(1e-12), 1),
                 Cell::Num(d.generated_tokens.to_string()),
@@ -123,6 +127,7 @@ impl SuiteView for DecodeView {
             ]);
             data.push(json!({
                 "network": net, "model": d.model.name, "parallel": d.parallel, "ranks": d.ranks,
+                "threads_per_rank": d.threads_per_rank.unwrap_or(1),
                 "decode_tokens_per_s": d.decode_tokens_per_s, "per_token_ms_p50": d.per_token_ms.median,
                 "matched": d.matched,
             }));
@@ -135,6 +140,7 @@ impl SuiteView for DecodeView {
                 "model",
                 "split",
                 "ranks",
+                "threads per rank",
                 "prompt tokens",
                 "prefill tokens/s",
                 "generated",
