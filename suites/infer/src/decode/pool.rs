@@ -45,6 +45,9 @@ struct Shared {
     /// epoch moves; valid while chunks of that epoch are unfinished.
     job: AtomicUsize,
     done: AtomicUsize,
+    /// A chunk panicked on a worker (it still counts as done, so the caller does not wait
+    /// forever); the caller panics in turn.
+    panicked: AtomicBool,
     stop: AtomicBool,
     sleepers: AtomicUsize,
     /// What sleeping workers wait on (the mutex guards nothing but the wait itself).
@@ -64,6 +67,7 @@ impl Pool {
             claim: AtomicU64::new(0),
             job: AtomicUsize::new(0),
             done: AtomicUsize::new(0),
+            panicked: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             sleepers: AtomicUsize::new(0),
             sleep: Mutex::new(()),
@@ -115,6 +119,9 @@ impl Pool {
         while s.done.load(SeqCst) < chunks {
             std::hint::spin_loop();
         }
+        if s.panicked.swap(false, SeqCst) {
+            panic!("a decode worker thread panicked (its message is above)");
+        }
     }
 }
 
@@ -164,7 +171,11 @@ fn worker(s: &Shared) {
             let job = s.job.load(SeqCst) as *const &Job;
             // SAFETY: the address `run` stored for this epoch, alive while this chunk is
             // unfinished.
-            unsafe { (*job)(i) };
+            let ran =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { (*job)(i) }));
+            if ran.is_err() {
+                s.panicked.store(true, SeqCst);
+            }
             s.done.fetch_add(1, SeqCst);
         }
     }
@@ -208,5 +219,28 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A chunk that panics on a worker ends the product with a panic on the caller, not a
+    /// caller waiting forever for it; the pool still works afterwards.
+    #[test]
+    fn a_panicking_chunk_is_reported_not_waited_for() {
+        let pool = Pool::new(2).unwrap();
+        let caller = std::thread::current().id();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            pool.run(64, &|_| {
+                if std::thread::current().id() != caller {
+                    panic!("worker chunk fails on purpose");
+                }
+                // The caller is slow, so the worker surely claims some of the 64 chunks.
+                std::thread::sleep(Duration::from_millis(20));
+            })
+        }));
+        assert!(r.is_err(), "the worker's panic reached the caller");
+        let hits = AtomicUsize::new(0);
+        pool.run(8, &|_| {
+            hits.fetch_add(1, SeqCst);
+        });
+        assert_eq!(hits.load(SeqCst), 8);
     }
 }
