@@ -535,7 +535,9 @@ mod tests {
             c.allreduce_f64(&mut v, ReduceOp::Sum).unwrap();
             let mut m = [-(r - 2.0).abs()];
             c.allreduce_f64(&mut m, ReduceOp::Max).unwrap();
-            let loc = c.allreduce_maxloc((r % 2.0) * 4.0, 100 - c.rank() as u64).unwrap();
+            let loc = c
+                .allreduce_maxloc((r % 2.0) * 4.0, 100 - c.rank() as u64)
+                .unwrap();
             (v, m, loc)
         }
         for (n, token) in [(2usize, 31u8), (3, 32), (4, 33), (5, 34), (6, 35), (7, 36)] {
