@@ -307,7 +307,7 @@ impl Comm {
         self.t.exchange(&sends, &mut [])
     }
 
-    /// All-reduce of f64s: binomial reduce to rank 0, then broadcast.
+    /// All-reduce of f64s over all ranks (recursive doubling, see `reduce_all`).
     pub fn allreduce_f64(&mut self, data: &mut [f64], op: ReduceOp) -> Result<()> {
         self.allreduce_f64_in(Group::All, data, op)
     }
@@ -340,7 +340,8 @@ impl Comm {
     }
 
     /// The largest value over all ranks and the index that came with it; ties go to the
-    /// smallest index (as HPL picks its pivot).
+    /// smallest index (as HPL picks its pivot). Values compare by IEEE's total order, so the
+    /// choice is the same whichever partner combines (NaN and ±0 included).
     pub fn allreduce_maxloc(&mut self, value: f64, index: u64) -> Result<(f64, u64)> {
         self.allreduce_maxloc_in(Group::All, value, index)
     }
@@ -355,7 +356,12 @@ impl Comm {
         let mut pair = [value, f64::from_bits(index)];
         self.reduce_all(group, &mut pair, |acc, other| {
             let (v, i) = (other[0], other[1].to_bits());
-            if v > acc[0] || (v == acc[0] && i < acc[1].to_bits()) {
+            let take = match v.total_cmp(&acc[0]) {
+                std::cmp::Ordering::Greater => true,
+                std::cmp::Ordering::Equal => i < acc[1].to_bits(),
+                std::cmp::Ordering::Less => false,
+            };
+            if take {
                 acc.copy_from_slice(other);
             }
         })?;
@@ -538,6 +544,14 @@ mod tests {
             let loc = c
                 .allreduce_maxloc((r % 2.0) * 4.0, 100 - c.rank() as u64)
                 .unwrap();
+            // Partners must agree even on values plain comparisons cannot order.
+            let odd = match c.rank() % 3 {
+                0 => f64::NAN,
+                1 => -0.0,
+                _ => 0.0,
+            };
+            let odd_loc = c.allreduce_maxloc(odd, c.rank() as u64).unwrap();
+            assert!(odd_loc.0.is_nan() && odd_loc.1 == 0, "{odd_loc:?}");
             (v, m, loc)
         }
         for (n, token) in [(2usize, 31u8), (3, 32), (4, 33), (5, 34), (6, 35), (7, 36)] {

@@ -1,6 +1,6 @@
 //! `cargo bench -p tbbench-infer`: the decode's hot kernel, one weight row of quantized blocks
 //! times an 8-bit activation, at SmolLM2-135M's feed-forward shape (1536 rows of 576) and a
-//! 70B-class row (8192 wide). "dispatched" is what the decode runs (AVX2+FMA where the CPU
+//! 70B-class row (8192 wide). "dispatched" is what the decode runs (AVX2 where the CPU
 //! has it), "portable" the plain-Rust kernel every other CPU gets. Throughput is weights.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};

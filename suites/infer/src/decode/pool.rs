@@ -12,6 +12,8 @@
 //! The caller returns only once every chunk of its job is done, which is what keeps the
 //! borrowed job alive for as long as any worker can call it.
 
+use std::cell::Cell;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -55,10 +57,12 @@ struct Shared {
     wake: Condvar,
 }
 
-/// `n` threads in all: the caller and n − 1 workers.
+/// `n` threads in all: the caller and n − 1 workers. One job at a time: `run` is not
+/// re-entrant and the pool is not `Sync`, so two threads cannot run jobs on it at once.
 pub struct Pool {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
+    not_sync: PhantomData<Cell<()>>,
 }
 
 impl Pool {
@@ -73,16 +77,21 @@ impl Pool {
             sleep: Mutex::new(()),
             wake: Condvar::new(),
         });
-        let mut workers = Vec::new();
+        // Built first, so a failed spawn drops it and stops the workers already started.
+        let mut pool = Pool {
+            shared,
+            workers: Vec::new(),
+            not_sync: PhantomData,
+        };
         for i in 1..n.max(1) {
-            let s = shared.clone();
-            workers.push(
+            let s = pool.shared.clone();
+            pool.workers.push(
                 std::thread::Builder::new()
                     .name(format!("tbbench-decode-{i}"))
                     .spawn(move || worker(&s))?,
             );
         }
-        Ok(Pool { shared, workers })
+        Ok(pool)
     }
 
     pub fn threads(&self) -> usize {
@@ -112,14 +121,23 @@ impl Pool {
             let _g = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
         }
+        // A panic in the caller's own chunk must not unwind past this frame while workers
+        // may still reach the job through it: it is caught, the job finished, then resumed.
+        let mut caught = None;
         while let Some(i) = claim(s, epoch) {
-            job(i);
+            if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(i))) {
+                caught.get_or_insert(p);
+            }
             s.done.fetch_add(1, SeqCst);
         }
         while s.done.load(SeqCst) < chunks {
             std::hint::spin_loop();
         }
-        if s.panicked.swap(false, SeqCst) {
+        let worker_panicked = s.panicked.swap(false, SeqCst);
+        if let Some(p) = caught {
+            std::panic::resume_unwind(p);
+        }
+        if worker_panicked {
             panic!("a decode worker thread panicked (its message is above)");
         }
     }
@@ -242,5 +260,37 @@ mod tests {
             hits.fetch_add(1, SeqCst);
         });
         assert_eq!(hits.load(SeqCst), 8);
+    }
+
+    /// A panic in a chunk the caller runs waits for the workers' chunks before it unwinds:
+    /// none is still running when `run` is left, and the next job sees none of them.
+    #[test]
+    fn a_panicking_caller_chunk_waits_for_the_workers() {
+        let pool = Pool::new(3).unwrap();
+        let caller = std::thread::current().id();
+        let finished = AtomicUsize::new(0);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            pool.run(6, &|_| {
+                if std::thread::current().id() == caller {
+                    panic!("caller chunk fails on purpose");
+                }
+                std::thread::sleep(Duration::from_millis(30));
+                finished.fetch_add(1, SeqCst);
+            })
+        }));
+        assert!(r.is_err());
+        let after_unwind = finished.load(SeqCst);
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(
+            finished.load(SeqCst),
+            after_unwind,
+            "a worker chunk outlived run"
+        );
+        let hits: Vec<AtomicUsize> = (0..5).map(|_| AtomicUsize::new(0)).collect();
+        pool.run(5, &|i| {
+            std::thread::sleep(Duration::from_millis(5));
+            hits[i].fetch_add(1, SeqCst);
+        });
+        assert!(hits.iter().all(|h| h.load(SeqCst) == 1));
     }
 }

@@ -13,10 +13,11 @@
 //! blocks are added in f64, so a row split between ranks at block edges (tensor parallelism)
 //! sums to the same value as the whole row far below f32's precision.
 //!
-//! x86-64 with AVX2 and FMA: 32 byte products per instruction (`maddubs`), four blocks'
-//! sums at a time in f64 lanes. aarch64 (Apple silicon): NEON widening products. Elsewhere
-//! (x86-64 without AVX2) a portable loop. All give the same block terms; only the order of
-//! the f64 additions can differ. The NEON kernel is tested under qemu-aarch64 in CI.
+//! x86-64 with AVX2: 32 byte products per instruction (`maddubs`), four blocks' sums at a
+//! time in f64 lanes. aarch64 (Apple silicon): NEON widening products. Elsewhere (x86-64
+//! without AVX2) a portable loop. All give bit-identical block terms (multiply, then add: no
+//! fused multiply-add); only the order in which the terms are added can differ. The NEON
+//! kernel is tested under qemu-aarch64 in CI.
 
 use super::quant;
 
@@ -138,13 +139,24 @@ pub fn to_f16(x: f32) -> f32 {
 /// One weight row (its blocks' quants, scales and, for Q4_1, minimums) times `a`, whose
 /// blocks line up with the row's.
 pub fn row(format: Format, q: &[u8], d: &[f32], m: &[f32], a: &Q8Activation) -> f64 {
-    debug_assert_eq!(d.len(), a.blocks());
-    debug_assert_eq!(q.len(), d.len() * format.quant_bytes());
+    // The SIMD kernels read by pointer: these hold every read in bounds (cheap next to a row).
+    let nb = d.len();
+    assert!(
+        a.blocks() == nb && a.q.len() == nb * QK && a.qsum.len() == nb && a.dsum.len() == nb,
+        "activation of {} blocks for a row of {nb}",
+        a.blocks()
+    );
+    assert_eq!(q.len(), nb * format.quant_bytes(), "quants for {nb} blocks");
+    assert!(
+        format != Format::Q4_1 || m.len() == nb,
+        "{} Q4_1 minimums for {nb} blocks",
+        m.len()
+    );
     #[cfg(target_arch = "x86_64")]
     {
         if avx2::available() {
-            // SAFETY: the CPU has AVX2 and FMA (checked), and the slices' lengths match the
-            // block count (asserted above in debug builds, guaranteed by Matrix's layout).
+            // SAFETY: the CPU has AVX2 (checked), and the slices' lengths match the
+            // block count (asserted above).
             return unsafe {
                 match format {
                     Format::Q4_0 => avx2::row_q4(q, d, &[], a, true),
@@ -156,7 +168,7 @@ pub fn row(format: Format, q: &[u8], d: &[f32], m: &[f32], a: &Q8Activation) -> 
     }
     #[cfg(target_arch = "aarch64")]
     {
-        // SAFETY: NEON is part of every aarch64 target; the lengths match as above.
+        // SAFETY: NEON is part of every aarch64 target; the lengths are asserted above.
         return unsafe { neon::row(format, q, d, m, a) };
     }
     #[allow(unreachable_code)]
@@ -228,7 +240,7 @@ mod avx2 {
     use std::arch::x86_64::*;
 
     pub fn available() -> bool {
-        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+        std::is_x86_feature_detected!("avx2")
     }
 
     /// Four blocks' eight-lane i32 sums folded to one i32 per block: [s0, s1, s2, s3].
@@ -276,7 +288,7 @@ mod avx2 {
     }
 
     /// A Q4_0 (`offset8`, `m` unused) or Q4_1 row.
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2")]
     pub unsafe fn row_q4(q: &[u8], d: &[f32], m: &[f32], a: &Q8Activation, offset8: bool) -> f64 {
         let nb = d.len();
         let (qp, ap) = (q.as_ptr(), a.q.as_ptr());
@@ -292,14 +304,19 @@ mod avx2 {
             let dw = _mm256_cvtps_pd(_mm_loadu_ps(d.as_ptr().add(b)));
             let dx = _mm256_cvtps_pd(_mm_loadu_ps(a.d.as_ptr().add(b)));
             let scale = _mm256_mul_pd(dw, dx);
+            // Multiply, then add (no fused multiply-add): each block's term is rounded as the
+            // portable and NEON kernels round it.
             if offset8 {
                 let qsum = _mm_loadu_si128(a.qsum.as_ptr().add(b) as *const __m128i);
                 let s = _mm_sub_epi32(s, _mm_slli_epi32(qsum, 3));
-                acc = _mm256_fmadd_pd(scale, _mm256_cvtepi32_pd(s), acc);
+                acc = _mm256_add_pd(acc, _mm256_mul_pd(scale, _mm256_cvtepi32_pd(s)));
             } else {
-                acc = _mm256_fmadd_pd(scale, _mm256_cvtepi32_pd(s), acc);
                 let mins = _mm256_cvtps_pd(_mm_loadu_ps(m.as_ptr().add(b)));
-                acc = _mm256_fmadd_pd(mins, _mm256_loadu_pd(a.dsum.as_ptr().add(b)), acc);
+                let term = _mm256_add_pd(
+                    _mm256_mul_pd(scale, _mm256_cvtepi32_pd(s)),
+                    _mm256_mul_pd(mins, _mm256_loadu_pd(a.dsum.as_ptr().add(b))),
+                );
+                acc = _mm256_add_pd(acc, term);
             }
             b += 4;
         }
@@ -319,7 +336,7 @@ mod avx2 {
         total
     }
 
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2")]
     pub unsafe fn row_q8_0(q: &[u8], d: &[f32], a: &Q8Activation) -> f64 {
         let nb = d.len();
         let (qp, ap) = (q.as_ptr(), a.q.as_ptr());
@@ -334,7 +351,10 @@ mod avx2 {
             );
             let dw = _mm256_cvtps_pd(_mm_loadu_ps(d.as_ptr().add(b)));
             let dx = _mm256_cvtps_pd(_mm_loadu_ps(a.d.as_ptr().add(b)));
-            acc = _mm256_fmadd_pd(_mm256_mul_pd(dw, dx), _mm256_cvtepi32_pd(s), acc);
+            acc = _mm256_add_pd(
+                acc,
+                _mm256_mul_pd(_mm256_mul_pd(dw, dx), _mm256_cvtepi32_pd(s)),
+            );
             b += 4;
         }
         let mut total = hsum(acc);
@@ -502,6 +522,10 @@ mod tests {
                 }
                 let got = row(format, &q, &d, &m, &a);
                 let plain = portable::row(format, &q, &d, &m, &a);
+                if nb < 4 {
+                    // No 4-block lanes: the terms are added in row order by every kernel.
+                    assert_eq!(got.to_bits(), plain.to_bits(), "{format:?} {nb} blocks");
+                }
                 for (what, v) in [("dispatched", got), ("portable", plain)] {
                     assert!(
                         (v - exact).abs() <= 1e-12 * exact.abs().max(1.0),
