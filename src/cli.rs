@@ -419,7 +419,7 @@ pub struct InferArgs {
     pub no_verify: bool,
     /// --gguf/--shape: threads per rank for the matrix products (default: the host's cores
     /// over its ranks).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024), conflicts_with = "endpoint")]
     pub threads: Option<u64>,
     /// Model name to ask for (default: the first one GET /models lists).
     #[arg(long)]

@@ -58,7 +58,7 @@ fn synthetic_shapes_split_over_ranks_give_the_1_rank_tokens() {
 fn impossible_splits_and_sizes_are_refused_in_one_line() {
     let dir = tmpdir("decode-refuse");
     let out = dir.join("r.json");
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 6] = [
         // Qwen3.5-27B has 4 KV heads: 3 ranks cannot share them.
         (
             &[
@@ -83,6 +83,14 @@ fn impossible_splits_and_sizes_are_refused_in_one_line() {
         ),
         // All 80 layers of Llama 3 70B need about 76 GiB: refused with what fits.
         (&["--shape", "llama-3-70b", "--nodes", "1"], "fits"),
+        (
+            &["--shape", "llama-3.2-3b", "--layers", "1", "--threads", "0"],
+            "0 is not in 1..=1024",
+        ),
+        (
+            &["--endpoint", "http://127.0.0.1:9/v1", "--threads", "2"],
+            "cannot be used with '--threads",
+        ),
     ];
     for (args, want) in cases {
         let mut a = vec!["infer"];

@@ -442,17 +442,17 @@ fn output(
             },
         },
     };
-    if let Some(w) = ctx.oversubscribed() {
-        warnings.push(w);
-    }
+    // (Ranks beyond the cores are warned about by the driver, for every suite.)
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let ranks_here = host_share(ctx).0 as usize;
-    if m.threads * ranks_here > cores {
-        warnings.push(format!(
+    if m.threads > 1 && m.threads * ranks_here > cores {
+        let w = format!(
             "{} threads per rank x {ranks_here} rank(s) on {} exceed its {cores} cores: figures are slowed by sharing",
             m.threads,
             ctx.rank_hosts[0]
-        ));
+        );
+        eprintln!("tbbench: warning: {w}");
+        warnings.push(w);
     }
     let results = json!({
         "model": model,
