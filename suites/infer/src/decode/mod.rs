@@ -161,8 +161,9 @@ fn generate(shard: &mut Shard, c: &mut dyn Collective, prompt: &[u32], n: usize)
     })
 }
 
-/// Read bandwidth of this process in bytes/s: the best of three sums over 256 MiB, one thread,
-/// as the decode reads its weights. The ceiling a token rate is quoted against.
+/// Read bandwidth of this process in bytes/s: the best of three sums over 256 MiB, split over
+/// `threads` threads as the decode's products split their rows. The ceiling a token rate is
+/// quoted against.
 pub fn read_bandwidth(threads: usize) -> f64 {
     let threads = threads.max(1);
     let v = vec![1.0f32; 64 << 20];
@@ -458,6 +459,7 @@ fn output(
         "model": model,
         "parallel": config.parallel,
         "ranks": size,
+        // Rank 0's (each rank defaults to its own host's cores over its ranks).
         "threads_per_rank": m.threads,
         "load_s": load_s,
         "weights_in_memory": held,
