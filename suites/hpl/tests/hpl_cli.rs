@@ -10,6 +10,26 @@ fn fixture(name: &str) -> String {
     format!("{}/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
+/// `tbbench hpl --nodes NODES [EXTRA...] --dat DAT --no-dgemm-probe --out OUT`.
+fn run_dat(
+    nodes: &str,
+    extra: &[&str],
+    dat: &str,
+    out: &std::path::Path,
+    limit: Duration,
+) -> std::process::Output {
+    let mut args = vec!["hpl", "--nodes", nodes];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&[
+        "--dat",
+        dat,
+        "--no-dgemm-probe",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    run(&args, limit)
+}
+
 #[test]
 fn small_solves_pass_on_one_two_and_four_ranks() {
     let dir = tmpdir("hpl-small");
@@ -76,17 +96,11 @@ fn small_solves_pass_on_one_two_and_four_ranks() {
 fn netlib_sample_hpl_dat_runs_every_combination() {
     let dir = tmpdir("hpl-dat");
     let out = dir.join("r.json");
-    let o = run(
-        &[
-            "hpl",
-            "--nodes",
-            "4",
-            "--dat",
-            &fixture("netlib-HPL.dat"),
-            "--no-dgemm-probe",
-            "--out",
-            out.to_str().unwrap(),
-        ],
+    let o = run_dat(
+        "4",
+        &[],
+        &fixture("netlib-HPL.dat"),
+        &out,
         Duration::from_secs(300),
     );
     assert!(o.status.success(), "{}", text(&o.stderr));
@@ -165,19 +179,11 @@ fn every_pfact_rfact_and_swap_passes_on_two_by_two_over_tcp() {
     ] {
         let dat = two_by_two_dat(&dir, swap);
         let out = dir.join(format!("r{}.json", &swap[..1]));
-        let o = run(
-            &[
-                "hpl",
-                "--nodes",
-                "4",
-                "--transport",
-                "tcp",
-                "--dat",
-                dat.to_str().unwrap(),
-                "--no-dgemm-probe",
-                "--out",
-                out.to_str().unwrap(),
-            ],
+        let o = run_dat(
+            "4",
+            &["--transport", "tcp"],
+            dat.to_str().unwrap(),
+            &out,
             Duration::from_secs(120),
         );
         assert!(o.status.success(), "{swap}: {}", text(&o.stderr));
@@ -239,17 +245,11 @@ fn lookahead_depth_one_runs_and_deeper_is_named_as_skipped() {
         ],
     );
     let out = dir.join("r.json");
-    let o = run(
-        &[
-            "hpl",
-            "--nodes",
-            "4",
-            "--dat",
-            dat.to_str().unwrap(),
-            "--no-dgemm-probe",
-            "--out",
-            out.to_str().unwrap(),
-        ],
+    let o = run_dat(
+        "4",
+        &[],
+        dat.to_str().unwrap(),
+        &out,
         Duration::from_secs(120),
     );
     assert!(o.status.success(), "{}", text(&o.stderr));
@@ -286,17 +286,11 @@ fn threshold_zero_fails_and_exits_non_zero_with_the_file_written() {
         ],
     );
     let out = dir.join("r.json");
-    let o = run(
-        &[
-            "hpl",
-            "--nodes",
-            "2",
-            "--dat",
-            dat.to_str().unwrap(),
-            "--no-dgemm-probe",
-            "--out",
-            out.to_str().unwrap(),
-        ],
+    let o = run_dat(
+        "2",
+        &[],
+        dat.to_str().unwrap(),
+        &out,
         Duration::from_secs(60),
     );
     assert_eq!(o.status.code(), Some(1));
