@@ -18,7 +18,7 @@
 //! column idles while one factors. DEPTH ≥ 2 is not in yet.
 
 use crate::grid::{owner, Grid};
-use crate::input::{Broadcast, Factorization, Swap, Variant};
+use crate::input::{Algorithm, Broadcast};
 use crate::kernels;
 use crate::matrix::LocalMatrix;
 use crate::panel::Panel;
@@ -45,33 +45,6 @@ fn column_group(grid: &Grid, col: usize) -> Vec<usize> {
 
 fn row_group(grid: &Grid, row: usize) -> Vec<usize> {
     (0..grid.q).map(|c| grid.rank_at(row, c)).collect()
-}
-
-/// HPL.dat's algorithm choices for one run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Algorithm {
-    pub pfact: Factorization,
-    pub nbmin: usize,
-    pub ndiv: usize,
-    pub rfact: Factorization,
-    pub bcast: Broadcast,
-    /// HPL's lookahead (0 or 1).
-    pub depth: usize,
-    pub swap: Swap,
-}
-
-impl From<&Variant> for Algorithm {
-    fn from(v: &Variant) -> Algorithm {
-        Algorithm {
-            pfact: v.pfact,
-            nbmin: v.nbmin,
-            ndiv: v.ndiv,
-            rfact: v.rfact,
-            bcast: v.bcast,
-            depth: v.depth,
-            swap: v.swap,
-        }
-    }
 }
 
 /// One factored panel as a rank of its process row holds it: L (its rows at and below `j0`,

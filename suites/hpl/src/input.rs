@@ -108,19 +108,27 @@ pub struct HplDat {
     pub alignment: usize,
 }
 
+/// HPL.dat's algorithm choices for one run: what the factorization itself needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Algorithm {
+    pub pfact: Factorization,
+    pub nbmin: usize,
+    pub ndiv: usize,
+    pub rfact: Factorization,
+    pub bcast: Broadcast,
+    /// HPL's lookahead (0 or 1).
+    pub depth: usize,
+    pub swap: Swap,
+}
+
 /// One run: a single combination of everything HPL.dat lists.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Variant {
     pub n: usize,
     pub nb: usize,
     pub grid: Grid,
-    pub pfact: Factorization,
-    pub nbmin: usize,
-    pub ndiv: usize,
-    pub rfact: Factorization,
-    pub bcast: Broadcast,
-    pub depth: usize,
-    pub swap: Swap,
+    #[serde(flatten)]
+    pub algo: Algorithm,
     pub threshold: f64,
 }
 
@@ -134,13 +142,15 @@ impl Variant {
             n,
             nb,
             grid,
-            pfact: Factorization::Right,
-            nbmin: 4,
-            ndiv: 2,
-            rfact: Factorization::Right,
-            bcast: Broadcast::IncreasingRing,
-            depth: usize::from(grid.q > 1),
-            swap: Swap::Mix { threshold: 64 },
+            algo: Algorithm {
+                pfact: Factorization::Right,
+                nbmin: 4,
+                ndiv: 2,
+                rfact: Factorization::Right,
+                bcast: Broadcast::IncreasingRing,
+                depth: usize::from(grid.q > 1),
+                swap: Swap::Mix { threshold: 64 },
+            },
             threshold: 16.0,
         }
     }
@@ -152,14 +162,15 @@ impl Variant {
         } else {
             'C'
         };
+        let a = &self.algo;
         format!(
             "W{map}{}{}{}{}{}{}",
-            self.depth,
-            self.bcast.code(),
-            self.rfact.letter(),
-            self.ndiv,
-            self.pfact.letter(),
-            self.nbmin
+            a.depth,
+            a.bcast.code(),
+            a.rfact.letter(),
+            a.ndiv,
+            a.pfact.letter(),
+            a.nbmin
         )
     }
 }
@@ -272,13 +283,15 @@ impl HplDat {
                                                 n,
                                                 nb,
                                                 grid,
-                                                pfact,
-                                                nbmin,
-                                                ndiv,
-                                                rfact,
-                                                bcast,
-                                                depth,
-                                                swap: self.swap,
+                                                algo: Algorithm {
+                                                    pfact,
+                                                    nbmin,
+                                                    ndiv,
+                                                    rfact,
+                                                    bcast,
+                                                    depth,
+                                                    swap: self.swap,
+                                                },
                                                 threshold: self.threshold,
                                             });
                                         }
@@ -423,9 +436,9 @@ mod tests {
             map: ProcessMap::RowMajor,
         };
         assert_eq!(Variant::plain(8000, 192, grid(1, 2)).code(), "WR10R2R4");
-        assert_eq!(Variant::plain(8000, 192, grid(2, 2)).depth, 1);
+        assert_eq!(Variant::plain(8000, 192, grid(2, 2)).algo.depth, 1);
         assert_eq!(Variant::plain(8000, 192, grid(1, 1)).code(), "WR00R2R4");
-        assert_eq!(Variant::plain(8000, 192, grid(4, 1)).depth, 0);
+        assert_eq!(Variant::plain(8000, 192, grid(4, 1)).algo.depth, 0);
     }
 
     #[test]

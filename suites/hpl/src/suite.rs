@@ -300,24 +300,18 @@ fn run_one(v: &Variant, ctx: &mut Context, dgemm: Option<f64>) -> Result<RunResu
     let mut times = Timings::default();
     ctx.comm.barrier()?;
     let start = Instant::now();
-    factor::factor(
-        &mut m,
-        &mut ctx.comm,
-        &factor::Algorithm::from(v),
-        &mut times,
-        |done| {
-            if let Some(b) = &bar {
-                b.set_position(done as u64);
-                // Work done so far: all of HPL's flops minus those of the trailing system left.
-                let left = v.n - done;
-                let flops = check::flops(v.n) - check::flops(left);
-                b.set_message(format!(
-                    "{:.1} Gflops",
-                    flops / start.elapsed().as_secs_f64() / 1e9
-                ));
-            }
-        },
-    )?;
+    factor::factor(&mut m, &mut ctx.comm, &v.algo, &mut times, |done| {
+        if let Some(b) = &bar {
+            b.set_position(done as u64);
+            // Work done so far: all of HPL's flops minus those of the trailing system left.
+            let left = v.n - done;
+            let flops = check::flops(v.n) - check::flops(left);
+            b.set_message(format!(
+                "{:.1} Gflops",
+                flops / start.elapsed().as_secs_f64() / 1e9
+            ));
+        }
+    })?;
     let x = factor::solve(&m, &mut ctx.comm, &mut times)?;
     let mut wall = [start.elapsed().as_secs_f64()];
     if let Some(b) = bar {
@@ -353,13 +347,13 @@ fn run_one(v: &Variant, ctx: &mut Context, dgemm: Option<f64>) -> Result<RunResu
         p: v.grid.p,
         q: v.grid.q,
         pmap: v.grid.map,
-        depth: v.depth,
-        bcast: v.bcast,
-        pfact: v.pfact,
-        rfact: v.rfact,
-        nbmin: v.nbmin,
-        ndiv: v.ndiv,
-        swap: v.swap,
+        depth: v.algo.depth,
+        bcast: v.algo.bcast,
+        pfact: v.algo.pfact,
+        rfact: v.algo.rfact,
+        nbmin: v.algo.nbmin,
+        ndiv: v.algo.ndiv,
+        swap: v.algo.swap,
         time_s: wall[0],
         gflops,
         resid,

@@ -2,9 +2,10 @@
 //! threads here, each with its own shared-memory transport, so every grid shape runs in a
 //! unit test. (The end-to-end tests run real processes through `tbbench hpl`.)
 
-use crate::factor::{factor, solve, Algorithm, Timings};
+use crate::factor::{factor, solve, Timings};
 use crate::generator::HPL_SEED;
 use crate::grid::{Grid, ProcessMap};
+use crate::input::Algorithm;
 use crate::input::{Broadcast, Factorization, Swap};
 use crate::matrix::LocalMatrix;
 use crate::{check, reference};
