@@ -157,13 +157,7 @@ pub fn row(format: Format, q: &[u8], d: &[f32], m: &[f32], a: &Q8Activation) -> 
         if avx2::available() {
             // SAFETY: the CPU has AVX2 (checked), and the slices' lengths match the
             // block count (asserted above).
-            return unsafe {
-                match format {
-                    Format::Q4_0 => avx2::row_q4(q, d, &[], a, true),
-                    Format::Q4_1 => avx2::row_q4(q, d, m, a, false),
-                    Format::Q8_0 => avx2::row_q8_0(q, d, a),
-                }
-            };
+            return unsafe { avx2::row(format, q, d, m, a) };
         }
     }
     #[cfg(target_arch = "aarch64")]
@@ -236,7 +230,7 @@ pub mod portable {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{Q8Activation, QK};
+    use super::{Format, Q8Activation, QK};
     use std::arch::x86_64::*;
 
     pub fn available() -> bool {
@@ -287,81 +281,57 @@ mod avx2 {
         _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)))
     }
 
-    /// A Q4_0 (`offset8`, `m` unused) or Q4_1 row.
+    /// One row in `format`: the block sums four at a time into f64 lanes, then the tail.
+    /// Multiply, then add (no fused multiply-add): each block's term is rounded as the
+    /// portable and NEON kernels round it. `format` is the same for a whole row, so its
+    /// branches inside the loop always go the same way.
     #[target_feature(enable = "avx2")]
-    pub unsafe fn row_q4(q: &[u8], d: &[f32], m: &[f32], a: &Q8Activation, offset8: bool) -> f64 {
+    pub unsafe fn row(format: Format, q: &[u8], d: &[f32], m: &[f32], a: &Q8Activation) -> f64 {
         let nb = d.len();
+        let qb = format.quant_bytes();
         let (qp, ap) = (q.as_ptr(), a.q.as_ptr());
+        let dot = |b: usize| {
+            if format == Format::Q8_0 {
+                bytes_dot(qp.add(qb * b), ap.add(QK * b))
+            } else {
+                nibbles_dot(qp.add(qb * b), ap.add(QK * b))
+            }
+        };
         let mut acc = _mm256_setzero_pd();
         let mut b = 0;
         while b + 4 <= nb {
-            let s = fold4(
-                nibbles_dot(qp.add(16 * b), ap.add(QK * b)),
-                nibbles_dot(qp.add(16 * (b + 1)), ap.add(QK * (b + 1))),
-                nibbles_dot(qp.add(16 * (b + 2)), ap.add(QK * (b + 2))),
-                nibbles_dot(qp.add(16 * (b + 3)), ap.add(QK * (b + 3))),
-            );
+            let s = fold4(dot(b), dot(b + 1), dot(b + 2), dot(b + 3));
             let dw = _mm256_cvtps_pd(_mm_loadu_ps(d.as_ptr().add(b)));
             let dx = _mm256_cvtps_pd(_mm_loadu_ps(a.d.as_ptr().add(b)));
             let scale = _mm256_mul_pd(dw, dx);
-            // Multiply, then add (no fused multiply-add): each block's term is rounded as the
-            // portable and NEON kernels round it.
-            if offset8 {
-                let qsum = _mm_loadu_si128(a.qsum.as_ptr().add(b) as *const __m128i);
-                let s = _mm_sub_epi32(s, _mm_slli_epi32(qsum, 3));
-                acc = _mm256_add_pd(acc, _mm256_mul_pd(scale, _mm256_cvtepi32_pd(s)));
-            } else {
-                let mins = _mm256_cvtps_pd(_mm_loadu_ps(m.as_ptr().add(b)));
-                let term = _mm256_add_pd(
-                    _mm256_mul_pd(scale, _mm256_cvtepi32_pd(s)),
-                    _mm256_mul_pd(mins, _mm256_loadu_pd(a.dsum.as_ptr().add(b))),
-                );
-                acc = _mm256_add_pd(acc, term);
-            }
-            b += 4;
-        }
-        let mut total = hsum(acc);
-        while b < nb {
-            let v = nibbles_dot(qp.add(16 * b), ap.add(QK * b));
-            let s = fold4(v, v, v, v);
-            let s = _mm_cvtsi128_si32(s);
-            let scale = d[b] as f64 * a.d[b] as f64;
-            total += if offset8 {
-                scale * (s - 8 * a.qsum[b]) as f64
-            } else {
-                scale * s as f64 + m[b] as f64 * a.dsum[b]
+            let term = match format {
+                Format::Q8_0 => _mm256_mul_pd(scale, _mm256_cvtepi32_pd(s)),
+                Format::Q4_0 => {
+                    let qsum = _mm_loadu_si128(a.qsum.as_ptr().add(b) as *const __m128i);
+                    let s = _mm_sub_epi32(s, _mm_slli_epi32(qsum, 3));
+                    _mm256_mul_pd(scale, _mm256_cvtepi32_pd(s))
+                }
+                Format::Q4_1 => {
+                    let mins = _mm256_cvtps_pd(_mm_loadu_ps(m.as_ptr().add(b)));
+                    _mm256_add_pd(
+                        _mm256_mul_pd(scale, _mm256_cvtepi32_pd(s)),
+                        _mm256_mul_pd(mins, _mm256_loadu_pd(a.dsum.as_ptr().add(b))),
+                    )
+                }
             };
-            b += 1;
-        }
-        total
-    }
-
-    #[target_feature(enable = "avx2")]
-    pub unsafe fn row_q8_0(q: &[u8], d: &[f32], a: &Q8Activation) -> f64 {
-        let nb = d.len();
-        let (qp, ap) = (q.as_ptr(), a.q.as_ptr());
-        let mut acc = _mm256_setzero_pd();
-        let mut b = 0;
-        while b + 4 <= nb {
-            let s = fold4(
-                bytes_dot(qp.add(32 * b), ap.add(QK * b)),
-                bytes_dot(qp.add(32 * (b + 1)), ap.add(QK * (b + 1))),
-                bytes_dot(qp.add(32 * (b + 2)), ap.add(QK * (b + 2))),
-                bytes_dot(qp.add(32 * (b + 3)), ap.add(QK * (b + 3))),
-            );
-            let dw = _mm256_cvtps_pd(_mm_loadu_ps(d.as_ptr().add(b)));
-            let dx = _mm256_cvtps_pd(_mm_loadu_ps(a.d.as_ptr().add(b)));
-            acc = _mm256_add_pd(
-                acc,
-                _mm256_mul_pd(_mm256_mul_pd(dw, dx), _mm256_cvtepi32_pd(s)),
-            );
+            acc = _mm256_add_pd(acc, term);
             b += 4;
         }
         let mut total = hsum(acc);
         while b < nb {
-            let v = bytes_dot(qp.add(32 * b), ap.add(QK * b));
+            let v = dot(b);
             let s = _mm_cvtsi128_si32(fold4(v, v, v, v));
-            total += d[b] as f64 * a.d[b] as f64 * s as f64;
+            let scale = d[b] as f64 * a.d[b] as f64;
+            total += match format {
+                Format::Q8_0 => scale * s as f64,
+                Format::Q4_0 => scale * (s - 8 * a.qsum[b]) as f64,
+                Format::Q4_1 => scale * s as f64 + m[b] as f64 * a.dsum[b],
+            };
             b += 1;
         }
         total
