@@ -68,18 +68,7 @@ fn first_model(url: &Url, auth: Option<&str>, timeout: Duration) -> Result<Strin
 
 /// One unstreamed request's whole answer (warm-up where the stream has no usage).
 fn whole_answer(target: &Target, body: &[u8]) -> Result<String, http::Failure> {
-    let mut headers = vec![("Content-Type", "application/json")];
-    if let Some(a) = target.auth {
-        headers.push(("Authorization", a));
-    }
-    let mut resp = http::send(
-        target.url,
-        "POST",
-        target.api.path(),
-        &headers,
-        body,
-        target.timeout,
-    )?;
+    let mut resp = target.post(body, &[])?;
     let text = resp.text(4 << 20);
     if resp.status != 200 {
         return Err(http::Failure::new(

@@ -30,6 +30,26 @@ pub struct Target<'a> {
     pub timeout: Duration,
 }
 
+impl Target<'_> {
+    /// POSTs a JSON `body` to the API's path, with the key where one is set and `extra`
+    /// headers.
+    pub fn post(&self, body: &[u8], extra: &[(&str, &str)]) -> Result<http::Response, Failure> {
+        let mut headers = vec![("Content-Type", "application/json")];
+        headers.extend_from_slice(extra);
+        if let Some(a) = self.auth {
+            headers.push(("Authorization", a));
+        }
+        http::send(
+            self.url,
+            "POST",
+            self.api.path(),
+            &headers,
+            body,
+            self.timeout,
+        )
+    }
+}
+
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Record {
     pub index: u64,
@@ -110,21 +130,7 @@ pub fn run(target: &Target, body: &[u8], index: u64, level_start: Instant) -> Re
 }
 
 fn stream(target: &Target, body: &[u8], start: Instant, rec: &mut Record) -> Result<(), Failure> {
-    let mut headers = vec![
-        ("Content-Type", "application/json"),
-        ("Accept", "text/event-stream"),
-    ];
-    if let Some(a) = target.auth {
-        headers.push(("Authorization", a));
-    }
-    let mut resp = http::send(
-        target.url,
-        "POST",
-        target.api.path(),
-        &headers,
-        body,
-        target.timeout,
-    )?;
+    let mut resp = target.post(body, &[("Accept", "text/event-stream")])?;
     rec.status = Some(resp.status);
     rec.connect_ms = Some(ms(resp.connect));
     rec.addrs = Some((resp.local, resp.peer));
