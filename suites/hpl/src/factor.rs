@@ -21,7 +21,7 @@ use crate::grid::{owner, Grid};
 use crate::input::{Algorithm, Broadcast};
 use crate::kernels;
 use crate::matrix::LocalMatrix;
-use crate::panel::Panel;
+use crate::panel::{Panel, PanelColumns};
 use crate::swap;
 use anyhow::{bail, Result};
 use serde::Serialize;
@@ -96,12 +96,13 @@ fn factor_panel(
     f: &mut Factored,
     algo: &Algorithm,
 ) -> Result<()> {
+    let lda = m.lda;
     Panel {
-        m: &mut *m,
+        lay: &m.layout,
+        cols: PanelColumns::of(&mut m.a, lda, f.c0, f.jb),
         comm,
         column,
         j0: f.j0,
-        c0: f.c0,
         jb: f.jb,
         pfact: algo.pfact,
         rfact: algo.rfact,
@@ -195,8 +196,8 @@ fn solve_u12(
 /// A22 −= L21·U12 over local columns `cols`.
 fn update_trailing(m: &mut LocalMatrix, f: &Factored, cols: Range<usize>, u12: &[f64]) {
     let below = m.rows_before(f.j0 + f.jb);
-    let (lda, width) = (m.lda, cols.len());
-    if width == 0 || below >= m.mp {
+    let (lda, width, mp) = (m.lda, cols.len(), m.mp);
+    if width == 0 || below >= mp {
         return;
     }
     let (left, right) = m.a.split_at_mut(cols.start * lda);
@@ -206,7 +207,7 @@ fn update_trailing(m: &mut LocalMatrix, f: &Factored, cols: Range<usize>, u12: &
         (&f.packed[below - f.r0..], f.rows)
     };
     kernels::gemm_minus(
-        m.mp - below,
+        mp - below,
         width,
         f.jb,
         l21,

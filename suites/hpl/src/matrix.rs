@@ -4,7 +4,10 @@
 use crate::generator;
 use crate::grid::{local_to_global, numroc, Grid};
 
-pub struct LocalMatrix {
+/// Where one rank's share sits in the distribution: everything about it but its numbers, so
+/// a part of the share (a panel's columns handed to a thread) can carry it along.
+#[derive(Debug, Clone, Copy)]
+pub struct Layout {
     pub n: usize,
     pub nb: usize,
     pub grid: Grid,
@@ -15,7 +18,20 @@ pub struct LocalMatrix {
     pub nq: usize,
     /// Leading dimension: at least 1, so empty shares still index safely.
     pub lda: usize,
+}
+
+pub struct LocalMatrix {
+    pub layout: Layout,
     pub a: Vec<f64>,
+}
+
+/// The share's numbers are read and written through `a`; its shape through the layout, as if
+/// its fields were the matrix's own (`m.nb`, `m.rows_before(g)`).
+impl std::ops::Deref for LocalMatrix {
+    type Target = Layout;
+    fn deref(&self) -> &Layout {
+        &self.layout
+    }
 }
 
 impl LocalMatrix {
@@ -41,18 +57,39 @@ impl LocalMatrix {
             generator::column(seed, n as u64, g, &rows, &mut a[lc * lda..lc * lda + mp]);
         }
         LocalMatrix {
-            n,
-            nb,
-            grid,
-            myrow,
-            mycol,
-            mp,
-            nq,
-            lda,
+            layout: Layout {
+                n,
+                nb,
+                grid,
+                myrow,
+                mycol,
+                mp,
+                nq,
+                lda,
+            },
             a,
         }
     }
 
+    #[inline]
+    pub fn at(&self, i: usize, j: usize) -> f64 {
+        self.a[j * self.lda + i]
+    }
+
+    /// Copies local rows `row` of columns `cols` out (for a swap or a broadcast).
+    pub fn row_segment(&self, row: usize, cols: std::ops::Range<usize>) -> Vec<f64> {
+        cols.map(|c| self.a[c * self.lda + row]).collect()
+    }
+
+    pub fn set_row_segment(&mut self, row: usize, cols: std::ops::Range<usize>, values: &[f64]) {
+        let lda = self.lda;
+        for (c, v) in cols.zip(values) {
+            self.a[c * lda + row] = *v;
+        }
+    }
+}
+
+impl Layout {
     /// How many of this rank's rows come before global row `g` (its first local row ≥ g).
     pub fn rows_before(&self, g: usize) -> usize {
         numroc(g.min(self.n), self.nb, self.myrow, self.grid.p)
@@ -69,27 +106,5 @@ impl LocalMatrix {
 
     pub fn global_col(&self, l: usize) -> usize {
         local_to_global(l, self.nb, self.mycol, self.grid.q)
-    }
-
-    #[inline]
-    pub fn at(&self, i: usize, j: usize) -> f64 {
-        self.a[j * self.lda + i]
-    }
-
-    /// Copies local rows `row` of columns `cols` out (for a swap or a broadcast).
-    pub fn row_segment(&self, row: usize, cols: std::ops::Range<usize>) -> Vec<f64> {
-        cols.map(|c| self.a[c * self.lda + row]).collect()
-    }
-
-    pub fn set_row_segment(&mut self, row: usize, cols: std::ops::Range<usize>, values: &[f64]) {
-        for (c, v) in cols.zip(values) {
-            self.a[c * self.lda + row] = *v;
-        }
-    }
-
-    pub fn swap_local_rows(&mut self, r1: usize, r2: usize, cols: std::ops::Range<usize>) {
-        for c in cols {
-            self.a.swap(c * self.lda + r1, c * self.lda + r2);
-        }
     }
 }

@@ -22,57 +22,92 @@
 use crate::grid::owner;
 use crate::input::Factorization;
 use crate::kernels;
-use crate::matrix::LocalMatrix;
+use crate::matrix::Layout;
 use anyhow::Result;
 use tbbench_runners::comm::{f64_bytes, f64_bytes_mut, Comm, Group};
 
-/// Swaps global rows `j` and `g` over local columns `cols` within this process column:
+/// Swaps global rows `j` and `g` over the panel's columns within this process column:
 /// locally when one process row owns both, else by exchanging the two segments.
 fn swap_rows(
-    m: &mut LocalMatrix,
+    lay: &Layout,
+    cols: &mut PanelColumns,
     comm: &mut Comm,
     j: usize,
     g: usize,
-    cols: std::ops::Range<usize>,
 ) -> Result<()> {
-    if j == g || cols.is_empty() {
+    if j == g || cols.width == 0 {
         return Ok(());
     }
-    let (p, nb) = (m.grid.p, m.nb);
+    let (p, nb) = (lay.grid.p, lay.nb);
     let (oj, og) = (owner(j, nb, p), owner(g, nb, p));
-    let lj = m.rows_before(j);
-    let lg = m.rows_before(g);
+    let lj = lay.rows_before(j);
+    let lg = lay.rows_before(g);
     if oj == og {
-        if m.myrow == oj {
-            m.swap_local_rows(lj, lg, cols);
+        if lay.myrow == oj {
+            cols.swap_rows(lj, lg);
         }
         return Ok(());
     }
-    let (mine, other_row) = if m.myrow == oj {
+    let (mine, other_row) = if lay.myrow == oj {
         (lj, og)
-    } else if m.myrow == og {
+    } else if lay.myrow == og {
         (lg, oj)
     } else {
         return Ok(());
     };
-    let out = m.row_segment(mine, cols.clone());
+    let out = cols.row(mine, 0..cols.width);
     let mut back = vec![0.0; out.len()];
-    let peer = m.grid.rank_at(other_row, m.mycol);
+    let peer = lay.grid.rank_at(other_row, lay.mycol);
     comm.sendrecv(peer, f64_bytes(&out), peer, f64_bytes_mut(&mut back))?;
-    m.set_row_segment(mine, cols, &back);
+    cols.set_row(mine, &back);
     Ok(())
 }
 
+/// A panel's columns of this rank's share (column `k` of the slice is the panel's column
+/// `k`), so a panel can be factored on one thread while others update the columns beside it.
+pub(crate) struct PanelColumns<'a> {
+    pub a: &'a mut [f64],
+    pub lda: usize,
+    pub width: usize,
+}
+
+impl<'a> PanelColumns<'a> {
+    /// Columns [c0, c0 + width) of `a` (leading dimension `lda`).
+    pub fn of(a: &'a mut [f64], lda: usize, c0: usize, width: usize) -> PanelColumns<'a> {
+        PanelColumns {
+            a: &mut a[c0 * lda..(c0 + width) * lda],
+            lda,
+            width,
+        }
+    }
+
+    fn row(&self, row: usize, cols: std::ops::Range<usize>) -> Vec<f64> {
+        cols.map(|c| self.a[c * self.lda + row]).collect()
+    }
+
+    fn set_row(&mut self, row: usize, values: &[f64]) {
+        for (c, v) in values.iter().enumerate() {
+            self.a[c * self.lda + row] = *v;
+        }
+    }
+
+    fn swap_rows(&mut self, r1: usize, r2: usize) {
+        for c in 0..self.width {
+            self.a.swap(c * self.lda + r1, c * self.lda + r2);
+        }
+    }
+}
+
 /// One panel being factored by its process column. Column and part indices are relative to
-/// the panel: panel column `k` is global column `j0 + k`, local column `c0 + k`, and its
+/// the panel: panel column `k` is global column `j0 + k`, column `k` of `cols`, and its
 /// diagonal entry is in global row `j0 + k` (all the panel's top `jb` rows live on one
 /// process row, the one owning global row `j0`).
 pub(crate) struct Panel<'a> {
-    pub m: &'a mut LocalMatrix,
+    pub lay: &'a Layout,
+    pub cols: PanelColumns<'a>,
     pub comm: &'a mut Comm,
     pub column: &'a [usize],
     pub j0: usize,
-    pub c0: usize,
     pub jb: usize,
     pub pfact: Factorization,
     pub rfact: Factorization,
@@ -178,48 +213,46 @@ impl Panel<'_> {
     /// range; left-looking and Crout only need the pivot itself, `upto = jj + 1`).
     fn pivot(&mut self, jj: usize, upto: usize) -> Result<()> {
         self.log(Step::Pivot(jj, upto));
-        let (nb, p) = (self.m.nb, self.m.grid.p);
-        let panel_cols = self.c0..self.c0 + self.jb;
+        let lay = self.lay;
+        let (nb, p, lda) = (lay.nb, lay.grid.p, lay.lda);
         let j = self.j0 + jj;
-        let lc = self.c0 + jj;
-        let m = &mut *self.m;
-        let lr = m.rows_before(j);
+        let lr = lay.rows_before(j);
         let (mut best, mut at) = (-1.0f64, u64::MAX);
-        for i in lr..m.mp {
-            let v = m.at(i, lc).abs();
-            if v > best {
-                best = v;
-                at = m.global_row(i) as u64;
+        let col = &self.cols.a[jj * lda..jj * lda + lay.mp];
+        for (i, v) in col.iter().enumerate().skip(lr) {
+            if v.abs() > best {
+                best = v.abs();
+                at = lay.global_row(i) as u64;
             }
         }
         let (_, g) = self
             .comm
             .allreduce_maxloc_in(Group::Members(self.column), best, at)?;
         self.ipiv[jj] = g;
-        swap_rows(m, self.comm, j, g as usize, panel_cols)?;
+        swap_rows(lay, &mut self.cols, self.comm, j, g as usize)?;
         let oj = owner(j, nb, p);
-        let seg = lc..self.c0 + upto;
-        let mut urow = if m.myrow == oj {
-            m.row_segment(m.rows_before(j), seg.clone())
+        let seg = jj..upto;
+        let mut urow = if lay.myrow == oj {
+            self.cols.row(lay.rows_before(j), seg.clone())
         } else {
             vec![0.0; seg.len()]
         };
         self.comm.bcast_in(
             Group::Members(self.column),
-            m.grid.rank_at(oj, m.mycol),
+            lay.grid.rank_at(oj, lay.mycol),
             f64_bytes_mut(&mut urow),
         )?;
         let d = urow[0];
-        let below = m.rows_before(j + 1);
-        let lda = m.lda;
-        for i in below..m.mp {
-            m.a[lc * lda + i] /= d;
+        let below = lay.rows_before(j + 1);
+        let a = &mut *self.cols.a;
+        for i in below..lay.mp {
+            a[jj * lda + i] /= d;
         }
         for (k, &u) in urow.iter().enumerate().skip(1) {
             if u != 0.0 {
-                for i in below..m.mp {
-                    let l = m.a[lc * lda + i];
-                    m.a[(lc + k) * lda + i] -= l * u;
+                for i in below..lay.mp {
+                    let l = a[jj * lda + i];
+                    a[(jj + k) * lda + i] -= l * u;
                 }
             }
         }
@@ -232,41 +265,35 @@ impl Panel<'_> {
     /// takes −= L·U. For one column (uw = 1) these are HPL's TRSV and GEMV.
     fn apply(&mut self, fs: usize, fw: usize, us: usize, uw: usize, solve: bool) -> Result<()> {
         self.log(Step::Apply(fs, fw, us, uw, solve));
-        let m = &mut *self.m;
-        let (nb, p, lda) = (m.nb, m.grid.p, m.lda);
+        let lay = self.lay;
+        let (nb, p, lda) = (lay.nb, lay.grid.p, lay.lda);
         let pr = owner(self.j0, nb, p);
-        let top = m.rows_before(self.j0 + fs);
+        let top = lay.rows_before(self.j0 + fs);
         let mut u = vec![0.0; fw * uw];
-        if m.myrow == pr {
-            let (l11, a12) = m.a.split_at_mut((self.c0 + us) * lda);
+        let a = &mut *self.cols.a;
+        if lay.myrow == pr {
+            let (l11, a12) = a.split_at_mut(us * lda);
             if solve {
-                kernels::trsm_unit_lower(
-                    fw,
-                    uw,
-                    &l11[(self.c0 + fs) * lda + top..],
-                    lda,
-                    &mut a12[top..],
-                    lda,
-                );
+                kernels::trsm_unit_lower(fw, uw, &l11[fs * lda + top..], lda, &mut a12[top..], lda);
             }
             for c in 0..uw {
-                let src = (self.c0 + us + c) * lda + top;
-                u[c * fw..(c + 1) * fw].copy_from_slice(&m.a[src..src + fw]);
+                let src = (us + c) * lda + top;
+                u[c * fw..(c + 1) * fw].copy_from_slice(&a[src..src + fw]);
             }
         }
         self.comm.bcast_in(
             Group::Members(self.column),
-            m.grid.rank_at(pr, m.mycol),
+            lay.grid.rank_at(pr, lay.mycol),
             f64_bytes_mut(&mut u),
         )?;
-        let below = m.rows_before(self.j0 + fs + fw);
-        if below < m.mp {
-            let (l21, a22) = m.a.split_at_mut((self.c0 + us) * lda);
+        let below = lay.rows_before(self.j0 + fs + fw);
+        if below < lay.mp {
+            let (l21, a22) = a.split_at_mut(us * lda);
             kernels::gemm_minus(
-                m.mp - below,
+                lay.mp - below,
                 uw,
                 fw,
-                &l21[(self.c0 + fs) * lda + below..],
+                &l21[fs * lda + below..],
                 lda,
                 &u,
                 fw,
@@ -283,27 +310,28 @@ impl Panel<'_> {
     /// U's final rows.
     fn finish_u_rows(&mut self, s: usize, o: usize, pw: usize, end: usize) {
         self.log(Step::Finish(s, o, pw, end));
-        let m = &mut *self.m;
-        if m.myrow != owner(self.j0, m.nb, m.grid.p) {
+        let lay = self.lay;
+        if lay.myrow != owner(self.j0, lay.nb, lay.grid.p) {
             return;
         }
-        let lda = m.lda;
-        let top = m.rows_before(self.j0);
-        let (r, right, width) = (top + o, self.c0 + o + pw, end - o - pw);
+        let lda = lay.lda;
+        let top = lay.rows_before(self.j0);
+        let (r, right, width) = (top + o, o + pw, end - o - pw);
+        let a = &mut *self.cols.a;
         if o > s {
             // U's rows [s, o) share these columns with the rows being updated: copy them out.
             let k = o - s;
             let mut u = vec![0.0; k * width];
             for c in 0..width {
                 let src = (right + c) * lda + top + s;
-                u[c * k..(c + 1) * k].copy_from_slice(&m.a[src..src + k]);
+                u[c * k..(c + 1) * k].copy_from_slice(&a[src..src + k]);
             }
-            let (left, rest) = m.a.split_at_mut(right * lda);
+            let (left, rest) = a.split_at_mut(right * lda);
             kernels::gemm_minus(
                 pw,
                 width,
                 k,
-                &left[(self.c0 + s) * lda + r..],
+                &left[s * lda + r..],
                 lda,
                 &u,
                 k,
@@ -311,15 +339,8 @@ impl Panel<'_> {
                 lda,
             );
         }
-        let (left, rest) = m.a.split_at_mut(right * lda);
-        kernels::trsm_unit_lower(
-            pw,
-            width,
-            &left[(self.c0 + o) * lda + r..],
-            lda,
-            &mut rest[r..],
-            lda,
-        );
+        let (left, rest) = a.split_at_mut(right * lda);
+        kernels::trsm_unit_lower(pw, width, &left[o * lda + r..], lda, &mut rest[r..], lda);
     }
 }
 
@@ -328,6 +349,7 @@ mod tests {
     use super::*;
     use crate::generator::HPL_SEED;
     use crate::grid::{Grid, ProcessMap};
+    use crate::matrix::LocalMatrix;
     use std::time::Duration;
     use tbbench_runners::transport::shm::{create_segment, ShmTransport};
     use tbbench_runners::transport::PeerName;
@@ -363,12 +385,13 @@ mod tests {
         };
         let mut m = LocalMatrix::generate(n, jb, grid, 0, HPL_SEED);
         let (mut trace, mut ipiv) = (Vec::new(), vec![0u64; jb]);
+        let lda = m.lda;
         Panel {
-            m: &mut m,
+            lay: &m.layout,
+            cols: PanelColumns::of(&mut m.a, lda, 0, jb),
             comm: &mut comm,
             column: &[0],
             j0: 0,
-            c0: 0,
             jb,
             pfact,
             rfact,

@@ -87,11 +87,11 @@ pub(crate) fn apply_pivots(
     if m.grid.p == 1 {
         // Every row is here: apply the pivots one column at a time (as LAPACK's dlaswp does),
         // so each column stays in cache instead of striding across rows.
-        let lda = m.lda;
+        let (lda, mp) = (m.lda, m.mp);
         let (c0, width) = (cols.start, cols.len());
         if !kernels::laswp(width, &mut m.a[c0 * lda..], lda, j0, ipiv) {
             for c in cols {
-                let col = &mut m.a[c * lda..c * lda + m.mp];
+                let col = &mut m.a[c * lda..c * lda + mp];
                 for (jj, &g) in ipiv.iter().enumerate() {
                     col.swap(j0 + jj, g as usize);
                 }
