@@ -337,14 +337,6 @@ impl HplArgs {
                         v.grid.q,
                         v.grid.size()
                     ));
-                } else if v.algo.depth > 1 {
-                    skipped.push(format!(
-                        "{} N={} NB={}: lookahead DEPTH {} is not implemented (DEPTH 0 and 1 are)",
-                        v.code(),
-                        v.n,
-                        v.nb,
-                        v.algo.depth
-                    ));
                 } else {
                     runs.push(v);
                 }

@@ -15,7 +15,9 @@
 //! With lookahead (HPL's DEPTH 1) the process column owning the next panel applies step 4 to
 //! that panel's columns first, factors and broadcasts it, and only then updates the rest of
 //! its trailing matrix; the other columns receive the next panel while they update, so no
-//! column idles while one factors. DEPTH ≥ 2 is not in yet.
+//! column idles while one factors. DEPTH d keeps d panels factored ahead of the update: the
+//! next one's columns are brought up to date with the current panel and the d − 1 factored
+//! after it before it is factored in turn.
 
 use crate::grid::{owner, Grid};
 use crate::input::{Algorithm, Broadcast};
@@ -23,8 +25,9 @@ use crate::kernels;
 use crate::matrix::LocalMatrix;
 use crate::panel::{Panel, PanelColumns};
 use crate::swap;
-use anyhow::{bail, Result};
+use anyhow::Result;
 use serde::Serialize;
+use std::collections::VecDeque;
 use std::ops::Range;
 use std::time::Instant;
 use tbbench_runners::comm::{f64_bytes, f64_bytes_mut, Comm, Group};
@@ -219,8 +222,40 @@ fn update_trailing(m: &mut LocalMatrix, f: &Factored, cols: Range<usize>, u12: &
     );
 }
 
+/// Seconds since the last lap, so every stretch of time lands in exactly one bucket.
+fn lap(clock: &mut Instant) -> f64 {
+    let now = Instant::now();
+    let s = (now - *clock).as_secs_f64();
+    *clock = now;
+    s
+}
+
+/// Brings local columns `cols` of this process column up to date with `panels`, in order:
+/// each one's pivots, U12 solve and update (collectives over the process column, so every
+/// member calls it with the same columns).
+#[allow(clippy::too_many_arguments)]
+fn catch_up<'f>(
+    m: &mut LocalMatrix,
+    comm: &mut Comm,
+    column: &[usize],
+    panels: impl Iterator<Item = &'f Factored>,
+    cols: Range<usize>,
+    algo: &Algorithm,
+    t: &mut Timings,
+    clock: &mut Instant,
+) -> Result<()> {
+    for f in panels {
+        swap::apply_pivots(m, comm, column, f.j0, &f.ipiv, cols.clone(), algo.swap)?;
+        t.swap += lap(clock);
+        let u12 = solve_u12(m, comm, column, f, cols.clone())?;
+        update_trailing(m, f, cols.clone(), &u12);
+        t.update += lap(clock);
+    }
+    Ok(())
+}
+
 /// Factors [A | b] in place; on return this rank's share holds its part of U and of the
-/// transformed b, with `algo`'s variants (lookahead DEPTH 0 or 1). `on_panel(columns done)`
+/// transformed b, with `algo`'s variants (any lookahead DEPTH). `on_panel(columns done)`
 /// runs on every rank after each panel.
 pub fn factor(
     m: &mut LocalMatrix,
@@ -230,9 +265,6 @@ pub fn factor(
     mut on_panel: impl FnMut(usize),
 ) -> Result<()> {
     let (bcast, depth) = (algo.bcast, algo.depth);
-    if depth > 1 {
-        bail!("lookahead DEPTH {depth} is not implemented (DEPTH 0 and 1 are)");
-    }
     let (n, nb, grid) = (m.n, m.nb, m.grid);
     if n == 0 {
         return Ok(());
@@ -241,13 +273,6 @@ pub fn factor(
     let my_row = row_group(&grid, m.myrow);
     let myrow = m.myrow;
     let root_in_row = move |j0: usize| grid.rank_at(myrow, owner(j0, nb, grid.q));
-    // Seconds since the last lap, so every stretch of time lands in exactly one bucket.
-    fn lap(clock: &mut Instant) -> f64 {
-        let now = Instant::now();
-        let s = (now - *clock).as_secs_f64();
-        *clock = now;
-        s
-    }
     let mut clock = Instant::now();
 
     // The first panel has nothing to hide behind.
@@ -259,69 +284,124 @@ pub fn factor(
     broadcast_panel(comm, &my_row, root_in_row(0), bcast, &mut cur)?;
     t.broadcast += lap(&mut clock);
 
-    loop {
-        let next_j0 = cur.j0 + cur.jb;
-        let ct = m.cols_before(next_j0);
-        let nq = m.nq;
-        swap::apply_pivots(m, comm, &my_column, cur.j0, &cur.ipiv, ct..nq, algo.swap)?;
-        t.swap += lap(&mut clock);
-        if next_j0 >= n {
-            let u12 = solve_u12(m, comm, &my_column, &cur, ct..nq)?;
-            update_trailing(m, &cur, ct..nq, &u12);
-            t.update += lap(&mut clock);
-            on_panel(n);
-            return Ok(());
-        }
-        let mut next = Factored::new(m, next_j0);
-        let owns_next = m.mycol == owner(next_j0, nb, grid.q);
-        if depth == 0 {
-            let u12 = solve_u12(m, comm, &my_column, &cur, ct..nq)?;
-            update_trailing(m, &cur, ct..nq, &u12);
-            t.update += lap(&mut clock);
-            if owns_next {
+    if depth == 0 {
+        loop {
+            let next_j0 = cur.j0 + cur.jb;
+            let ct = m.cols_before(next_j0);
+            let nq = m.nq;
+            catch_up(
+                m,
+                comm,
+                &my_column,
+                [&cur].into_iter(),
+                ct..nq,
+                algo,
+                t,
+                &mut clock,
+            )?;
+            if next_j0 >= n {
+                on_panel(n);
+                return Ok(());
+            }
+            let mut next = Factored::new(m, next_j0);
+            if m.mycol == owner(next_j0, nb, grid.q) {
                 factor_panel(m, comm, &my_column, &mut next, algo)?;
             }
             t.panel += lap(&mut clock);
             broadcast_panel(comm, &my_row, root_in_row(next_j0), bcast, &mut next)?;
             t.broadcast += lap(&mut clock);
-        } else {
-            // Lookahead. The process column owning the next panel brings only that panel's
-            // columns up to date, factors it, and then updates the rest of its trailing
-            // matrix; the other columns update all of theirs. The transports' sends and
-            // receives block until both ends meet, so the panel travels on a second thread
-            // meanwhile, alongside the update's matrix product (the one step that needs no
-            // messages): its owner sends as soon as it is factored, the others receive it
-            // while they update, and nobody waits for another's whole update.
-            let u12 = solve_u12(m, comm, &my_column, &cur, ct..nq)?;
-            let mut rest = ct;
-            if owns_next {
-                rest = m.cols_before(next_j0 + next.jb);
-                update_trailing(m, &cur, ct..rest, &u12[..(rest - ct) * cur.jb]);
-                t.update += lap(&mut clock);
-                factor_panel(m, comm, &my_column, &mut next, algo)?;
-                t.panel += lap(&mut clock);
+            on_panel(next_j0);
+            cur = next;
+        }
+    }
+
+    // Lookahead DEPTH d: panels j+1 .. j+d−1 are factored (and sent) before panel j's update
+    // of the rest, and during it panel j+d is. `ahead` holds those factored after `cur`; the
+    // columns right of the last of them are up to date with every panel before `cur`.
+    // Start-up (DEPTH ≥ 2): panels 1 .. d−1 in turn, each brought up to date with those before
+    // it, factored and sent, with nothing to hide them behind.
+    let mut ahead: VecDeque<Factored> = VecDeque::new();
+    let mut end = cur.j0 + cur.jb;
+    while ahead.len() + 1 < depth && end < n {
+        let mut f = Factored::new(m, end);
+        if m.mycol == owner(end, nb, grid.q) {
+            let cols = f.c0..f.c0 + f.jb;
+            let before = std::iter::once(&cur).chain(ahead.iter());
+            catch_up(m, comm, &my_column, before, cols, algo, t, &mut clock)?;
+            factor_panel(m, comm, &my_column, &mut f, algo)?;
+            t.panel += lap(&mut clock);
+        }
+        broadcast_panel(comm, &my_row, root_in_row(end), bcast, &mut f)?;
+        t.broadcast += lap(&mut clock);
+        end += f.jb;
+        ahead.push_back(f);
+    }
+    loop {
+        // Panel `cur` over every column right of the panels factored so far.
+        let end = ahead.back().map_or(cur.j0 + cur.jb, |f| f.j0 + f.jb);
+        let ct = m.cols_before(end);
+        let nq = m.nq;
+        swap::apply_pivots(m, comm, &my_column, cur.j0, &cur.ipiv, ct..nq, algo.swap)?;
+        t.swap += lap(&mut clock);
+        let u12 = solve_u12(m, comm, &my_column, &cur, ct..nq)?;
+        if end >= n {
+            // Nothing left to factor: the panels in flight only update.
+            update_trailing(m, &cur, ct..nq, &u12);
+            t.update += lap(&mut clock);
+            on_panel(cur.j0 + cur.jb);
+            match ahead.pop_front() {
+                Some(f) => cur = f,
+                None => return Ok(()),
             }
-            let u12_rest = &u12[(rest - ct) * cur.jb..];
-            if next.in_place() {
+            continue;
+        }
+        // The process column owning the next panel brings only that panel's columns up to
+        // date (with `cur`, then the panels ahead), factors it, and then updates the rest of
+        // its trailing matrix; the other columns update all of theirs. The transports' sends
+        // and receives block until both ends meet, so the panel travels on a second thread
+        // meanwhile, alongside the update's matrix product (the one step that needs no
+        // messages): its owner sends as soon as it is factored, the others receive it while
+        // they update, and nobody waits for another's whole update.
+        let mut next = Factored::new(m, end);
+        let mut rest = ct;
+        if m.mycol == owner(end, nb, grid.q) {
+            rest = m.cols_before(end + next.jb);
+            update_trailing(m, &cur, ct..rest, &u12[..(rest - ct) * cur.jb]);
+            t.update += lap(&mut clock);
+            catch_up(
+                m,
+                comm,
+                &my_column,
+                ahead.iter(),
+                ct..rest,
+                algo,
+                t,
+                &mut clock,
+            )?;
+            factor_panel(m, comm, &my_column, &mut next, algo)?;
+            t.panel += lap(&mut clock);
+        }
+        let u12_rest = &u12[(rest - ct) * cur.jb..];
+        if next.in_place() {
+            update_trailing(m, &cur, rest..nq, u12_rest);
+            t.update += lap(&mut clock);
+        } else {
+            let root = root_in_row(end);
+            let moved = std::thread::scope(|s| {
+                let helper = s.spawn(|| broadcast_panel(comm, &my_row, root, bcast, &mut next));
                 update_trailing(m, &cur, rest..nq, u12_rest);
                 t.update += lap(&mut clock);
-            } else {
-                let root = root_in_row(next_j0);
-                let moved = std::thread::scope(|s| {
-                    let helper = s.spawn(|| broadcast_panel(comm, &my_row, root, bcast, &mut next));
-                    update_trailing(m, &cur, rest..nq, u12_rest);
-                    t.update += lap(&mut clock);
-                    helper.join()
-                });
-                match moved {
-                    Ok(r) => r?,
-                    Err(panic) => std::panic::resume_unwind(panic),
-                }
-                t.broadcast += lap(&mut clock);
+                helper.join()
+            });
+            match moved {
+                Ok(r) => r?,
+                Err(panic) => std::panic::resume_unwind(panic),
             }
+            t.broadcast += lap(&mut clock);
         }
-        on_panel(next_j0);
-        cur = next;
+        on_panel(cur.j0 + cur.jb);
+        ahead.push_back(next);
+        cur = ahead.pop_front().expect("the panel just pushed");
     }
 }
 

@@ -116,7 +116,7 @@ pub struct Algorithm {
     pub ndiv: usize,
     pub rfact: Factorization,
     pub bcast: Broadcast,
-    /// HPL's lookahead (0 or 1).
+    /// HPL's lookahead: how many panels are factored ahead of the trailing update.
     pub depth: usize,
     pub swap: Swap,
 }

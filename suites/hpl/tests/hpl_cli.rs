@@ -221,7 +221,7 @@ fn every_pfact_rfact_and_swap_passes_on_two_by_two_over_tcp() {
 }
 
 #[test]
-fn lookahead_depth_one_runs_and_deeper_is_named_as_skipped() {
+fn every_lookahead_depth_runs_and_passes() {
     let dir = tmpdir("hpl-depth");
     let dat = sample_dat_with(
         &dir,
@@ -240,8 +240,8 @@ fn lookahead_depth_one_runs_and_deeper_is_named_as_skipped() {
             (16, "4            NBMINs"),
             (19, "1            # of recursive panel fact."),
             (20, "2            RFACTs"),
-            (23, "3            # of lookahead depth"),
-            (24, "0 1 2        DEPTHs"),
+            (23, "4            # of lookahead depth"),
+            (24, "0 1 2 3      DEPTHs"),
         ],
     );
     let out = dir.join("r.json");
@@ -256,16 +256,15 @@ fn lookahead_depth_one_runs_and_deeper_is_named_as_skipped() {
     let r = read_json(&out);
     let runs = r["results"]["runs"].as_array().unwrap();
     let codes: Vec<&str> = runs.iter().map(|x| x["code"].as_str().unwrap()).collect();
-    assert_eq!(codes, ["WR00R2R4", "WR10R2R4", "WR00R2R4", "WR10R2R4"]);
+    let each = ["WR00R2R4", "WR10R2R4", "WR20R2R4", "WR30R2R4"];
+    assert_eq!(codes, [each, each].concat());
     assert!(runs.iter().all(|x| x["passed"] == true));
-    assert_eq!(runs[1]["depth"], 1);
-    let skipped = "WR20R2R4 N=211 NB=16: lookahead DEPTH 2 is not implemented";
-    assert!(text(&o.stderr).contains(skipped), "{}", text(&o.stderr));
-    assert!(r["warnings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|w| w.as_str().unwrap().contains(skipped)));
+    assert_eq!(runs[3]["depth"], 3);
+    assert!(
+        !text(&o.stderr).contains("DEPTH"),
+        "nothing is skipped: {}",
+        text(&o.stderr)
+    );
 }
 
 #[test]
