@@ -200,8 +200,12 @@ pub struct HplArgs {
     #[arg(long, requires = "p", value_parser = clap::value_parser!(u64).range(1..))]
     pub q: Option<u64>,
     /// netlib HPL's input file: run every combination it lists.
-    #[arg(long, conflicts_with_all = ["n", "p", "q"])]
+    #[arg(long, conflicts_with_all = ["n", "p", "q", "depth"])]
     pub dat: Option<std::path::PathBuf>,
+    /// Lookahead: panels factored ahead of the trailing update, as HPL.dat's DEPTH
+    /// (default: 1 with more than one process column, else 0).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=64))]
+    pub depth: Option<u64>,
     /// Share of the smallest host's free memory the matrix may use when N is not given.
     #[arg(long, default_value_t = 0.8)]
     pub mem_fraction: f64,
@@ -356,7 +360,11 @@ impl HplArgs {
                     map: ProcessMap::RowMajor,
                 })
                 .unwrap_or_else(|| Grid::squarest(nodes, ProcessMap::RowMajor));
-            runs.push(Variant::plain(n as usize, self.nb as usize, g));
+            let mut v = Variant::plain(n as usize, self.nb as usize, g);
+            if let Some(d) = self.depth {
+                v.algo.depth = d as usize;
+            }
+            runs.push(v);
         }
         let cores = std::thread::available_parallelism()
             .map(|n| n.get())
@@ -370,6 +378,7 @@ impl HplArgs {
             threads: self.threads.unwrap_or((cores / nodes.max(1)).max(1)),
             dgemm_probe: !self.no_dgemm_probe,
             dat: self.dat.as_ref().map(|p| p.display().to_string()),
+            depth: self.depth.map(|d| d as usize),
             skipped,
         })
     }

@@ -30,6 +30,8 @@ pub struct HplConfig {
     pub threads: usize,
     pub dgemm_probe: bool,
     pub dat: Option<String>,
+    /// --depth for the run whose N is chosen at run time (None: `Variant::plain`'s).
+    pub depth: Option<usize>,
     /// HPL.dat combinations not run, and why.
     pub skipped: Vec<String>,
 }
@@ -280,7 +282,11 @@ fn auto_run(
             n = by_time;
         }
     }
-    Ok(Variant::plain(n, nb, grid))
+    let mut v = Variant::plain(n, nb, grid);
+    if let Some(d) = config.depth {
+        v.algo.depth = d;
+    }
+    Ok(v)
 }
 
 fn run_one(v: &Variant, ctx: &mut Context, dgemm: Option<f64>) -> Result<RunResult> {

@@ -33,15 +33,19 @@ fn run_dat(
 #[test]
 fn small_solves_pass_on_one_two_and_four_ranks() {
     let dir = tmpdir("hpl-small");
-    for (nodes, extra) in [
-        ("1", vec![]),
-        ("2", vec!["--nb", "16"]),
+    // Lookahead by default wherever there is a panel broadcast to hide behind it; --depth
+    // sets it.
+    for (nodes, extra, code) in [
+        ("1", vec![], "WR00R2R4"),
+        ("2", vec!["--nb", "16"], "WR10R2R4"),
+        ("2", vec!["--nb", "16", "--depth", "3"], "WR30R2R4"),
         (
             "4",
             vec!["--p", "2", "--q", "2", "--transport", "shm", "--nb", "8"],
+            "WR10R2R4",
         ),
     ] {
-        let out = dir.join(format!("r{nodes}.json"));
+        let out = dir.join(format!("r{nodes}-{code}.json"));
         let mut args = vec![
             "hpl",
             "--nodes",
@@ -67,8 +71,6 @@ fn small_solves_pass_on_one_two_and_four_ranks() {
         let run = &r["results"]["runs"][0];
         assert_eq!(run["n"], 300);
         assert_eq!(run["passed"], true);
-        // Lookahead by default wherever there is a panel broadcast to hide behind it.
-        let code = if nodes == "1" { "WR00R2R4" } else { "WR10R2R4" };
         assert_eq!(run["code"], code);
         assert!(stdout.contains(code), "{stdout}");
         assert!(run["resid"].as_f64().unwrap() < 1.0);
