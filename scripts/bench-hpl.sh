@@ -39,8 +39,9 @@ hpcc_run() { # ranks p q -> Gflops
   sed -n 's/^HPL_Tflops=//p' "$dir/hpccoutf.txt" | python3 -c "import sys; print(float(sys.stdin.read()) * 1000)"
 }
 
-tb_run() { # ranks p q -> Gflops (and leaves the result file for the DGEMM rate)
+tb_run() { # ranks p q -> Gflops (and, for 1 rank, appends that run's DGEMM probe to $tmp/probes)
   "$tb" hpl --nodes "$1" --p "$2" --q "$3" --n "$n" --nb "$nb" --threads $((cores / $1)) --out "$tmp/tb-$1.json" >/dev/null
+  [ "$1" -eq 1 ] && python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['results']['dgemm_gflops_single_rank'])" "$tmp/tb-$1.json" >>"$tmp/probes"
   python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['results']['runs'][0]['gflops'])" "$tmp/tb-$1.json"
 }
 
@@ -55,8 +56,9 @@ for cfg in "1 1 1" "2 1 2"; do
   done
   t=$(median "${tbv[@]}")
   h=$(median "${hv[@]}")
-  # The ceiling: one rank's DGEMM with every core (from the 1-rank run's probe).
-  d=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['results']['dgemm_gflops_single_rank'])" "$tmp/tb-1.json")
+  # The ceiling: one rank's DGEMM with every core, the median of the 1-rank runs' probes (each
+  # taken just before its run; one probe alone swings 10% on a shared machine).
+  d=$(median $(cat "$tmp/probes"))
   python3 - "$1" "$2" "$3" "$t" "$h" "$d" <<'PY'
 import sys
 r, p, q, t, h, d = sys.argv[1:]

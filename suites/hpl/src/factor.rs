@@ -19,7 +19,7 @@
 //! next one's columns are brought up to date with the current panel and the d − 1 factored
 //! after it before it is factored in turn.
 
-use crate::grid::{owner, Grid};
+use crate::grid::{numroc, owner, Grid};
 use crate::input::{Algorithm, Broadcast};
 use crate::kernels;
 use crate::matrix::LocalMatrix;
@@ -220,6 +220,28 @@ fn update_trailing(m: &mut LocalMatrix, f: &Factored, cols: Range<usize>, u12: &
         &mut right[below..],
         lda,
     );
+}
+
+/// Bytes the factorization allocates besides the share, at most, on the rank at (myrow,
+/// mycol): the panels held at once with lookahead `depth` (copies only with more than one
+/// process column), U12, and the rows a swap moves.
+pub fn workspace_bytes(
+    n: usize,
+    nb: usize,
+    grid: &Grid,
+    myrow: usize,
+    mycol: usize,
+    depth: usize,
+) -> u64 {
+    let mp = numroc(n, nb, myrow, grid.p) as u64;
+    let nq = numroc(n + 1, nb, mycol, grid.q) as u64;
+    let nb = nb.min(n.max(1)) as u64;
+    let panels = if grid.q > 1 {
+        (depth as u64 + 1) * (mp + 1) * nb
+    } else {
+        0
+    };
+    8 * (panels + 3 * nb * nq)
 }
 
 /// Seconds since the last lap, so every stretch of time lands in exactly one bucket.

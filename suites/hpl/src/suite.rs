@@ -192,12 +192,18 @@ fn budget_per_rank(ctx: &Context, rank: usize, fraction: f64) -> u64 {
         .unwrap_or(0)
 }
 
-/// The largest N whose shares fit every rank's budget (a multiple of NB).
-fn largest_fitting_n(grid: &Grid, nb: usize, ctx: &Context, fraction: f64) -> usize {
+/// Bytes rank (row, col) needs for a run: its share and the factorization's workspace.
+fn rank_bytes(n: usize, nb: usize, grid: &Grid, row: usize, col: usize, depth: usize) -> u64 {
+    LocalMatrix::bytes(n, nb, grid, row, col)
+        + factor::workspace_bytes(n, nb, grid, row, col, depth)
+}
+
+/// The largest N whose shares and workspaces fit every rank's budget (a multiple of NB).
+fn largest_fitting_n(grid: &Grid, nb: usize, depth: usize, ctx: &Context, fraction: f64) -> usize {
     let fits = |n: usize| {
         (0..grid.size()).all(|r| {
             let (row, col) = grid.coords(r);
-            LocalMatrix::bytes(n, nb, grid, row, col) <= budget_per_rank(ctx, r, fraction)
+            rank_bytes(n, nb, grid, row, col, depth) <= budget_per_rank(ctx, r, fraction)
         })
     };
     let (mut lo, mut hi) = (0usize, 1usize << 22);
@@ -216,13 +222,13 @@ fn largest_fitting_n(grid: &Grid, nb: usize, ctx: &Context, fraction: f64) -> us
 fn check_memory(v: &Variant, ctx: &Context, fraction: f64) -> Result<()> {
     for r in 0..v.grid.size() {
         let (row, col) = v.grid.coords(r);
-        let need = LocalMatrix::bytes(v.n, v.nb, &v.grid, row, col);
+        let need = rank_bytes(v.n, v.nb, &v.grid, row, col, v.algo.depth);
         let have = budget_per_rank(ctx, r, fraction);
         if need > have {
             let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-            let max_n = largest_fitting_n(&v.grid, v.nb, ctx, fraction);
+            let max_n = largest_fitting_n(&v.grid, v.nb, v.algo.depth, ctx, fraction);
             bail!(
-                "N={} does not fit: rank {r} ({}) needs {:.2} GiB for its share, {:.2} GiB is available to it ({:.0}% of its host's free memory over its ranks); the largest N that fits is {max_n}",
+                "N={} does not fit: rank {r} ({}) needs {:.2} GiB for its share and workspace, {:.2} GiB is available to it ({:.0}% of its host's free memory over its ranks); the largest N that fits is {max_n}",
                 v.n,
                 ctx.rank_hosts[r],
                 gib(need),
@@ -250,7 +256,11 @@ fn auto_run(
         None => Grid::squarest(ctx.size(), ProcessMap::RowMajor),
     };
     let nb = config.nb;
-    let from_memory = largest_fitting_n(&grid, nb, ctx, config.mem_fraction);
+    // The run's lookahead as `Variant::plain` (or --depth) sets it: its panels need room too.
+    let depth = config
+        .depth
+        .unwrap_or(Variant::plain(nb, nb, grid).algo.depth);
+    let from_memory = largest_fitting_n(&grid, nb, depth, ctx, config.mem_fraction);
     if from_memory == 0 {
         bail!(
             "not even N={nb} fits in {:.0}% of the available memory",
@@ -283,9 +293,7 @@ fn auto_run(
         }
     }
     let mut v = Variant::plain(n, nb, grid);
-    if let Some(d) = config.depth {
-        v.algo.depth = d;
-    }
+    v.algo.depth = depth;
     Ok(v)
 }
 

@@ -301,6 +301,48 @@ fn threshold_zero_fails_and_exits_non_zero_with_the_file_written() {
 }
 
 #[test]
+fn deep_lookahead_counts_its_panels_in_the_memory_check() {
+    // N=20000 on 1x2: each rank's share is 1.6 GB; DEPTH 64 holds 65 panel copies of
+    // 20000 x 192 (2.0 GB) besides it. A budget of about 2.6 GB per rank fits the share
+    // alone but not with those panels: refused before anything is allocated, naming the
+    // workspace and a smaller N.
+    let avail_kib: f64 = std::fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    let fraction = format!("{:.4}", 2.0 * 2.6e9 / (avail_kib * 1024.0));
+    let dir = tmpdir("hpl-deep");
+    let out = dir.join("r.json");
+    let args = [
+        "hpl",
+        "--nodes",
+        "2",
+        "--n",
+        "20000",
+        "--depth",
+        "64",
+        "--mem-fraction",
+        &fraction,
+        "--no-dgemm-probe",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let o = run(&args, Duration::from_secs(60));
+    let err = text(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("for its share and workspace"), "{err}");
+    let max_n: usize = err
+        .rsplit("the largest N that fits is ")
+        .next()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no largest N in: {err}"));
+    assert!(max_n < 20000 && max_n > 0, "{err}");
+    assert!(!out.exists());
+}
+
+#[test]
 fn bad_input_gets_one_line_naming_the_cause() {
     let dir = tmpdir("hpl-bad");
     let dat = dir.join("broken.dat");
