@@ -352,6 +352,7 @@ impl HplArgs {
                     skipped.first().cloned().unwrap_or_default()
                 );
             }
+            skipped.extend(dat.storage_notes());
         } else if let Some(n) = self.n {
             let g = grid
                 .map(|(p, q)| Grid {

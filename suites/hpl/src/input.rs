@@ -261,6 +261,26 @@ impl HplDat {
         })
     }
 
+    /// What the file's last four lines ask for that tbbench does differently, each named (none
+    /// of them changes the system solved or the check, only HPL's memory layout and the
+    /// balance of its long swap).
+    pub fn storage_notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if self.l1_transposed {
+            notes.push("HPL.dat line 28 asks for L1 in transposed form: tbbench keeps L1 as factored (no-transposed); a storage layout, the solve is the same".to_string());
+        }
+        if self.u_transposed {
+            notes.push("HPL.dat line 29 asks for U in transposed form: tbbench keeps U12 column by column (no-transposed); a storage layout, the solve is the same".to_string());
+        }
+        if self.equilibration {
+            notes.push("HPL.dat line 30 asks for equilibration: it balances HPL's spread-and-roll long swap, which tbbench replaces by one gather and one scatter; not applied".to_string());
+        }
+        if self.alignment > 2 {
+            notes.push(format!("HPL.dat line 31 asks for memory aligned to {} doubles: tbbench's shares come from the system allocator (16-byte aligned)", self.alignment));
+        }
+        notes
+    }
+
     /// Every run the file asks for, in netlib HPL's loop order (grids outermost, then N, NB,
     /// DEPTH, BCAST, RFACT, NBMIN, NDIV, PFACT).
     pub fn variants(&self) -> Vec<Variant> {
@@ -419,6 +439,9 @@ mod tests {
         assert_eq!(d.swap, Swap::Mix { threshold: 64 });
         assert!(d.l1_transposed && d.u_transposed && d.equilibration);
         assert_eq!(d.alignment, 8);
+        let notes = d.storage_notes();
+        assert_eq!(notes.len(), 4, "{notes:?}");
+        assert!(notes[0].starts_with("HPL.dat line 28 asks for L1 in transposed form"));
         // 3 grids x 4 N x 4 NB x 1 depth x 1 bcast x 3 RFACT x 2 NBMIN x 1 NDIV x 3 PFACT.
         let v = d.variants();
         assert_eq!(v.len(), 3 * 4 * 4 * 3 * 2 * 3);

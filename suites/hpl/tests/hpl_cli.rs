@@ -130,6 +130,21 @@ fn netlib_sample_hpl_dat_runs_every_combination() {
     assert!(runs
         .iter()
         .all(|x| x["swap"] == serde_json::json!({ "mix": { "threshold": 64 } })));
+    // The last four lines (L1 and U forms, equilibration, alignment) change only HPL's
+    // layout; what tbbench does instead is named, on the terminal and in the result.
+    for line in [28, 29, 30, 31] {
+        let said = format!("HPL.dat line {line} asks for");
+        assert!(text(&o.stderr).contains(&said), "{}", text(&o.stderr));
+        assert!(
+            r["warnings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|w| w.as_str().unwrap().starts_with(&said)),
+            "{}",
+            r["warnings"]
+        );
+    }
 }
 
 /// netlib's sample HPL.dat with some lines (0-based index, new text) replaced, written to
