@@ -90,6 +90,38 @@ impl Factored {
     }
 }
 
+/// What the factorization did, in order, on this thread: for the tests to pin the lookahead's
+/// schedule (a DEPTH run as a shallower one would give the same x).
+#[cfg(test)]
+pub(crate) mod schedule {
+    use std::cell::RefCell;
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Event {
+        /// The panel starting at this global column was factored here.
+        Factor(usize),
+        /// The panel starting here updated the trailing columns right of the panels factored
+        /// so far.
+        Update(usize),
+    }
+
+    thread_local! {
+        static EVENTS: RefCell<Vec<Event>> = const { RefCell::new(Vec::new()) };
+    }
+
+    pub fn log(e: Event) {
+        EVENTS.with(|v| v.borrow_mut().push(e));
+    }
+
+    /// The events since the last call.
+    pub fn take() -> Vec<Event> {
+        EVENTS.with(|v| std::mem::take(&mut *v.borrow_mut()))
+    }
+}
+
+#[cfg(test)]
+use schedule::{log as log_event, Event};
+
 /// Factors the panel at `f.j0` on the process column that owns it, and packs it for the row
 /// broadcast.
 fn factor_panel(
@@ -100,6 +132,8 @@ fn factor_panel(
     algo: &Algorithm,
 ) -> Result<()> {
     let lda = m.lda;
+    #[cfg(test)]
+    log_event(Event::Factor(f.j0));
     Panel {
         lay: &m.layout,
         cols: PanelColumns::of(&mut m.a, lda, f.c0, f.jb),
@@ -223,8 +257,9 @@ fn update_trailing(m: &mut LocalMatrix, f: &Factored, cols: Range<usize>, u12: &
 }
 
 /// Bytes the factorization allocates besides the share, at most, on the rank at (myrow,
-/// mycol): the panels held at once with lookahead `depth` (copies only with more than one
-/// process column), U12, and the rows a swap moves.
+/// mycol): the panels held at once (with more than one process column, where they are
+/// copies: the current one and the next, or with lookahead `depth` the current one, d − 1
+/// ahead and the next; never more than there are panels), U12, and the rows a swap moves.
 pub fn workspace_bytes(
     n: usize,
     nb: usize,
@@ -235,13 +270,16 @@ pub fn workspace_bytes(
 ) -> u64 {
     let mp = numroc(n, nb, myrow, grid.p) as u64;
     let nq = numroc(n + 1, nb, mycol, grid.q) as u64;
-    let nb = nb.min(n.max(1)) as u64;
+    let nb = nb.clamp(1, n.max(1)) as u64;
+    let held = (n as u64)
+        .div_ceil(nb)
+        .min((depth as u64).saturating_add(1).max(2));
     let panels = if grid.q > 1 {
-        (depth as u64 + 1) * (mp + 1) * nb
+        held.saturating_mul(mp + 1).saturating_mul(nb)
     } else {
         0
     };
-    8 * (panels + 3 * nb * nq)
+    panels.saturating_add(3 * nb * nq).saturating_mul(8)
 }
 
 /// Seconds since the last lap, so every stretch of time lands in exactly one bucket.
@@ -321,6 +359,8 @@ pub fn factor(
                 t,
                 &mut clock,
             )?;
+            #[cfg(test)]
+            log_event(Event::Update(cur.j0));
             if next_j0 >= n {
                 on_panel(n);
                 return Ok(());
@@ -369,6 +409,8 @@ pub fn factor(
         if end >= n {
             // Nothing left to factor: the panels in flight only update.
             update_trailing(m, &cur, ct..nq, &u12);
+            #[cfg(test)]
+            log_event(Event::Update(cur.j0));
             t.update += lap(&mut clock);
             on_panel(cur.j0 + cur.jb);
             match ahead.pop_front() {
@@ -404,6 +446,8 @@ pub fn factor(
             t.panel += lap(&mut clock);
         }
         let u12_rest = &u12[(rest - ct) * cur.jb..];
+        #[cfg(test)]
+        log_event(Event::Update(cur.j0));
         if next.in_place() {
             update_trailing(m, &cur, rest..nq, u12_rest);
             t.update += lap(&mut clock);

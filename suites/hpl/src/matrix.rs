@@ -5,7 +5,7 @@ use crate::generator;
 use crate::grid::{local_to_global, numroc, Grid};
 
 /// Where one rank's share sits in the distribution: everything about it but its numbers, so
-/// a part of the share (a panel's columns handed to a thread) can carry it along.
+/// code handed only part of the share (a panel's columns) can still place it.
 #[derive(Debug, Clone, Copy)]
 pub struct Layout {
     pub n: usize,

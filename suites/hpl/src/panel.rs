@@ -64,7 +64,7 @@ fn swap_rows(
 }
 
 /// A panel's columns of this rank's share (column `k` of the slice is the panel's column
-/// `k`), so a panel can be factored on one thread while others update the columns beside it.
+/// `k`): the factorization borrows only what it may change.
 pub(crate) struct PanelColumns<'a> {
     pub a: &'a mut [f64],
     pub lda: usize,

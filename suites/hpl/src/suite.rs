@@ -32,7 +32,8 @@ pub struct HplConfig {
     pub dat: Option<String>,
     /// --depth for the run whose N is chosen at run time (None: `Variant::plain`'s).
     pub depth: Option<usize>,
-    /// HPL.dat combinations not run, and why.
+    /// HPL.dat combinations not run and why, and what the file asks that runs differently:
+    /// shown as notes and kept in the result's warnings.
     pub skipped: Vec<String>,
 }
 

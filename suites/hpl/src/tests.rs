@@ -2,8 +2,10 @@
 //! threads here, each with its own shared-memory transport, so every grid shape runs in a
 //! unit test. (The end-to-end tests run real processes through `tbbench hpl`.)
 
+use crate::factor::schedule::{self, Event};
 use crate::factor::{factor, solve, Timings};
 use crate::generator::HPL_SEED;
+use crate::grid::owner;
 use crate::grid::{Grid, ProcessMap};
 use crate::input::Algorithm;
 use crate::input::{Broadcast, Factorization, Swap};
@@ -47,6 +49,14 @@ fn grid(p: usize, q: usize) -> Grid {
 
 /// Every rank's x.
 fn distributed_x(n: usize, nb: usize, grid: Grid, o: Opts) -> Vec<Vec<f64>> {
+    run_ranks(n, nb, grid, o)
+        .into_iter()
+        .map(|(x, _)| x)
+        .collect()
+}
+
+/// Every rank's x and what its factorization did, in order.
+fn run_ranks(n: usize, nb: usize, grid: Grid, o: Opts) -> Vec<(Vec<f64>, Vec<Event>)> {
     let ranks = grid.size();
     let token = fresh_token();
     create_segment(&token, ranks).unwrap();
@@ -64,8 +74,10 @@ fn distributed_x(n: usize, nb: usize, grid: Grid, o: Opts) -> Vec<Vec<f64>> {
                 let mut comm = Comm::new(Box::new(t));
                 let mut m = LocalMatrix::generate(n, nb, grid, rank, HPL_SEED);
                 let mut times = Timings::default();
+                schedule::take();
                 factor(&mut m, &mut comm, &o, &mut times, |_| {}).unwrap();
-                solve(&m, &mut comm, &mut times).unwrap()
+                let events = schedule::take();
+                (solve(&m, &mut comm, &mut times).unwrap(), events)
             })
         })
         .collect();
@@ -145,6 +157,54 @@ fn every_lookahead_depth_gives_the_same_x_as_none_on_larger_systems() {
                 apart < 1e-12,
                 "{p}x{q}: depth 0 and {depth} differ by {apart}"
             );
+        }
+    }
+}
+
+#[test]
+fn lookahead_keeps_exactly_depth_panels_factored_ahead_of_the_update() {
+    // 100 = 12·8 + 4: 13 panels. DEPTH d: panels 0 .. d−1 are factored first, then before
+    // panel j updates the rest, panel j+d is factored (DEPTH 0: after it). Each rank sees the
+    // factorizations of the panels its process column owns and every update. A DEPTH run as
+    // a shallower one gives the same x, so only the order shows it.
+    let (n, nb): (usize, usize) = (100, 8);
+    let panels: Vec<usize> = (0..n.div_ceil(nb)).map(|k| k * nb).collect();
+    for (p, q) in [(1, 1), (1, 3), (2, 2)] {
+        let g = grid(p, q);
+        for depth in [0, 1, 2, 3, 4, 20] {
+            let mut want = Vec::new();
+            if depth == 0 {
+                for (j, &pj) in panels.iter().enumerate() {
+                    if j == 0 {
+                        want.push(Event::Factor(pj));
+                    }
+                    want.push(Event::Update(pj));
+                    if let Some(&next) = panels.get(j + 1) {
+                        want.push(Event::Factor(next));
+                    }
+                }
+            } else {
+                want.extend(panels.iter().take(depth).map(|&pj| Event::Factor(pj)));
+                for (j, &pj) in panels.iter().enumerate() {
+                    if let Some(&next) = panels.get(j + depth) {
+                        want.push(Event::Factor(next));
+                    }
+                    want.push(Event::Update(pj));
+                }
+            }
+            let o = Opts { depth, ..DEFAULT };
+            for (rank, (_, events)) in run_ranks(n, nb, g, o).into_iter().enumerate() {
+                let mycol = g.coords(rank).1;
+                let mine: Vec<Event> = want
+                    .iter()
+                    .copied()
+                    .filter(|e| match e {
+                        Event::Factor(j0) => owner(*j0, nb, q) == mycol,
+                        Event::Update(_) => true,
+                    })
+                    .collect();
+                assert_eq!(events, mine, "{p}x{q} depth {depth} rank {rank}");
+            }
         }
     }
 }

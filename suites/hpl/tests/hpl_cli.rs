@@ -317,17 +317,26 @@ fn threshold_zero_fails_and_exits_non_zero_with_the_file_written() {
 
 #[test]
 fn deep_lookahead_counts_its_panels_in_the_memory_check() {
-    // N=20000 on 1x2: each rank's share is 1.6 GB; DEPTH 64 holds 65 panel copies of
-    // 20000 x 192 (2.0 GB) besides it. A budget of about 2.6 GB per rank fits the share
-    // alone but not with those panels: refused before anything is allocated, naming the
+    // On 1x2 with NB 64 each rank's share is about 4·N² bytes, and DEPTH 64 holds 65 copies
+    // of an N x 64 panel besides it (33 280·N bytes). N is chosen from this machine's free
+    // memory so the budget (half of it over 2 ranks) fits the share alone with room to
+    // spare but not with those panels: refused before anything is allocated, naming the
     // workspace and a smaller N.
-    let avail_kib: f64 = std::fs::read_to_string("/proc/meminfo")
+    let avail: f64 = std::fs::read_to_string("/proc/meminfo")
         .unwrap()
         .lines()
         .find_map(|l| l.strip_prefix("MemAvailable:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    let fraction = format!("{:.4}", 2.0 * 2.6e9 / (avail_kib * 1024.0));
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .unwrap()
+        * 1024.0;
+    if avail < 1e9 {
+        eprintln!("skipped: under 1 GB of memory available");
+        return;
+    }
+    let budget = 0.5 * avail / 2.0;
+    let half_panels = 33_280.0 / 2.0;
+    let n = ((-half_panels + (half_panels * half_panels + 16.0 * budget).sqrt()) / 8.0) as usize;
+    let n = n.to_string();
     let dir = tmpdir("hpl-deep");
     let out = dir.join("r.json");
     let args = [
@@ -335,25 +344,27 @@ fn deep_lookahead_counts_its_panels_in_the_memory_check() {
         "--nodes",
         "2",
         "--n",
-        "20000",
+        &n,
+        "--nb",
+        "64",
         "--depth",
         "64",
         "--mem-fraction",
-        &fraction,
+        "0.5",
         "--no-dgemm-probe",
         "--out",
         out.to_str().unwrap(),
     ];
     let o = run(&args, Duration::from_secs(60));
     let err = text(&o.stderr);
-    assert!(!o.status.success(), "{err}");
+    assert!(!o.status.success(), "N={n}: {err}");
     assert!(err.contains("for its share and workspace"), "{err}");
     let max_n: usize = err
         .rsplit("the largest N that fits is ")
         .next()
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("no largest N in: {err}"));
-    assert!(max_n < 20000 && max_n > 0, "{err}");
+    assert!(max_n < n.parse().unwrap() && max_n > 0, "{err}");
     assert!(!out.exists());
 }
 
