@@ -134,9 +134,7 @@ pub struct Variant {
 
 impl Variant {
     /// The run a plain `--n`/`--nb` asks for: what tbbench implements, with HPL's usual
-    /// NBMIN 4 and NDIV 2, threshold 16, and lookahead DEPTH 1 where there is a panel
-    /// broadcast for it to hide (more than one process column; measured faster on 1x2). With
-    /// one process column it could only reorder the update, so it stays off.
+    /// NBMIN 4 and NDIV 2, threshold 16, and [`Variant::default_depth`].
     pub fn plain(n: usize, nb: usize, grid: Grid) -> Variant {
         Variant {
             n,
@@ -148,11 +146,18 @@ impl Variant {
                 ndiv: 2,
                 rfact: Factorization::Right,
                 bcast: Broadcast::IncreasingRing,
-                depth: usize::from(grid.q > 1),
+                depth: Variant::default_depth(&grid),
                 swap: Swap::Mix { threshold: 64 },
             },
             threshold: 16.0,
         }
+    }
+
+    /// The lookahead `--n` runs use: DEPTH 1 where there is a panel broadcast for it to hide
+    /// (more than one process column; measured faster on 1x2). With one process column it
+    /// could only reorder the update, so it stays off.
+    pub fn default_depth(grid: &Grid) -> usize {
+        usize::from(grid.q > 1)
     }
 
     /// HPL's T/V code: W, the process map, depth, broadcast, RFACT, NDIV, PFACT, NBMIN.

@@ -258,9 +258,7 @@ fn auto_run(
     };
     let nb = config.nb;
     // The run's lookahead as `Variant::plain` (or --depth) sets it: its panels need room too.
-    let depth = config
-        .depth
-        .unwrap_or(Variant::plain(nb, nb, grid).algo.depth);
+    let depth = config.depth.unwrap_or(Variant::default_depth(&grid));
     let from_memory = largest_fitting_n(&grid, nb, depth, ctx, config.mem_fraction);
     if from_memory == 0 {
         bail!(
