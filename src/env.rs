@@ -45,7 +45,12 @@ fn rdma_ctl_status() -> Option<String> {
 }
 
 /// The problems a cluster owner would want pointed out, each as one line.
-fn problems(interfaces: &[Interface], rdma: &Rdma, blas: &tbbench_reports::Blas) -> Vec<String> {
+fn problems(
+    interfaces: &[Interface],
+    rdma: &Rdma,
+    blas: &tbbench_reports::Blas,
+    transparent_hugepages: Option<&str>,
+) -> Vec<String> {
     let mut p = Vec::new();
     for i in interfaces {
         let wired = matches!(
@@ -108,6 +113,9 @@ fn problems(interfaces: &[Interface], rdma: &Rdma, blas: &tbbench_reports::Blas)
             blas.env.join(" ")
         ));
     }
+    if transparent_hugepages == Some("never") {
+        p.push("transparent huge pages are off (never): hpl's matrix lies in 4 KiB pages and runs slower (enable: echo madvise > /sys/kernel/mm/transparent_hugepage/enabled)".into());
+    }
     p
 }
 
@@ -127,7 +135,12 @@ pub fn run(json: bool) -> Result<i32> {
         },
     };
     let blas = tbbench_hpl::kernels::record();
-    let problems = problems(&interfaces, &rdma, &blas);
+    let problems = problems(
+        &interfaces,
+        &rdma,
+        &blas,
+        host.transparent_hugepages.as_deref(),
+    );
     let env = Env {
         host,
         interfaces,
@@ -215,6 +228,9 @@ fn print_text(e: &Env) {
         format!(" [{}]", e.blas.env.join(" "))
     };
     println!("{}: {}{env}", e.blas.name, e.blas.kernel);
+    if let Some(thp) = &h.transparent_hugepages {
+        println!("transparent huge pages: {thp}");
+    }
     println!("\n# problems");
     if e.problems.is_empty() {
         println!("none found");
@@ -277,7 +293,7 @@ mod tests {
             kernel: String::new(),
             env: vec![],
         };
-        let p = problems(&ifs, &rdma, &blas);
+        let p = problems(&ifs, &rdma, &blas, Some("never"));
         let has = |s: &str| p.iter().any(|l| l.contains(s));
         assert!(
             has("bridge0 (Thunderbolt Bridge) is on with en2, en3"),
@@ -289,6 +305,9 @@ mod tests {
         assert!(has("maps to en3, which has no IPv4"), "{p:#?}");
         assert!(has("RDMA is disabled"), "{p:#?}");
         assert!(has("no BLAS found"), "{p:#?}");
+        assert!(has("transparent huge pages are off"), "{p:#?}");
+        let fine = problems(&[], &rdma, &blas, Some("madvise"));
+        assert!(!fine.iter().any(|l| l.contains("huge pages")), "{fine:#?}");
         assert!(
             !has("en0") && !has("lo0"),
             "healthy interfaces are not problems: {p:#?}"

@@ -54,6 +54,11 @@ pub struct Host {
     pub cores_logical: usize,
     pub memory_total_bytes: u64,
     pub memory_available_bytes: u64,
+    /// Linux's transparent huge pages setting ("always", "madvise", "never"): with "never"
+    /// the matrix lies in 4 KiB pages and hpl runs slower. None where the OS has no such
+    /// setting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transparent_hugepages: Option<String>,
     /// BLAS library and kernel where a suite uses one (hpl); None where nothing was loaded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blas: Option<Blas>,

@@ -34,6 +34,7 @@ pub fn this_host() -> Host {
         cores_logical,
         memory_total_bytes: 0,
         memory_available_bytes: 0,
+        transparent_hugepages: None,
         blas: None,
         ranks: Vec::new(),
     };
@@ -66,6 +67,16 @@ fn fill_os_specific(host: &mut Host) {
         host.memory_total_bytes = mem.total_bytes.unwrap_or(0);
         host.memory_available_bytes = mem.available_bytes.unwrap_or(0);
     }
+    host.transparent_hugepages =
+        read("/sys/kernel/mm/transparent_hugepage/enabled").and_then(|text| selected_option(&text));
+}
+
+/// The bracketed choice of a sysfs option list ("always [madvise] never" → "madvise").
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+fn selected_option(text: &str) -> Option<String> {
+    let start = text.find('[')? + 1;
+    let len = text[start..].find(']')?;
+    Some(text[start..start + len].to_string())
 }
 
 #[cfg(target_os = "macos")]
@@ -477,5 +488,25 @@ Swapouts:                                      0.
             "{host:?}"
         );
         assert!(host.blas.is_none() && host.ranks.is_empty());
+        // The kernel's own file, read back as it reads now.
+        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").ok();
+        assert_eq!(
+            host.transparent_hugepages,
+            thp.and_then(|t| selected_option(&t))
+        );
+    }
+
+    #[test]
+    fn sysfs_option_lists_give_the_bracketed_choice() {
+        assert_eq!(
+            selected_option("always [madvise] never\n").as_deref(),
+            Some("madvise")
+        );
+        assert_eq!(
+            selected_option("[always] madvise never").as_deref(),
+            Some("always")
+        );
+        assert_eq!(selected_option("always madvise never"), None);
+        assert_eq!(selected_option("[unterminated"), None);
     }
 }

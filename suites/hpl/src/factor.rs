@@ -22,7 +22,7 @@
 use crate::grid::{numroc, owner, Grid};
 use crate::input::{Algorithm, Broadcast};
 use crate::kernels;
-use crate::matrix::LocalMatrix;
+use crate::matrix::{self, LocalMatrix};
 use crate::panel::{Panel, PanelColumns};
 use crate::swap;
 use anyhow::Result;
@@ -65,14 +65,25 @@ struct Factored {
 }
 
 impl Factored {
-    fn new(m: &LocalMatrix, j0: usize) -> Factored {
+    /// The panel at global column `j0`, packed (with more than one process column) into a
+    /// buffer `retire` handed back to `spare` when one is there: panels only shrink, so after
+    /// the first few no step allocates (and faults in) a fresh one. Its contents are stale
+    /// until the panel is factored or received.
+    fn new(m: &LocalMatrix, j0: usize, spare: &mut Vec<Vec<f64>>) -> Factored {
         let jb = m.nb.min(m.n - j0);
         let r0 = m.rows_before(j0);
         let rows = m.mp - r0;
+        let len = rows * jb + jb;
         let packed = if m.grid.q == 1 {
             Vec::new()
         } else {
-            vec![0.0; rows * jb + jb]
+            match spare.pop() {
+                Some(mut v) if v.len() >= len => {
+                    v.truncate(len);
+                    v
+                }
+                _ => matrix::zeroed(len),
+            }
         };
         Factored {
             j0,
@@ -87,6 +98,13 @@ impl Factored {
 
     fn in_place(&self) -> bool {
         self.packed.is_empty()
+    }
+
+    /// Done with: its buffer goes back for the next panel.
+    fn retire(self, spare: &mut Vec<Vec<f64>>) {
+        if !self.in_place() {
+            spare.push(self.packed);
+        }
     }
 }
 
@@ -194,22 +212,39 @@ fn broadcast_panel(
     Ok(())
 }
 
+/// U12 of one panel for a range of local columns, as the update reads it.
+#[derive(Clone, Copy)]
+enum U12<'a> {
+    /// In the share itself, the panel's rows of those columns (one process row: U12 goes
+    /// nowhere, so it is neither copied nor sent).
+    InPlace,
+    /// Received down the process column: `jb` values per column from local column `first`.
+    Held { first: usize, values: &'a [f64] },
+}
+
+/// `buf`'s first `len` values, reallocated only when it is too short (a trailing matrix only
+/// shrinks, so the first step's allocation serves the rest): no fresh pages to fault in and
+/// zero at every step. The contents are stale; callers overwrite all `len`.
+fn scratch(buf: &mut Vec<f64>, len: usize) -> &mut [f64] {
+    if buf.len() < len {
+        *buf = matrix::zeroed(len);
+    }
+    &mut buf[..len]
+}
+
 /// U12 = L11⁻¹·A12 over local columns `cols`, solved on the panel's process row and sent down
-/// this process column (every member of the column calls it with the same `cols`).
-fn solve_u12(
+/// this process column (every member of the column calls it with the same `cols`), in `buf`.
+fn solve_u12<'b>(
     m: &mut LocalMatrix,
     comm: &mut Comm,
     column: &[usize],
     f: &Factored,
     cols: Range<usize>,
-) -> Result<Vec<f64>> {
+    buf: &'b mut Vec<f64>,
+) -> Result<U12<'b>> {
     let (jb, r0, width, lda) = (f.jb, f.r0, cols.len(), m.lda);
-    let mut u12 = vec![0.0; jb * width];
-    if width == 0 {
-        return Ok(u12);
-    }
     let pr = owner(f.j0, m.nb, m.grid.p);
-    if m.myrow == pr {
+    if width > 0 && m.myrow == pr {
         let (left, right) = m.a.split_at_mut(cols.start * lda);
         let (l11, ld) = if f.in_place() {
             (&left[f.c0 * lda + r0..], lda)
@@ -217,6 +252,18 @@ fn solve_u12(
             (&f.packed[..], f.rows)
         };
         kernels::trsm_unit_lower(jb, width, l11, ld, &mut right[r0..], lda);
+    }
+    if m.grid.p == 1 {
+        return Ok(U12::InPlace);
+    }
+    let u12 = scratch(buf, jb * width);
+    if width == 0 {
+        return Ok(U12::Held {
+            first: cols.start,
+            values: u12,
+        });
+    }
+    if m.myrow == pr {
         for c in 0..width {
             let src = (cols.start + c) * lda + r0;
             u12[c * jb..(c + 1) * jb].copy_from_slice(&m.a[src..src + jb]);
@@ -225,13 +272,16 @@ fn solve_u12(
     comm.bcast_in(
         Group::Members(column),
         m.grid.rank_at(pr, m.mycol),
-        f64_bytes_mut(&mut u12),
+        f64_bytes_mut(u12),
     )?;
-    Ok(u12)
+    Ok(U12::Held {
+        first: cols.start,
+        values: u12,
+    })
 }
 
 /// A22 −= L21·U12 over local columns `cols`.
-fn update_trailing(m: &mut LocalMatrix, f: &Factored, cols: Range<usize>, u12: &[f64]) {
+fn update_trailing(m: &mut LocalMatrix, f: &Factored, cols: Range<usize>, u12: U12) {
     let below = m.rows_before(f.j0 + f.jb);
     let (lda, width, mp) = (m.lda, cols.len(), m.mp);
     if width == 0 || below >= mp {
@@ -243,17 +293,24 @@ fn update_trailing(m: &mut LocalMatrix, f: &Factored, cols: Range<usize>, u12: &
     } else {
         (&f.packed[below - f.r0..], f.rows)
     };
-    kernels::gemm_minus(
-        mp - below,
-        width,
-        f.jb,
-        l21,
-        ld,
-        u12,
-        f.jb,
-        &mut right[below..],
-        lda,
-    );
+    match u12 {
+        U12::InPlace => {
+            // One process row: U12's rows sit right above A22's in every column.
+            debug_assert_eq!(below, f.r0 + f.jb);
+            kernels::gemm_minus_below(mp - below, width, f.jb, l21, ld, &mut right[f.r0..], lda)
+        }
+        U12::Held { first, values } => kernels::gemm_minus(
+            mp - below,
+            width,
+            f.jb,
+            l21,
+            ld,
+            &values[(cols.start - first) * f.jb..],
+            f.jb,
+            &mut right[below..],
+            lda,
+        ),
+    }
 }
 
 /// Bytes the factorization allocates besides the share, at most, on the rank at (myrow,
@@ -301,14 +358,15 @@ fn catch_up<'f>(
     panels: impl Iterator<Item = &'f Factored>,
     cols: Range<usize>,
     algo: &Algorithm,
+    u12_buf: &mut Vec<f64>,
     t: &mut Timings,
     clock: &mut Instant,
 ) -> Result<()> {
     for f in panels {
         swap::apply_pivots(m, comm, column, f.j0, &f.ipiv, cols.clone(), algo.swap)?;
         t.swap += lap(clock);
-        let u12 = solve_u12(m, comm, column, f, cols.clone())?;
-        update_trailing(m, f, cols.clone(), &u12);
+        let u12 = solve_u12(m, comm, column, f, cols.clone(), u12_buf)?;
+        update_trailing(m, f, cols.clone(), u12);
         t.update += lap(clock);
     }
     Ok(())
@@ -334,9 +392,14 @@ pub fn factor(
     let myrow = m.myrow;
     let root_in_row = move |j0: usize| grid.rank_at(myrow, owner(j0, nb, grid.q));
     let mut clock = Instant::now();
+    // U12 of the panel updating the trailing matrix, and of the panels a lookahead catches
+    // up with meanwhile.
+    let (mut u12_buf, mut catch_up_buf) = (Vec::new(), Vec::new());
+    // Buffers of panels done with, for the next ones.
+    let mut spare: Vec<Vec<f64>> = Vec::new();
 
     // The first panel has nothing to hide behind.
-    let mut cur = Factored::new(m, 0);
+    let mut cur = Factored::new(m, 0, &mut spare);
     if m.mycol == owner(0, nb, grid.q) {
         factor_panel(m, comm, &my_column, &mut cur, algo)?;
     }
@@ -356,6 +419,7 @@ pub fn factor(
                 [&cur].into_iter(),
                 ct..nq,
                 algo,
+                &mut u12_buf,
                 t,
                 &mut clock,
             )?;
@@ -365,7 +429,7 @@ pub fn factor(
                 on_panel(n);
                 return Ok(());
             }
-            let mut next = Factored::new(m, next_j0);
+            let mut next = Factored::new(m, next_j0, &mut spare);
             if m.mycol == owner(next_j0, nb, grid.q) {
                 factor_panel(m, comm, &my_column, &mut next, algo)?;
             }
@@ -373,7 +437,7 @@ pub fn factor(
             broadcast_panel(comm, &my_row, root_in_row(next_j0), bcast, &mut next)?;
             t.broadcast += lap(&mut clock);
             on_panel(next_j0);
-            cur = next;
+            std::mem::replace(&mut cur, next).retire(&mut spare);
         }
     }
 
@@ -385,11 +449,21 @@ pub fn factor(
     let mut ahead: VecDeque<Factored> = VecDeque::new();
     let mut end = cur.j0 + cur.jb;
     while ahead.len() + 1 < depth && end < n {
-        let mut f = Factored::new(m, end);
+        let mut f = Factored::new(m, end, &mut spare);
         if m.mycol == owner(end, nb, grid.q) {
             let cols = f.c0..f.c0 + f.jb;
             let before = std::iter::once(&cur).chain(ahead.iter());
-            catch_up(m, comm, &my_column, before, cols, algo, t, &mut clock)?;
+            catch_up(
+                m,
+                comm,
+                &my_column,
+                before,
+                cols,
+                algo,
+                &mut u12_buf,
+                t,
+                &mut clock,
+            )?;
             factor_panel(m, comm, &my_column, &mut f, algo)?;
             t.panel += lap(&mut clock);
         }
@@ -405,16 +479,16 @@ pub fn factor(
         let nq = m.nq;
         swap::apply_pivots(m, comm, &my_column, cur.j0, &cur.ipiv, ct..nq, algo.swap)?;
         t.swap += lap(&mut clock);
-        let u12 = solve_u12(m, comm, &my_column, &cur, ct..nq)?;
+        let u12 = solve_u12(m, comm, &my_column, &cur, ct..nq, &mut u12_buf)?;
         if end >= n {
             // Nothing left to factor: the panels in flight only update.
-            update_trailing(m, &cur, ct..nq, &u12);
+            update_trailing(m, &cur, ct..nq, u12);
             #[cfg(test)]
             log_event(Event::Update(cur.j0));
             t.update += lap(&mut clock);
             on_panel(cur.j0 + cur.jb);
             match ahead.pop_front() {
-                Some(f) => cur = f,
+                Some(f) => std::mem::replace(&mut cur, f).retire(&mut spare),
                 None => return Ok(()),
             }
             continue;
@@ -426,11 +500,11 @@ pub fn factor(
         // meanwhile, alongside the update's matrix product (the one step that needs no
         // messages): its owner sends as soon as it is factored, the others receive it while
         // they update, and nobody waits for another's whole update.
-        let mut next = Factored::new(m, end);
+        let mut next = Factored::new(m, end, &mut spare);
         let mut rest = ct;
         if m.mycol == owner(end, nb, grid.q) {
             rest = m.cols_before(end + next.jb);
-            update_trailing(m, &cur, ct..rest, &u12[..(rest - ct) * cur.jb]);
+            update_trailing(m, &cur, ct..rest, u12);
             t.update += lap(&mut clock);
             catch_up(
                 m,
@@ -439,23 +513,23 @@ pub fn factor(
                 ahead.iter(),
                 ct..rest,
                 algo,
+                &mut catch_up_buf,
                 t,
                 &mut clock,
             )?;
             factor_panel(m, comm, &my_column, &mut next, algo)?;
             t.panel += lap(&mut clock);
         }
-        let u12_rest = &u12[(rest - ct) * cur.jb..];
         #[cfg(test)]
         log_event(Event::Update(cur.j0));
         if next.in_place() {
-            update_trailing(m, &cur, rest..nq, u12_rest);
+            update_trailing(m, &cur, rest..nq, u12);
             t.update += lap(&mut clock);
         } else {
             let root = root_in_row(end);
             let moved = std::thread::scope(|s| {
                 let helper = s.spawn(|| broadcast_panel(comm, &my_row, root, bcast, &mut next));
-                update_trailing(m, &cur, rest..nq, u12_rest);
+                update_trailing(m, &cur, rest..nq, u12);
                 t.update += lap(&mut clock);
                 helper.join()
             });
@@ -467,7 +541,8 @@ pub fn factor(
         }
         on_panel(cur.j0 + cur.jb);
         ahead.push_back(next);
-        cur = ahead.pop_front().expect("the panel just pushed");
+        let following = ahead.pop_front().expect("the panel just pushed");
+        std::mem::replace(&mut cur, following).retire(&mut spare);
     }
 }
 

@@ -189,40 +189,96 @@ pub fn gemm_minus(
         return;
     }
     if let Some(lib) = blas().filter(|_| m * n * k >= BLAS_MIN_WORK) {
-        let (mi, ni, ki) = (m as c_int, n as c_int, k as c_int);
-        let (ldai, ldbi, ldci) = (lda as c_int, ldb as c_int, ldc as c_int);
-        // SAFETY: Fortran dgemm on column-major slices whose sizes the callers guarantee.
-        unsafe {
-            (lib.dgemm)(
-                c"N".as_ptr(),
-                c"N".as_ptr(),
-                &mi,
-                &ni,
-                &ki,
-                &-1.0,
-                a.as_ptr(),
-                &ldai,
-                b.as_ptr(),
-                &ldbi,
-                &1.0,
-                c.as_mut_ptr(),
-                &ldci,
-            )
-        };
+        // SAFETY: `b` and `c` are distinct slices of the sizes the callers guarantee.
+        unsafe { blas_gemm_minus(lib, m, n, k, a, lda, b.as_ptr(), ldb, c.as_mut_ptr(), ldc) };
         return;
     }
     for j in 0..n {
-        let cj = &mut c[j * ldc..j * ldc + m];
-        for p in 0..k {
-            let bpj = b[j * ldb + p];
-            if bpj != 0.0 {
-                let ap = &a[p * lda..p * lda + m];
-                for (ci, ai) in cj.iter_mut().zip(ap) {
-                    *ci -= ai * bpj;
-                }
+        column_minus(
+            &mut c[j * ldc..j * ldc + m],
+            a,
+            lda,
+            &b[j * ldb..j * ldb + k],
+        );
+    }
+}
+
+/// C[m×n] −= A[m×k] · B[k×n] where B is the k×n block at the top of `bc` and C the m×n block
+/// right below it, both in one column-major array of leading dimension `ld` (U12 and A22 of
+/// a share with one process row, used where they lie).
+pub fn gemm_minus_below(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f64],
+    lda: usize,
+    bc: &mut [f64],
+    ld: usize,
+) {
+    if m == 0 || n == 0 || k == 0 {
+        return;
+    }
+    assert!(ld >= k + m && bc.len() >= (n - 1) * ld + k + m);
+    if let Some(lib) = blas().filter(|_| m * n * k >= BLAS_MIN_WORK) {
+        let p = bc.as_mut_ptr();
+        // SAFETY: B (rows 0..k) and C (rows k..k+m) of each column never overlap, and both
+        // lie inside `bc` (asserted above).
+        unsafe { blas_gemm_minus(lib, m, n, k, a, lda, p, ld, p.add(k), ld) };
+        return;
+    }
+    for j in 0..n {
+        let (b, c) = bc[j * ld..j * ld + k + m].split_at_mut(k);
+        column_minus(c, a, lda, b);
+    }
+}
+
+/// c −= A·b for one column (the Rust loops: down A's columns, so they vectorize).
+fn column_minus(c: &mut [f64], a: &[f64], lda: usize, b: &[f64]) {
+    let m = c.len();
+    for (p, &bp) in b.iter().enumerate() {
+        if bp != 0.0 {
+            for (ci, ai) in c.iter_mut().zip(&a[p * lda..p * lda + m]) {
+                *ci -= ai * bp;
             }
         }
     }
+}
+
+/// Fortran dgemm computing C −= A·B.
+///
+/// # Safety
+/// `b` (k×n, leading dimension `ldb`) and `c` (m×n, `ldc`) must be valid for those shapes and
+/// not overlap; `a` must hold m×k with leading dimension `lda`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn blas_gemm_minus(
+    lib: &Blas,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f64],
+    lda: usize,
+    b: *const f64,
+    ldb: usize,
+    c: *mut f64,
+    ldc: usize,
+) {
+    let (mi, ni, ki) = (m as c_int, n as c_int, k as c_int);
+    let (ldai, ldbi, ldci) = (lda as c_int, ldb as c_int, ldc as c_int);
+    (lib.dgemm)(
+        c"N".as_ptr(),
+        c"N".as_ptr(),
+        &mi,
+        &ni,
+        &ki,
+        &-1.0,
+        a.as_ptr(),
+        &ldai,
+        b,
+        &ldbi,
+        &1.0,
+        c,
+        &ldci,
+    )
 }
 
 /// B[k×n] ← L⁻¹·B with L the unit lower triangle of a[k×k] (forward substitution).
@@ -352,6 +408,34 @@ mod tests {
             .map(|(x, y)| (x - y).abs() / y.abs().max(1.0))
             .fold(0.0, f64::max);
         assert!(worst < 1e-9, "{worst}");
+    }
+
+    /// B read from the rows right above C in the same array gives what gemm_minus gives on
+    /// a separate copy of B, with the BLAS (above the threshold) and the Rust loops (below),
+    /// and leaves B and the rows past C alone.
+    #[test]
+    fn gemm_below_reads_b_above_c_in_place() {
+        for (m, n, k) in [(70, 50, 40), (5, 3, 4)] {
+            let ld = k + m + 3;
+            let a: Vec<f64> = (0..m * k)
+                .map(|i| ((i * 37) % 101) as f64 / 101.0 - 0.5)
+                .collect();
+            let bc: Vec<f64> = (0..ld * n)
+                .map(|i| ((i * 53) % 97) as f64 / 97.0 - 0.5)
+                .collect();
+            let mut in_place = bc.clone();
+            gemm_minus_below(m, n, k, &a, m, &mut in_place, ld);
+            let mut copied = bc.clone();
+            let b = bc.clone();
+            gemm_minus(m, n, k, &a, m, &b, ld, &mut copied[k..], ld);
+            assert_eq!(in_place, copied, "m={m} n={n} k={k}");
+            for j in 0..n {
+                let col = j * ld;
+                assert_eq!(in_place[col..col + k], bc[col..col + k]);
+                assert_eq!(in_place[col + k + m..col + ld], bc[col + k + m..col + ld]);
+                assert_ne!(in_place[col + k..col + k + m], bc[col + k..col + k + m]);
+            }
+        }
     }
 
     #[test]

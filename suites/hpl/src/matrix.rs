@@ -48,7 +48,7 @@ impl LocalMatrix {
         let mp = numroc(n, nb, myrow, grid.p);
         let nq = numroc(n + 1, nb, mycol, grid.q);
         let lda = mp.max(1);
-        let mut a = vec![0.0; lda * nq];
+        let mut a = zeroed(lda * nq);
         let rows: Vec<u64> = (0..mp)
             .map(|l| local_to_global(l, nb, myrow, grid.p) as u64)
             .collect();
@@ -87,6 +87,39 @@ impl LocalMatrix {
             self.a[c * lda + row] = *v;
         }
     }
+}
+
+/// `len` zeros in memory the kernel is asked to back with 2 MiB pages (Linux's transparent
+/// huge pages, in their usual "madvise" mode). The row swaps and the panel's pivot search
+/// stride a whole column (N·8 bytes) from one element to the next, so with 4 KiB pages
+/// nearly every access needs its own TLB entry; measured on a 2-core EPYC, 1x1 N=8000:
+/// median 81.9 against 76.0 Gflops over 5 interleaved pairs.
+pub(crate) fn zeroed(len: usize) -> Vec<f64> {
+    // Large zeroed allocations come straight from mmap, untouched: the advice is in place
+    // before the first write faults a page in.
+    let mut a = vec![0.0; len];
+    if std::env::var_os("TBBENCH_NO_THP").is_none() {
+        advise_huge_pages(&mut a);
+    }
+    a
+}
+
+fn advise_huge_pages(a: &mut [f64]) {
+    #[cfg(target_os = "linux")]
+    {
+        let start = a.as_mut_ptr() as usize;
+        let end = start + std::mem::size_of_val(a);
+        let page = 4096;
+        let s = start.div_ceil(page) * page;
+        if end > s {
+            // SAFETY: the range lies inside `a`'s allocation; the advice changes no contents.
+            unsafe {
+                libc::madvise(s as *mut libc::c_void, end - s, libc::MADV_HUGEPAGE);
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = a;
 }
 
 impl Layout {
