@@ -108,9 +108,15 @@ fn problems(
         p.push("no BLAS found: hpl runs on tbbench's own slower kernels (Linux: apt install libopenblas0)".into());
     }
     if blas.env.iter().any(|e| e.starts_with("OPENBLAS_CORETYPE=")) {
+        let kernel: Vec<&str> = blas
+            .env
+            .iter()
+            .filter(|e| e.starts_with("OPENBLAS_CORETYPE=") || e.starts_with("OPENBLAS_L2_SIZE="))
+            .map(String::as_str)
+            .collect();
         p.push(format!(
             "{}: OpenBLAS's kernel is forced (hpl Gflops follow it; results record it)",
-            blas.env.join(" ")
+            kernel.join(" ")
         ));
     }
     if transparent_hugepages == Some("never") {
@@ -308,6 +314,22 @@ mod tests {
         assert!(has("transparent huge pages are off"), "{p:#?}");
         let fine = problems(&[], &rdma, &blas, Some("madvise"));
         assert!(!fine.iter().any(|l| l.contains("huge pages")), "{fine:#?}");
+        // A forced kernel is named, with only the variables that force it.
+        let forced = tbbench_reports::Blas {
+            name: "openblas".into(),
+            kernel: "Haswell".into(),
+            env: vec![
+                "OPENBLAS_CORETYPE=Haswell".into(),
+                "OPENBLAS_THREAD_TIMEOUT=18".into(),
+            ],
+        };
+        let f = problems(&[], &rdma, &forced, None);
+        assert!(
+            f.iter()
+                .any(|l| l.starts_with("OPENBLAS_CORETYPE=Haswell: OpenBLAS's kernel is forced")),
+            "{f:#?}"
+        );
+        assert!(!f.iter().any(|l| l.contains("TIMEOUT")), "{f:#?}");
         assert!(
             !has("en0") && !has("lo0"),
             "healthy interfaces are not problems: {p:#?}"

@@ -29,6 +29,8 @@ fn generator() -> String {
 }
 
 fn main() {
+    // Before any thread starts (see the function).
+    tbbench_hpl::kernels::before_threads();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

@@ -73,7 +73,8 @@ pub struct Blas {
     pub name: String,
     /// The kernel in use, e.g. openblas_get_corename() ("Haswell"), and the config string.
     pub kernel: String,
-    /// Variables that change the kernel choice (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE), as set.
+    /// Variables that change the kernel choice (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE) or its
+    /// threads (OPENBLAS_NUM_THREADS, OPENBLAS_THREAD_TIMEOUT), as set.
     #[serde(default)]
     pub env: Vec<String>,
 }

@@ -1,10 +1,11 @@
 //! `cargo bench -p tbbench-hpl`: the local kernels HPL's time goes to — the trailing update
-//! (GEMM), the triangular solve, and generating a rank's share of the matrix. The kernel in
+//! (GEMM), the triangular solve, the fused row swaps and solve, and generating a rank's share of the matrix. The kernel in
 //! use (BLAS or the Rust loops; `TBBENCH_BLAS=rust` forces the latter) names each group.
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use tbbench_hpl::generator::{column, HPL_SEED};
 use tbbench_hpl::kernels;
+use tbbench_hpl::swap_solve::{self, PackedL};
 
 fn matrix(rows: usize, cols: usize) -> Vec<f64> {
     (0..rows * cols)
@@ -60,5 +61,51 @@ fn generate(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, gemm, trsm, generate);
-criterion_main!(benches);
+/// A panel's row swaps and U12 solve over the trailing columns of a 1×1 run: tbbench's fused
+/// tiles against LAPACK's dlaswp then BLAS's dtrsm (where the library has dlaswp), on the
+/// rank's threads (`TBBENCH_BENCH_THREADS`, default 2).
+fn swap_and_solve(c: &mut Criterion) {
+    let Some(lib) = kernels::blas() else {
+        return;
+    };
+    let threads = std::env::var("TBBENCH_BENCH_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    kernels::set_threads(threads);
+    let (k, n, ld) = (192, 2048, 8000);
+    let l = matrix(k, k);
+    let packed = PackedL::new(k, &l, k);
+    let mut b = matrix(ld, n);
+    // Pivots as a random matrix's: each into the rows at or below its own, anywhere.
+    let mut x = 12345u64;
+    let piv: Vec<usize> = (0..k)
+        .map(|j| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+            j + (x >> 33) as usize % (ld - j)
+        })
+        .collect();
+    let piv64: Vec<u64> = piv.iter().map(|&p| p as u64).collect();
+    let mut g = c.benchmark_group(format!("swap_and_solve/{}/{threads}t", lib.name));
+    g.throughput(Throughput::Elements((k * k * n) as u64));
+    let shape = format!("{ld}x{n}x{k}");
+    g.bench_function(BenchmarkId::new("fused_tiles", &shape), |bench| {
+        bench.iter(|| swap_solve::swap_and_solve(&mut b, ld, 0..n, 0, &piv, &packed, threads))
+    });
+    g.bench_function(BenchmarkId::new("dlaswp_dtrsm", &shape), |bench| {
+        bench.iter(|| {
+            kernels::laswp(n, &mut b, ld, 0, &piv64);
+            kernels::trsm_unit_lower(k, n, &l, k, &mut b, ld);
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, gemm, trsm, generate, swap_and_solve);
+
+fn main() {
+    // As the binary does: OpenBLAS's idle workers told to sleep soon (see the function).
+    kernels::before_threads();
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

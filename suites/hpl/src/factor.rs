@@ -25,6 +25,7 @@ use crate::kernels;
 use crate::matrix::{self, LocalMatrix};
 use crate::panel::{Panel, PanelColumns};
 use crate::swap;
+use crate::swap_solve::{self, PackedL, Solver};
 use anyhow::Result;
 use serde::Serialize;
 use std::collections::VecDeque;
@@ -37,7 +38,13 @@ use tbbench_runners::comm::{f64_bytes, f64_bytes_mut, Comm, Group};
 pub struct Timings {
     pub panel: f64,
     pub broadcast: f64,
+    /// The row swaps (local moves and, with several process rows, messages).
     pub swap: f64,
+    /// With one process row and the tile solver: the row swaps and U12's triangular solve,
+    /// fused (`swap_solve`), all local; the two cannot be timed apart.
+    pub swap_solve: f64,
+    /// U12's solve (unless fused with the swaps) and broadcast down the column, and the
+    /// trailing matrix's product.
     pub update: f64,
     pub solve: f64,
 }
@@ -245,13 +252,22 @@ fn solve_u12<'b>(
     let (jb, r0, width, lda) = (f.jb, f.r0, cols.len(), m.lda);
     let pr = owner(f.j0, m.nb, m.grid.p);
     if width > 0 && m.myrow == pr {
-        let (left, right) = m.a.split_at_mut(cols.start * lda);
-        let (l11, ld) = if f.in_place() {
-            (&left[f.c0 * lda + r0..], lda)
+        if swap_solve::solver() == Solver::Tiles {
+            let l11 = l11_packed(m, f);
+            swap_solve::swap_and_solve(
+                &mut m.a,
+                lda,
+                cols.clone(),
+                r0,
+                &[],
+                &l11,
+                kernels::threads(),
+            );
         } else {
-            (&f.packed[..], f.rows)
-        };
-        kernels::trsm_unit_lower(jb, width, l11, ld, &mut right[r0..], lda);
+            let (left, right) = m.a.split_at_mut(cols.start * lda);
+            let (l11, ld) = l11_of(left, lda, f);
+            kernels::trsm_unit_lower(jb, width, l11, ld, &mut right[r0..], lda);
+        }
     }
     if m.grid.p == 1 {
         return Ok(U12::InPlace);
@@ -278,6 +294,54 @@ fn solve_u12<'b>(
         first: cols.start,
         values: u12,
     })
+}
+
+/// The panel's L11 (its unit lower triangle; U11 above it is not read) and its leading
+/// dimension: in place in the share's columns left of the trailing ones (`left`), or in the
+/// packed copy.
+fn l11_of<'a>(left: &'a [f64], lda: usize, f: &'a Factored) -> (&'a [f64], usize) {
+    if f.in_place() {
+        (&left[f.c0 * lda + f.r0..], lda)
+    } else {
+        (&f.packed[..], f.rows)
+    }
+}
+
+fn l11_packed(m: &LocalMatrix, f: &Factored) -> PackedL {
+    let (l11, ld) = l11_of(&m.a, m.lda, f);
+    PackedL::new(f.jb, l11, ld)
+}
+
+/// Panel `f`'s row swaps and U12 solve over local columns `cols` (collectives over the process
+/// column, so every member calls it with the same columns). With one process row and the
+/// tile solver the two run fused (`swap_solve`), timed as one; otherwise the swaps (SWAP's
+/// algorithm), timed as swaps, then the solve, counted with the update.
+#[allow(clippy::too_many_arguments)]
+fn swap_and_solve_u12<'b>(
+    m: &mut LocalMatrix,
+    comm: &mut Comm,
+    column: &[usize],
+    f: &Factored,
+    cols: Range<usize>,
+    algo: &Algorithm,
+    buf: &'b mut Vec<f64>,
+    t: &mut Timings,
+    clock: &mut Instant,
+) -> Result<U12<'b>> {
+    if m.grid.p == 1 && swap_solve::solver() == Solver::Tiles {
+        if !cols.is_empty() {
+            // One process row: local rows are global rows.
+            let piv: Vec<usize> = f.ipiv.iter().map(|&g| g as usize).collect();
+            let l11 = l11_packed(m, f);
+            let lda = m.lda;
+            swap_solve::swap_and_solve(&mut m.a, lda, cols, f.r0, &piv, &l11, kernels::threads());
+        }
+        t.swap_solve += lap(clock);
+        return Ok(U12::InPlace);
+    }
+    swap::apply_pivots(m, comm, column, f.j0, &f.ipiv, cols.clone(), algo.swap)?;
+    t.swap += lap(clock);
+    solve_u12(m, comm, column, f, cols, buf)
 }
 
 /// A22 −= L21·U12 over local columns `cols`.
@@ -363,9 +427,7 @@ fn catch_up<'f>(
     clock: &mut Instant,
 ) -> Result<()> {
     for f in panels {
-        swap::apply_pivots(m, comm, column, f.j0, &f.ipiv, cols.clone(), algo.swap)?;
-        t.swap += lap(clock);
-        let u12 = solve_u12(m, comm, column, f, cols.clone(), u12_buf)?;
+        let u12 = swap_and_solve_u12(m, comm, column, f, cols.clone(), algo, u12_buf, t, clock)?;
         update_trailing(m, f, cols.clone(), u12);
         t.update += lap(clock);
     }
@@ -477,9 +539,17 @@ pub fn factor(
         let end = ahead.back().map_or(cur.j0 + cur.jb, |f| f.j0 + f.jb);
         let ct = m.cols_before(end);
         let nq = m.nq;
-        swap::apply_pivots(m, comm, &my_column, cur.j0, &cur.ipiv, ct..nq, algo.swap)?;
-        t.swap += lap(&mut clock);
-        let u12 = solve_u12(m, comm, &my_column, &cur, ct..nq, &mut u12_buf)?;
+        let u12 = swap_and_solve_u12(
+            m,
+            comm,
+            &my_column,
+            &cur,
+            ct..nq,
+            algo,
+            &mut u12_buf,
+            t,
+            &mut clock,
+        )?;
         if end >= n {
             // Nothing left to factor: the panels in flight only update.
             update_trailing(m, &cur, ct..nq, u12);

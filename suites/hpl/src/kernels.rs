@@ -65,9 +65,37 @@ pub fn blas() -> Option<&'static Blas> {
     BLAS.get_or_init(load).as_ref()
 }
 
-/// Threads the BLAS may use in this rank (OpenBLAS would otherwise take every core, and
-/// ranks sharing a host would fight over them).
+/// How long OpenBLAS's idle workers spin before they sleep, as a power of two of CPU cycles,
+/// unless the user set OPENBLAS_THREAD_TIMEOUT: 2^18, about 0.1 ms (OpenBLAS's default is
+/// 2^28, about 0.1 s). After each threaded call a worker spins on its core (sched_yield in a
+/// loop) for that long; an HPL step is shorter, so with the default the workers never sleep,
+/// and the row swaps and U12 solve on tbbench's own threads (`swap_solve`) share a core with
+/// a spinner. Measured on the 2-core VM, 1×1 N=8000: the fused swaps and solve took 0.67 s
+/// with the default and 0.37 s with 2^18; at N=10000 (8 interleaved pairs) the panels took
+/// 0.30 s against 0.28 s (their small calls now wake a sleeping worker now and then), and
+/// the whole run median 88.8–89.8 Gflops against 87.5–87.9 with the default and BLAS dtrsm.
+pub const OPENBLAS_THREAD_TIMEOUT: &str = "18";
+
+/// Sets what the BLAS reads from the environment when it loads (OPENBLAS_THREAD_TIMEOUT,
+/// above), where the user has not. Called first thing in `main`, while the process has one
+/// thread: changing the environment while another thread reads it is undefined in C.
+pub fn before_threads() {
+    if std::env::var_os("OPENBLAS_THREAD_TIMEOUT").is_none() {
+        std::env::set_var("OPENBLAS_THREAD_TIMEOUT", OPENBLAS_THREAD_TIMEOUT);
+    }
+}
+
+static THREADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+
+/// The threads this rank's kernels use (set_threads'; 1 until it is called).
+pub fn threads() -> usize {
+    THREADS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Threads the BLAS, and tbbench's own threaded kernels, may use in this rank (OpenBLAS would
+/// otherwise take every core, and ranks sharing a host would fight over them).
 pub fn set_threads(n: usize) {
+    THREADS.store(n.max(1), std::sync::atomic::Ordering::Relaxed);
     if let Some(f) = blas().and_then(|b| b.set_threads) {
         // SAFETY: openblas_set_num_threads takes a plain int.
         unsafe { f(n.max(1) as c_int) };
@@ -332,12 +360,13 @@ pub fn trsv_upper(k: usize, a: &[f64], lda: usize, x: &mut [f64]) {
 }
 
 /// What a result file (and `tbbench env`) records about this host's BLAS: the library, its
-/// kernel, and the variables that change the kernel choice, as set.
+/// kernel, and the variables that change the kernel choice or its threads, as set.
 pub fn record() -> tbbench_reports::Blas {
     let env: Vec<String> = [
         "OPENBLAS_CORETYPE",
         "OPENBLAS_L2_SIZE",
         "OPENBLAS_NUM_THREADS",
+        "OPENBLAS_THREAD_TIMEOUT",
     ]
     .iter()
     .filter_map(|v| std::env::var(v).ok().map(|x| format!("{v}={x}")))

@@ -4,8 +4,8 @@
 //! Laid out as netlib HPL is (STYLE.md): `input` reads HPL.dat, `generator` makes HPL's
 //! matrix, `grid` holds the block-cyclic index maths, `matrix` a rank's share, `factor` the
 //! driver (broadcasts, update and back substitution), `panel` the panel factorization (PFACT,
-//! RFACT), `swap` the row interchanges (SWAP), `kernels` the local
-//! dense kernels, `check` HPL's residual test, `suite` the runs and their results.
+//! RFACT), `swap` the row interchanges (SWAP), `swap_solve` the swaps and U12's solve fused
+//! for one process row, `kernels` the local dense kernels, `check` HPL's residual test, `suite` the runs and their results.
 
 pub mod check;
 pub mod factor;
@@ -18,6 +18,7 @@ mod panel;
 pub mod reference;
 pub mod suite;
 mod swap;
+pub mod swap_solve;
 #[cfg(test)]
 mod tests;
 

@@ -10,6 +10,7 @@ use crate::grid::{Grid, ProcessMap};
 use crate::input::Algorithm;
 use crate::input::{Broadcast, Factorization, Swap};
 use crate::matrix::LocalMatrix;
+use crate::swap_solve::{self, Solver};
 use crate::{check, reference};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -57,6 +58,17 @@ fn distributed_x(n: usize, nb: usize, grid: Grid, o: Opts) -> Vec<Vec<f64>> {
 
 /// Every rank's x and what its factorization did, in order.
 fn run_ranks(n: usize, nb: usize, grid: Grid, o: Opts) -> Vec<(Vec<f64>, Vec<Event>)> {
+    run_ranks_solving_u12_by(n, nb, grid, o, None)
+}
+
+/// As `run_ranks`, with every rank's U12 solver forced (None: the process's own choice).
+fn run_ranks_solving_u12_by(
+    n: usize,
+    nb: usize,
+    grid: Grid,
+    o: Opts,
+    u12: Option<Solver>,
+) -> Vec<(Vec<f64>, Vec<Event>)> {
     let ranks = grid.size();
     let token = fresh_token();
     create_segment(&token, ranks).unwrap();
@@ -72,6 +84,7 @@ fn run_ranks(n: usize, nb: usize, grid: Grid, o: Opts) -> Vec<(Vec<f64>, Vec<Eve
                 let t = ShmTransport::attach(rank, ranks, &token, names, Duration::from_secs(30))
                     .unwrap();
                 let mut comm = Comm::new(Box::new(t));
+                swap_solve::FORCED.with(|f| f.set(u12));
                 let mut m = LocalMatrix::generate(n, nb, grid, rank, HPL_SEED);
                 let mut times = Timings::default();
                 schedule::take();
@@ -121,6 +134,34 @@ fn every_grid_solves_to_the_reference_x_and_passes_at_every_lookahead_depth() {
                     assert!(
                         check::passed(resid, 16.0),
                         "{p}x{q} nb {nb} depth {depth}: residual {resid}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The U12 solve both ways — the tiles (with one process row, fused with the swaps) and the
+/// BLAS's dtrsm after dlaswp — on grids with one and several process rows, panels a multiple
+/// of the tiles' 8 rows and not, partial last panels, and lookahead on and off.
+#[test]
+fn both_u12_solvers_reach_the_reference_x_on_every_grid() {
+    let n = 150;
+    let want = reference::solve(n, reference::augmented(n, HPL_SEED));
+    for (p, q) in [(1, 1), (1, 2), (2, 1), (2, 2), (3, 1)] {
+        for nb in [13, 32] {
+            for depth in [0, 1] {
+                for u12 in [Solver::Tiles, Solver::Blas] {
+                    let o = Opts { depth, ..DEFAULT };
+                    let xs: Vec<Vec<f64>> =
+                        run_ranks_solving_u12_by(n, nb, grid(p, q), o, Some(u12))
+                            .into_iter()
+                            .map(|(x, _)| x)
+                            .collect();
+                    let worst = worst_error(&xs, &want);
+                    assert!(
+                        worst < 1e-11,
+                        "{p}x{q} nb {nb} depth {depth} {u12:?}: x off by {worst}"
                     );
                 }
             }

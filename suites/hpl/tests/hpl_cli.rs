@@ -90,6 +90,24 @@ fn small_solves_pass_on_one_two_and_four_ranks() {
             "the BLAS in use is recorded: {blas}"
         );
         assert!(r["results"]["dgemm_gflops_single_rank"].as_f64().unwrap() > 0.0);
+        let u12 = r["results"]["u12_solve"].as_str().unwrap();
+        assert!(
+            ["tbbench tiles (swaps fused)", "BLAS dtrsm"].contains(&u12),
+            "{u12}"
+        );
+        // Every phase is recorded for every rank (the fused one is zero where it did not run).
+        for split in run["per_rank"].as_array().unwrap() {
+            for phase in [
+                "panel",
+                "broadcast",
+                "swap",
+                "swap_solve",
+                "update",
+                "solve",
+            ] {
+                assert!(split[phase].as_f64().unwrap() >= 0.0, "{phase}: {split}");
+            }
+        }
         assert_eq!(r["verification"]["passed"], true);
     }
 }
