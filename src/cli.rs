@@ -312,6 +312,7 @@ impl HplArgs {
         use tbbench_hpl::grid::{Grid, ProcessMap};
         use tbbench_hpl::input::{HplDat, Variant};
         let nodes = self.run.nodes;
+        tbbench_hpl::swap_solve::forced().map_err(anyhow::Error::msg)?;
         if !(self.mem_fraction > 0.0 && self.mem_fraction <= 1.0) {
             anyhow::bail!(
                 "--mem-fraction must be above 0 and at most 1, not {}",

@@ -352,26 +352,42 @@ impl Solver {
 
 /// The solver for this process: the faster of the two on a panel-sized solve (NB 192, 1024
 /// columns, the rank's threads), measured once, since which wins depends on the BLAS (a
-/// vendor's dtrsm may beat these tiles; OpenBLAS 0.3.21's is several times slower).
+/// vendor's dtrsm may beat these tiles; OpenBLAS 0.3.21's runs at about half their rate).
 /// `TBBENCH_U12_SOLVE=tiles|blas` chooses without measuring. Without a BLAS: the tiles.
 pub fn solver() -> Solver {
     #[cfg(test)]
-    if let Some(forced) = FORCED.with(|f| f.get()) {
+    if let Some(forced) = TEST_CHOICE.with(|f| f.get()) {
         return forced;
     }
     static CHOSEN: std::sync::OnceLock<Solver> = std::sync::OnceLock::new();
-    *CHOSEN.get_or_init(|| match std::env::var("TBBENCH_U12_SOLVE").as_deref() {
-        Ok("tiles") => Solver::Tiles,
-        Ok("blas") if kernels::blas().is_some() => Solver::Blas,
+    *CHOSEN.get_or_init(|| match forced() {
         _ if kernels::blas().is_none() => Solver::Tiles,
-        _ => measure(),
+        Ok(Some(chosen)) => chosen,
+        // A bad value is refused before the ranks start (`forced`); here it only times both.
+        Ok(None) | Err(_) => measure(),
     })
+}
+
+/// What TBBENCH_U12_SOLVE asks for: nothing when unset, an error naming the value when it is
+/// neither "tiles" nor "blas".
+pub fn forced() -> Result<Option<Solver>, String> {
+    match std::env::var("TBBENCH_U12_SOLVE") {
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Ok(v) if v == "tiles" => Ok(Some(Solver::Tiles)),
+        Ok(v) if v == "blas" => Ok(Some(Solver::Blas)),
+        Ok(v) => Err(format!(
+            "TBBENCH_U12_SOLVE={v}: expected tiles or blas (or unset, to time both)"
+        )),
+        Err(std::env::VarError::NotUnicode(v)) => Err(format!(
+            "TBBENCH_U12_SOLVE={v:?}: expected tiles or blas (or unset, to time both)"
+        )),
+    }
 }
 
 #[cfg(test)]
 thread_local! {
     /// A test's choice for the ranks it runs as threads (both ways in one process).
-    pub(crate) static FORCED: std::cell::Cell<Option<Solver>> = const { std::cell::Cell::new(None) };
+    pub(crate) static TEST_CHOICE: std::cell::Cell<Option<Solver>> = const { std::cell::Cell::new(None) };
 }
 
 fn measure() -> Solver {

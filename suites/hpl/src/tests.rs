@@ -84,7 +84,7 @@ fn run_ranks_solving_u12_by(
                 let t = ShmTransport::attach(rank, ranks, &token, names, Duration::from_secs(30))
                     .unwrap();
                 let mut comm = Comm::new(Box::new(t));
-                swap_solve::FORCED.with(|f| f.set(u12));
+                swap_solve::TEST_CHOICE.with(|f| f.set(u12));
                 let mut m = LocalMatrix::generate(n, nb, grid, rank, HPL_SEED);
                 let mut times = Timings::default();
                 schedule::take();

@@ -460,3 +460,72 @@ fn without_a_blas_the_rust_kernels_solve_and_say_so() {
     assert_eq!(r["hosts"][0]["blas"]["name"], "rust-fallback");
     assert_eq!(r["results"]["runs"][0]["passed"], true);
 }
+
+/// TBBENCH_U12_SOLVE picks U12's solver without timing both, the result names the one that
+/// ran, and a value that is neither is refused in one line before any rank starts. The
+/// OPENBLAS_THREAD_TIMEOUT tbbench sets for OpenBLAS is recorded, and a user's own is kept.
+#[test]
+fn the_u12_solver_can_be_chosen_and_a_bad_choice_is_refused() {
+    let dir = tmpdir("hpl-u12");
+    let hpl = |out: &std::path::Path, env: &[(&str, &str)]| {
+        let mut cmd = std::process::Command::new(bin());
+        cmd.args(["hpl", "--nodes", "1", "--n", "200", "--nb", "16"])
+            .args(["--no-dgemm-probe", "--out", out.to_str().unwrap()])
+            .env_remove("TBBENCH_U12_SOLVE")
+            .env_remove("OPENBLAS_THREAD_TIMEOUT")
+            .envs(env.iter().copied())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        finish(cmd.spawn().unwrap(), Duration::from_secs(60)).0
+    };
+    for (value, name) in [
+        ("tiles", "tbbench tiles (swaps fused)"),
+        ("blas", "BLAS dtrsm"),
+    ] {
+        let out = dir.join(format!("{value}.json"));
+        let o = hpl(&out, &[("TBBENCH_U12_SOLVE", value)]);
+        assert!(o.status.success(), "{value}: {}", text(&o.stderr));
+        let r = read_json(&out);
+        assert_eq!(r["results"]["runs"][0]["passed"], true);
+        let blas = &r["hosts"][0]["blas"];
+        if blas["name"] == "rust-fallback" {
+            // Without a BLAS there is no dtrsm to choose.
+            assert_eq!(r["results"]["u12_solve"], "tbbench tiles (swaps fused)");
+            continue;
+        }
+        assert_eq!(r["results"]["u12_solve"], name, "{value}");
+        if blas["name"] == "openblas" {
+            let env: Vec<&str> = blas["env"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap())
+                .collect();
+            assert!(env.contains(&"OPENBLAS_THREAD_TIMEOUT=18"), "{env:?}");
+        }
+    }
+    let out = dir.join("own-timeout.json");
+    let o = hpl(&out, &[("OPENBLAS_THREAD_TIMEOUT", "25")]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let blas = &read_json(&out)["hosts"][0]["blas"];
+    if blas["name"] == "openblas" {
+        assert!(
+            blas["env"]
+                .to_string()
+                .contains("OPENBLAS_THREAD_TIMEOUT=25"),
+            "{blas}"
+        );
+    }
+
+    let out = dir.join("bad.json");
+    let o = hpl(&out, &[("TBBENCH_U12_SOLVE", "fast")]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("TBBENCH_U12_SOLVE=fast: expected tiles or blas"),
+        "{err}"
+    );
+    assert!(!out.exists(), "no result file for a refused run");
+}
