@@ -63,7 +63,8 @@ fn generate(c: &mut Criterion) {
 
 /// A panel's row swaps and U12 solve over the trailing columns of a 1×1 run: tbbench's fused
 /// tiles against LAPACK's dlaswp then BLAS's dtrsm (where the library has dlaswp), on the
-/// rank's threads (`TBBENCH_BENCH_THREADS`, default 2).
+/// rank's threads (`TBBENCH_BENCH_THREADS`, default 2); and the tiles with no pivots (the
+/// solve alone), the floor the fused pass approaches as its swaps hide behind the solve.
 fn swap_and_solve(c: &mut Criterion) {
     let Some(lib) = kernels::blas() else {
         return;
@@ -91,6 +92,9 @@ fn swap_and_solve(c: &mut Criterion) {
     let shape = format!("{ld}x{n}x{k}");
     g.bench_function(BenchmarkId::new("fused_tiles", &shape), |bench| {
         bench.iter(|| swap_solve::swap_and_solve(&mut b, ld, 0..n, 0, &piv, &packed, threads))
+    });
+    g.bench_function(BenchmarkId::new("tiles_no_pivots", &shape), |bench| {
+        bench.iter(|| swap_solve::swap_and_solve(&mut b, ld, 0..n, 0, &[], &packed, threads))
     });
     g.bench_function(BenchmarkId::new("dlaswp_dtrsm", &shape), |bench| {
         bench.iter(|| {

@@ -172,6 +172,7 @@ fn factor_panel(
         ndiv: algo.ndiv,
         ipiv: &mut f.ipiv,
         trace: None,
+        next_max: None,
     }
     .factor()?;
     if !f.in_place() {

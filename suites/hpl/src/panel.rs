@@ -116,6 +116,21 @@ pub(crate) struct Panel<'a> {
     pub ipiv: &'a mut [u64],
     /// Each step as it runs, where a test asks for the schedule.
     pub trace: Option<&'a mut Vec<Step>>,
+    /// Set by a right-looking pivot step that updated the next column: that column's largest
+    /// magnitude below the pivot row and its local row, found in the same pass (as HPL's
+    /// right-looking PFACT does), so the next step need not read the column again. `None` to
+    /// start; anything else that touches the panel clears it.
+    pub next_max: Option<NextMax>,
+}
+
+/// The next column's local maxloc, as `Panel::next_max` keeps it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NextMax {
+    /// Panel column.
+    column: usize,
+    value: f64,
+    /// Local row, or `None` where no row qualified.
+    row: Option<usize>,
 }
 
 /// One step of a panel's schedule (panel-relative columns), for the tests to pin each
@@ -217,14 +232,14 @@ impl Panel<'_> {
         let (nb, p, lda) = (lay.nb, lay.grid.p, lay.lda);
         let j = self.j0 + jj;
         let lr = lay.rows_before(j);
-        let (mut best, mut at) = (-1.0f64, u64::MAX);
-        let col = &self.cols.a[jj * lda..jj * lda + lay.mp];
-        for (i, v) in col.iter().enumerate().skip(lr) {
-            if v.abs() > best {
-                best = v.abs();
-                at = lay.global_row(i) as u64;
+        let (best, row) = match self.next_max.take() {
+            Some(m) if m.column == jj => (m.value, m.row),
+            _ => {
+                let (v, r) = abs_max_loc(&self.cols.a[jj * lda + lr..jj * lda + lay.mp]);
+                (v, r.map(|r| lr + r))
             }
-        }
+        };
+        let at = row.map_or(u64::MAX, |r| lay.global_row(r) as u64);
         let (_, g) = self
             .comm
             .allreduce_maxloc_in(Group::Members(self.column), best, at)?;
@@ -242,20 +257,13 @@ impl Panel<'_> {
             lay.grid.rank_at(oj, lay.mycol),
             f64_bytes_mut(&mut urow),
         )?;
-        let d = urow[0];
         let below = lay.rows_before(j + 1);
-        let a = &mut *self.cols.a;
-        for i in below..lay.mp {
-            a[jj * lda + i] /= d;
-        }
-        for (k, &u) in urow.iter().enumerate().skip(1) {
-            if u != 0.0 {
-                for i in below..lay.mp {
-                    let l = a[jj * lda + i];
-                    a[(jj + k) * lda + i] -= l * u;
-                }
-            }
-        }
+        let next = scale_and_update(&mut self.cols.a[jj * lda..], lda, below..lay.mp, &urow);
+        self.next_max = next.map(|(value, row)| NextMax {
+            column: jj + 1,
+            value,
+            row,
+        });
         Ok(())
     }
 
@@ -265,6 +273,7 @@ impl Panel<'_> {
     /// takes −= L·U. For one column (uw = 1) these are HPL's TRSV and GEMV.
     fn apply(&mut self, fs: usize, fw: usize, us: usize, uw: usize, solve: bool) -> Result<()> {
         self.log(Step::Apply(fs, fw, us, uw, solve));
+        self.next_max = None;
         let lay = self.lay;
         let (nb, p, lda) = (lay.nb, lay.grid.p, lay.lda);
         let pr = owner(self.j0, nb, p);
@@ -310,6 +319,7 @@ impl Panel<'_> {
     /// U's final rows.
     fn finish_u_rows(&mut self, s: usize, o: usize, pw: usize, end: usize) {
         self.log(Step::Finish(s, o, pw, end));
+        self.next_max = None;
         let lay = self.lay;
         if lay.myrow != owner(self.j0, lay.nb, lay.grid.p) {
             return;
@@ -342,6 +352,86 @@ impl Panel<'_> {
         let (left, rest) = a.split_at_mut(right * lda);
         kernels::trsm_unit_lower(pw, width, &left[o * lda + r..], lda, &mut rest[r..], lda);
     }
+}
+
+/// The column below a pivot (rows `rows` of column 0 of `a`, leading dimension `lda`) scaled
+/// by the pivot `urow[0]`'s reciprocal, as HPL does (left alone if the pivot is zero), then
+/// the rank-1 update of columns 1.. with the pivot row's other values. A block of rows at a
+/// time, so each block of the columns is read once and the multipliers stay in L1; column
+/// 1's block is searched while it is there. Returns column 1's largest magnitude over `rows`
+/// and its row (as `abs_max_loc`) where there is a column 1.
+fn scale_and_update(
+    a: &mut [f64],
+    lda: usize,
+    rows: std::ops::Range<usize>,
+    urow: &[f64],
+) -> Option<(f64, Option<usize>)> {
+    const BLOCK: usize = 512;
+    let d = urow[0];
+    let scale = if d != 0.0 { 1.0 / d } else { 1.0 };
+    let (first, rest) = a.split_at_mut(lda);
+    let mut next = (urow.len() > 1).then_some((-1.0f64, None));
+    let mut i0 = rows.start;
+    while i0 < rows.end {
+        let i1 = (i0 + BLOCK).min(rows.end);
+        let l = &mut first[i0..i1];
+        if d != 0.0 {
+            l.iter_mut().for_each(|v| *v *= scale);
+        }
+        for (k, &u) in urow.iter().enumerate().skip(1) {
+            let c = &mut rest[(k - 1) * lda + i0..(k - 1) * lda + i1];
+            if u != 0.0 {
+                c.iter_mut().zip(l.iter()).for_each(|(c, l)| *c -= l * u);
+            }
+            if let (1, Some((best, at))) = (k, next.as_mut()) {
+                let (v, r) = abs_max_loc(c);
+                // Strictly larger only: the first of equal magnitudes wins, as in one scan.
+                if let Some(r) = r.filter(|_| v > *best) {
+                    *best = v;
+                    *at = Some(i0 + r);
+                }
+            }
+        }
+        i0 = i1;
+    }
+    next
+}
+
+/// The largest magnitude in `x` and where it first occurs (`(-1, None)` if `x` is empty or
+/// all NaN), as BLAS's idamax picks it. Two passes that the compiler turns into vector code
+/// (one pass tracking indices does not vectorize): the maximum, kept in eight lanes, then the
+/// first chunk holding it.
+fn abs_max_loc(x: &[f64]) -> (f64, Option<usize>) {
+    const LANES: usize = 8;
+    let chunks = x.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    let mut lanes = [-1.0f64; LANES];
+    for chunk in chunks.clone() {
+        for (b, v) in lanes.iter_mut().zip(chunk) {
+            // Not f64::max: a NaN must never win, as it never compares larger in idamax.
+            let v = v.abs();
+            *b = if v > *b { v } else { *b };
+        }
+    }
+    let best = tail
+        .iter()
+        .map(|v| v.abs())
+        .chain(lanes)
+        .fold(-1.0f64, |b, v| if v > b { v } else { b });
+    if best < 0.0 {
+        return (best, None);
+    }
+    for (c, chunk) in chunks.enumerate() {
+        if chunk.iter().fold(false, |hit, v| hit | (v.abs() == best)) {
+            let at = chunk.iter().position(|v| v.abs() == best);
+            return (best, at.map(|i| c * LANES + i));
+        }
+    }
+    let base = x.len() - tail.len();
+    (
+        best,
+        tail.iter().position(|v| v.abs() == best).map(|i| base + i),
+    )
 }
 
 #[cfg(test)]
@@ -399,6 +489,7 @@ mod tests {
             ndiv,
             ipiv: &mut ipiv,
             trace: Some(&mut trace),
+            next_max: None,
         }
         .factor()
         .unwrap();
@@ -510,6 +601,73 @@ mod tests {
         for i in 0..schedules.len() {
             for j in i + 1..schedules.len() {
                 assert_ne!(schedules[i], schedules[j], "pairs {i} and {j}");
+            }
+        }
+    }
+
+    /// idamax as BLAS defines it, one value at a time.
+    fn idamax(x: &[f64]) -> (f64, Option<usize>) {
+        let (mut best, mut at) = (-1.0f64, None);
+        for (i, v) in x.iter().enumerate() {
+            if v.abs() > best {
+                best = v.abs();
+                at = Some(i);
+            }
+        }
+        (best, at)
+    }
+
+    #[test]
+    fn the_vector_maxloc_finds_the_first_largest_magnitude_as_idamax() {
+        let mut seed = 7u64;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            // Few distinct values, so ties (and ties between lanes) are common.
+            ((seed >> 59) as f64 - 16.0) / 4.0
+        };
+        for len in 0..70 {
+            for _ in 0..20 {
+                let x: Vec<f64> = (0..len).map(|_| next()).collect();
+                assert_eq!(abs_max_loc(&x), idamax(&x), "{x:?}");
+            }
+        }
+        // NaN never wins; all NaN is no pivot; -0.0 and 0.0 count as magnitude 0.
+        let x = [1.0, f64::NAN, -3.0, 3.0, f64::NAN, 0.5, 2.0, -1.0, 0.0, 3.0];
+        assert_eq!(abs_max_loc(&x), (3.0, Some(2)));
+        assert_eq!(abs_max_loc(&[f64::NAN; 11]), (-1.0, None));
+        assert_eq!(abs_max_loc(&[-0.0, 0.0]), (0.0, Some(0)));
+        let mut big = vec![1.0; 1000];
+        big[999] = -2.0;
+        big[700] = 2.0;
+        assert_eq!(abs_max_loc(&big), (2.0, Some(700)));
+    }
+
+    #[test]
+    fn scaling_and_the_rank_1_update_match_plain_loops_and_find_the_next_pivot() {
+        let (lda, w) = (1203, 4);
+        let start: Vec<f64> = (0..lda * w)
+            .map(|i| ((i * 7919) % 1009) as f64 / 97.0 - 5.0)
+            .collect();
+        for rows in [5..1203, 0..0, 600..601, 3..515] {
+            for urow in [vec![2.5, -1.0, 0.0, 3.0], vec![-0.5], vec![0.0, 1.0]] {
+                let mut a = start.clone();
+                let next = scale_and_update(&mut a, lda, rows.clone(), &urow);
+                let mut want = start.clone();
+                for i in rows.clone() {
+                    if urow[0] != 0.0 {
+                        want[i] *= 1.0 / urow[0];
+                    }
+                    for (k, u) in urow.iter().enumerate().skip(1) {
+                        want[k * lda + i] -= want[i] * u;
+                    }
+                }
+                assert_eq!(a, want, "rows {rows:?}, pivot row {urow:?}");
+                let column1 = &want[lda + rows.start..lda + rows.end];
+                let found = idamax(column1);
+                let expect = (urow.len() > 1).then(|| (found.0, found.1.map(|r| r + rows.start)));
+                assert_eq!(next, expect, "rows {rows:?}, pivot row {urow:?}");
             }
         }
     }

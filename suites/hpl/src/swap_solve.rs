@@ -8,15 +8,18 @@
 //! 0.3.21's Cooperlake dtrsm: 17 Gflops on one core, 34 on two, for NB 192 × 2048 columns).
 //!
 //! Here the columns go in tiles of `NR`: while one tile is solved, the cache lines the next
-//! tile's swaps touch are prefetched a few at a time, so the memory waits overlap the
-//! arithmetic; the solve itself is a register-blocked kernel (`MR` rows × `NR` columns held in
+//! tile's swaps touch are prefetched a few at a time into L2, so the memory waits overlap the
+//! arithmetic (into L1 they were not: a tile's pivot lines, 1,536 of them for NB 192, are
+//! 96 KiB, more than L1 holds beside the packed L11 the solve streams, and were evicted
+//! before the swaps came to them); the solve itself is a register-blocked kernel (`MR` rows × `NR` columns held in
 //! registers while the solved rows above stream through) against a copy of L11 packed in the
 //! order the kernel reads it: 32 Gflops on one core, 61 on two, for the same shape. The tiles
 //! are split over the rank's BLAS threads. With no pivots the same code is just the solve
 //! (U12 on the panel's process row when there are several).
 //!
 //! Measured on the 2-core EPYC VM, 8000 rows × 2048 columns, 192 random pivots, two threads:
-//! fused 4.4 ms against 3.0 ms (dlaswp) + 3.2 ms (dtrsm). In a run this needs OpenBLAS's idle
+//! fused 2.4–2.6 ms (4.3 ms when the prefetches went to L1; 1.8 ms for the tiles with no
+//! pivots, the solve alone) against 3.0 ms (dlaswp) + 3.2 ms (dtrsm). In a run this needs OpenBLAS's idle
 //! worker asleep, not spinning on the core our second thread wants: see
 //! `kernels::before_threads`.
 
@@ -193,8 +196,9 @@ fn prefetch(base: *const f64, len: usize, i: usize) {
     if i < len {
         // SAFETY: a prefetch only hints the cache, and the address is inside the slice.
         unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>(base.add(i).cast());
+            // Into L2, not L1: see the module's note.
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+            _mm_prefetch::<_MM_HINT_T1>(base.add(i).cast());
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
