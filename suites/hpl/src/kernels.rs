@@ -367,6 +367,8 @@ pub fn record() -> tbbench_reports::Blas {
         "OPENBLAS_L2_SIZE",
         "OPENBLAS_NUM_THREADS",
         "OPENBLAS_THREAD_TIMEOUT",
+        // Accelerate's cap on its own threads (it has no call to set a count).
+        "VECLIB_MAXIMUM_THREADS",
     ]
     .iter()
     .filter_map(|v| std::env::var(v).ok().map(|x| format!("{v}={x}")))

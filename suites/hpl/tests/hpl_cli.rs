@@ -463,7 +463,8 @@ fn without_a_blas_the_rust_kernels_solve_and_say_so() {
 
 /// TBBENCH_U12_SOLVE picks U12's solver without timing both, the result names the one that
 /// ran, and a value that is neither is refused in one line before any rank starts. The
-/// OPENBLAS_THREAD_TIMEOUT tbbench sets for OpenBLAS is recorded, and a user's own is kept.
+/// OPENBLAS_THREAD_TIMEOUT tbbench sets for OpenBLAS is recorded, and a user's own is kept, as
+/// is Accelerate's VECLIB_MAXIMUM_THREADS.
 #[test]
 fn the_u12_solver_can_be_chosen_and_a_bad_choice_is_refused() {
     let dir = tmpdir("hpl-u12");
@@ -473,6 +474,7 @@ fn the_u12_solver_can_be_chosen_and_a_bad_choice_is_refused() {
             .args(["--no-dgemm-probe", "--out", out.to_str().unwrap()])
             .env_remove("TBBENCH_U12_SOLVE")
             .env_remove("OPENBLAS_THREAD_TIMEOUT")
+            .env_remove("VECLIB_MAXIMUM_THREADS")
             .envs(env.iter().copied())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
@@ -506,9 +508,20 @@ fn the_u12_solver_can_be_chosen_and_a_bad_choice_is_refused() {
         }
     }
     let out = dir.join("own-timeout.json");
-    let o = hpl(&out, &[("OPENBLAS_THREAD_TIMEOUT", "25")]);
+    let o = hpl(
+        &out,
+        &[
+            ("OPENBLAS_THREAD_TIMEOUT", "25"),
+            ("VECLIB_MAXIMUM_THREADS", "3"),
+        ],
+    );
     assert!(o.status.success(), "{}", text(&o.stderr));
     let blas = &read_json(&out)["hosts"][0]["blas"];
+    // Accelerate's thread cap is recorded whatever the library (a macOS user's only knob).
+    assert!(
+        blas["env"].to_string().contains("VECLIB_MAXIMUM_THREADS=3"),
+        "{blas}"
+    );
     if blas["name"] == "openblas" {
         assert!(
             blas["env"]
