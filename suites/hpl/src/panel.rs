@@ -224,7 +224,7 @@ impl Panel<'_> {
 
     /// Column `jj`'s pivot: maxloc over the process column, the row swapped across the whole
     /// panel, the pivot row over [jj, upto) sent down the column, the column below scaled by
-    /// the pivot and, over (jj, upto), the rank-1 update (right-looking passes the end of its
+    /// the pivot's reciprocal (not at all for a zero pivot) and, over (jj, upto), the rank-1 update (right-looking passes the end of its
     /// range; left-looking and Crout only need the pivot itself, `upto = jj + 1`).
     fn pivot(&mut self, jj: usize, upto: usize) -> Result<()> {
         self.log(Step::Pivot(jj, upto));
@@ -243,6 +243,9 @@ impl Panel<'_> {
         let (_, g) = self
             .comm
             .allreduce_maxloc_in(Group::Members(self.column), best, at)?;
+        // No row qualified anywhere (the column is NaN below the diagonal on every rank): keep
+        // row j, and let the NaN reach the residual check, which fails it.
+        let g = if g == u64::MAX { j as u64 } else { g };
         self.ipiv[jj] = g;
         swap_rows(lay, &mut self.cols, self.comm, j, g as usize)?;
         let oj = owner(j, nb, p);
@@ -368,7 +371,6 @@ fn scale_and_update(
 ) -> Option<(f64, Option<usize>)> {
     const BLOCK: usize = 512;
     let d = urow[0];
-    let scale = if d != 0.0 { 1.0 / d } else { 1.0 };
     let (first, rest) = a.split_at_mut(lda);
     let mut next = (urow.len() > 1).then_some((-1.0f64, None));
     let mut i0 = rows.start;
@@ -376,6 +378,7 @@ fn scale_and_update(
         let i1 = (i0 + BLOCK).min(rows.end);
         let l = &mut first[i0..i1];
         if d != 0.0 {
+            let scale = 1.0 / d;
             l.iter_mut().for_each(|v| *v *= scale);
         }
         for (k, &u) in urow.iter().enumerate().skip(1) {
@@ -398,7 +401,8 @@ fn scale_and_update(
 }
 
 /// The largest magnitude in `x` and where it first occurs (`(-1, None)` if `x` is empty or
-/// all NaN), as BLAS's idamax picks it. Two passes that the compiler turns into vector code
+/// all NaN): idamax's choice, except that a NaN never wins (reference idamax keeps a NaN
+/// found first). Two passes that the compiler turns into vector code
 /// (one pass tracking indices does not vectorize): the maximum, kept in eight lanes, then the
 /// first chunk holding it.
 fn abs_max_loc(x: &[f64]) -> (f64, Option<usize>) {
@@ -509,7 +513,9 @@ mod tests {
                 a.swap(c * n + k, c * n + p);
             }
             for i in k + 1..n {
-                a[k * n + i] /= a[k * n + k];
+                // By the reciprocal, as the panel (and HPL) scale: a division can round a
+                // near-tie the other way and pick another pivot.
+                a[k * n + i] *= 1.0 / a[k * n + k];
             }
             for c in k + 1..jb {
                 for i in k + 1..n {

@@ -18,7 +18,7 @@
 //! (U12 on the panel's process row when there are several).
 //!
 //! Measured on the 2-core EPYC VM, 8000 rows × 2048 columns, 192 random pivots, two threads:
-//! fused 2.4–2.6 ms (4.3 ms when the prefetches went to L1; 1.8 ms for the tiles with no
+//! fused 2.4–2.6 ms (4.3 ms when the prefetches went to L1; 1.7–1.8 ms for the tiles with no
 //! pivots, the solve alone) against 3.0 ms (dlaswp) + 3.2 ms (dtrsm). In a run this needs OpenBLAS's idle
 //! worker asleep, not spinning on the core our second thread wants: see
 //! `kernels::before_threads`.
