@@ -13,13 +13,13 @@
 //! 96 KiB, more than L1 holds beside the packed L11 the solve streams, and were evicted
 //! before the swaps came to them); the solve itself is a register-blocked kernel (`MR` rows × `NR` columns held in
 //! registers while the solved rows above stream through) against a copy of L11 packed in the
-//! order the kernel reads it: 32 Gflops on one core, 61 on two, for the same shape. The tiles
+//! order the kernel reads it: 38 Gflops on one core, 65 on two, for the same shape. The tiles
 //! are split over the rank's BLAS threads. With no pivots the same code is just the solve
 //! (U12 on the panel's process row when there are several).
 //!
 //! Measured on the 2-core EPYC VM, 8000 rows × 2048 columns, 192 random pivots, two threads:
-//! fused 2.4–2.6 ms (4.3 ms when the prefetches went to L1; 1.7–1.8 ms for the tiles with no
-//! pivots, the solve alone) against 3.0 ms (dlaswp) + 3.2 ms (dtrsm). In a run this needs OpenBLAS's idle
+//! fused 1.75–2.2 ms (4.3 ms when the prefetches went to L1; 1.15–1.2 ms for the tiles with
+//! no pivots, the solve alone) against 6.7 ms for dlaswp then dtrsm. In a run this needs OpenBLAS's idle
 //! worker asleep, not spinning on the core our second thread wants: see
 //! `kernels::before_threads`.
 
@@ -287,15 +287,7 @@ fn solve_tile_with<const FMA: bool>(
         }
         let lb = &l.values[start..start + (i0 + mr) * MR];
         acc = subtract_solved::<FMA>(acc, &lb[..i0 * MR], &xs[..i0 * NR]);
-        // The block's own unit lower triangle, by forward substitution.
-        for (q, lq) in lb[i0 * MR..].chunks_exact(MR).enumerate() {
-            for a in acc.iter_mut() {
-                let x = a[q];
-                for r in q + 1..MR {
-                    a[r] -= lq[r] * x;
-                }
-            }
-        }
+        acc = solve_triangle::<FMA>(acc, &lb[i0 * MR..]);
         for (c, a) in acc.iter().enumerate() {
             let col = &mut t[c * ld + i0..];
             if mr == MR {
@@ -310,6 +302,28 @@ fn solve_tile_with<const FMA: bool>(
             }
         }
     }
+}
+
+/// The block's own unit lower triangle, by forward substitution: row q, once final, is taken
+/// from the rows below it in every column. `l` holds the triangle's MR columns of MR values,
+/// zero on and above the diagonal, so each step is one whole-vector multiply-add per column
+/// (rows on and above q take −0·x and stay as they are) and `acc` stays in registers.
+#[inline(always)]
+fn solve_triangle<const FMA: bool>(mut acc: [[f64; MR]; NR], l: &[f64]) -> [[f64; MR]; NR] {
+    for (q, lq) in l.chunks_exact(MR).take(MR).enumerate() {
+        let lq: &[f64; MR] = lq.try_into().expect("MR values");
+        for a in acc.iter_mut() {
+            let x = a[q];
+            for r in 0..MR {
+                a[r] = if FMA {
+                    (-lq[r]).mul_add(x, a[r])
+                } else {
+                    a[r] - lq[r] * x
+                };
+            }
+        }
+    }
+    acc
 }
 
 /// acc −= L·X for the solved rows above a block: `l` MR values a row, `xs` NR. Apart from
