@@ -224,8 +224,9 @@ impl Panel<'_> {
 
     /// Column `jj`'s pivot: maxloc over the process column, the row swapped across the whole
     /// panel, the pivot row over [jj, upto) sent down the column, the column below scaled by
-    /// the pivot's reciprocal (not at all for a zero pivot) and, over (jj, upto), the rank-1 update (right-looking passes the end of its
-    /// range; left-looking and Crout only need the pivot itself, `upto = jj + 1`).
+    /// the pivot's reciprocal (not at all for a zero pivot) and, over (jj, upto), the rank-1
+    /// update (right-looking passes the end of its range; left-looking and Crout only need
+    /// the pivot itself, `upto = jj + 1`).
     fn pivot(&mut self, jj: usize, upto: usize) -> Result<()> {
         self.log(Step::Pivot(jj, upto));
         let lay = self.lay;
@@ -402,9 +403,9 @@ fn scale_and_update(
 
 /// The largest magnitude in `x` and where it first occurs (`(-1, None)` if `x` is empty or
 /// all NaN): idamax's choice, except that a NaN never wins (reference idamax keeps a NaN
-/// found first). Two passes that the compiler turns into vector code
-/// (one pass tracking indices does not vectorize): the maximum, kept in eight lanes, then the
-/// first chunk holding it.
+/// found first). Two passes that the compiler turns into vector code (one pass tracking
+/// indices does not vectorize): the maximum, kept in eight lanes, then the first chunk
+/// holding it.
 fn abs_max_loc(x: &[f64]) -> (f64, Option<usize>) {
     const LANES: usize = 8;
     let chunks = x.chunks_exact(LANES);

@@ -9,18 +9,18 @@
 //!
 //! Here the columns go in tiles of `NR`: while one tile is solved, the cache lines the next
 //! tile's swaps touch are prefetched a few at a time into L2, so the memory waits overlap the
-//! arithmetic (into L1 they were not: a tile's pivot lines, 1,536 of them for NB 192, are
+//! arithmetic (into L1 they did not: a tile's pivot lines, 1,536 of them for NB 192, are
 //! 96 KiB, more than L1 holds beside the packed L11 the solve streams, and were evicted
-//! before the swaps came to them); the solve itself is a register-blocked kernel (`MR` rows × `NR` columns held in
-//! registers while the solved rows above stream through) against a copy of L11 packed in the
-//! order the kernel reads it: 38 Gflops on one core, 65 on two, for the same shape. The tiles
-//! are split over the rank's BLAS threads. With no pivots the same code is just the solve
-//! (U12 on the panel's process row when there are several).
+//! before the swaps came to them). The solve itself is a register-blocked kernel (`MR` rows
+//! × `NR` columns held in registers while the solved rows above stream through) against a
+//! copy of L11 packed in the order the kernel reads it: 38 Gflops on one core, 65 on two,
+//! for the same shape. The tiles are split over the rank's BLAS threads. With no pivots the
+//! same code is just the solve (U12 on the panel's process row when there are several).
 //!
 //! Measured on the 2-core EPYC VM, 8000 rows × 2048 columns, 192 random pivots, two threads:
 //! fused 1.75–2.2 ms (4.3 ms when the prefetches went to L1; 1.15–1.2 ms for the tiles with
-//! no pivots, the solve alone) against 6.7 ms for dlaswp then dtrsm. In a run this needs OpenBLAS's idle
-//! worker asleep, not spinning on the core our second thread wants: see
+//! no pivots, the solve alone) against 6.7 ms for dlaswp then dtrsm. In a run this needs
+//! OpenBLAS's idle worker asleep, not spinning on the core our second thread wants: see
 //! `kernels::before_threads`.
 
 use crate::kernels;
@@ -307,7 +307,8 @@ fn solve_tile_with<const FMA: bool>(
 /// The block's own unit lower triangle, by forward substitution: row q, once final, is taken
 /// from the rows below it in every column. `l` holds the triangle's MR columns of MR values,
 /// zero on and above the diagonal, so each step is one whole-vector multiply-add per column
-/// (rows on and above q take −0·x and stay as they are) and `acc` stays in registers.
+/// (rows on and above q take −0·x and, being finite, stay as they are) and `acc` stays in
+/// registers.
 #[inline(always)]
 fn solve_triangle<const FMA: bool>(mut acc: [[f64; MR]; NR], l: &[f64]) -> [[f64; MR]; NR] {
     for (q, lq) in l.chunks_exact(MR).take(MR).enumerate() {
