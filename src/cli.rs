@@ -154,6 +154,9 @@ pub struct RunArgs {
     /// Result file (default: results/<suite>-<UTC time>.json).
     #[arg(long, short = 'o')]
     pub out: Option<PathBuf>,
+    /// Start more local ranks than 4 a core (they then share cores, and figures say so).
+    #[arg(long)]
+    pub oversubscribe: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -189,15 +192,16 @@ pub struct HplArgs {
     #[command(flatten)]
     pub run: RunArgs,
     /// Order of the system (default: from memory, see --mem-fraction and --max-minutes).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=tbbench_hpl::input::MAX_N as u64))]
     pub n: Option<u64>,
     /// Block size.
     #[arg(long, default_value_t = 192, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub nb: u64,
     /// Process grid rows (with --q; default: as square as possible, P <= Q).
-    #[arg(long, requires = "q", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, requires = "q", value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub p: Option<u64>,
-    #[arg(long, requires = "p", value_parser = clap::value_parser!(u64).range(1..))]
+    /// Process grid columns (with --p).
+    #[arg(long, requires = "p", value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub q: Option<u64>,
     /// netlib HPL's input file: run every combination it lists.
     #[arg(long, conflicts_with_all = ["n", "p", "q", "depth"])]
@@ -213,8 +217,8 @@ pub struct HplArgs {
     #[arg(long, default_value_t = 10.0)]
     pub max_minutes: f64,
     /// Threads per rank (default: the host's cores over its ranks).
-    #[arg(long)]
-    pub threads: Option<usize>,
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub threads: Option<u64>,
     /// Skip the single-rank DGEMM measurement that efficiency is quoted against.
     #[arg(long)]
     pub no_dgemm_probe: bool,
@@ -283,6 +287,7 @@ impl RunArgs {
             timeout: self.timeout.unwrap_or(std::time::Duration::from_secs(30)),
             port: self.port,
             out: self.out.clone(),
+            oversubscribe: self.oversubscribe,
         }
     }
 }
@@ -319,12 +324,19 @@ impl HplArgs {
                 self.mem_fraction
             );
         }
+        if !(self.max_minutes > 0.0 && self.max_minutes <= units::MAX_DURATION_S / 60.0) {
+            anyhow::bail!(
+                "--max-minutes must be above 0 and at most {} (7 days), not {}",
+                units::MAX_DURATION_S / 60.0,
+                self.max_minutes
+            );
+        }
         let mut skipped = Vec::new();
         let mut runs = Vec::new();
         let grid = match (self.p, self.q) {
-            (Some(p), Some(q)) if (p * q) as usize != nodes => anyhow::bail!(
+            (Some(p), Some(q)) if p.checked_mul(q) != Some(nodes as u64) => anyhow::bail!(
                 "--p {p} --q {q} is a grid of {} ranks, but --nodes is {nodes}",
-                p * q
+                p as u128 * q as u128
             ),
             (Some(p), Some(q)) => Some((p as usize, q as usize)),
             _ => None,
@@ -377,7 +389,10 @@ impl HplArgs {
             grid,
             mem_fraction: self.mem_fraction,
             auto_time_budget_s: self.max_minutes * 60.0,
-            threads: self.threads.unwrap_or((cores / nodes.max(1)).max(1)),
+            threads: self
+                .threads
+                .map(|t| t as usize)
+                .unwrap_or((cores / nodes.max(1)).max(1)),
             dgemm_probe: !self.no_dgemm_probe,
             dat: self.dat.as_ref().map(|p| p.display().to_string()),
             depth: self.depth.map(|d| d as usize),
@@ -431,16 +446,16 @@ pub struct InferArgs {
     #[arg(long, default_value = "chat", value_parser = ["chat", "completions"])]
     pub api: String,
     /// Prompt length in the server's tokens (tuned during warm-up from its usage counts).
-    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub prompt_tokens: u64,
     /// Output tokens per request (max_tokens).
-    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub max_tokens: u64,
     /// Measured requests per level.
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub requests: u64,
     /// Untimed full-size requests before measuring.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub warmup: u64,
     /// Closed-loop levels, one measurement each: 1,2,4,8 or 1-8.
     #[arg(long, default_value = "1", value_parser = parse_concurrency, conflicts_with = "rate")]

@@ -41,8 +41,7 @@ pub fn run(a: &QuickArgs, generator: &str) -> Result<i32> {
         let stamp = tbbench_reports::write::default_path("quick", time::OffsetDateTime::now_utc());
         PathBuf::from("results").join(stamp.file_stem().unwrap_or_default())
     });
-    std::fs::create_dir_all(&dir)
-        .with_context(|| format!("cannot create folder {}", dir.display()))?;
+    tbbench_reports::write::check_folder_writable(&dir)?;
     let mut failed = Vec::new();
     for (suite, extra) in suites(a) {
         println!("== tbbench {suite} (quick) ==");

@@ -32,6 +32,13 @@ fn json_bytes(v: &serde_json::Value) -> Result<Vec<u8>> {
 
 /// Returns the exit code: 0, or 1 with --strict when an input was left out.
 pub fn run_report(o: &ReportOptions) -> Result<i32> {
+    crate::write::check_writable(&o.html)?;
+    if let Some(j) = &o.json {
+        crate::write::check_writable(j)?;
+    }
+    if !o.exports.is_empty() {
+        crate::write::check_folder_writable(&o.export_dir)?;
+    }
     let report = build(&o.inputs, o.threshold_pct, &o.generator, &now());
     for p in &report.problems {
         eprintln!("tbbench: report: left out {p}");
@@ -82,6 +89,9 @@ pub struct CompareOptions {
 
 /// Exit code: 0 no regression, 1 at least one, 2 when nothing could be compared.
 pub fn run_compare(o: &CompareOptions) -> Result<i32> {
+    if let Some(j) = &o.json {
+        crate::write::check_writable(j)?;
+    }
     let (base, pb) = load_checked(std::slice::from_ref(&o.base));
     let (new, pn) = load_checked(std::slice::from_ref(&o.new));
     for p in pb.iter().chain(&pn) {

@@ -6,11 +6,69 @@ use anyhow::{Context, Result};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path
-        .parent()
+fn folder_of(path: &Path) -> &Path {
+    path.parent()
         .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+        .unwrap_or(Path::new("."))
+}
+
+/// Refuses a path that names something other than a regular file (a device, a folder, a
+/// pipe, a socket): output replaces what is there, and only a file may be replaced.
+fn refuse_non_file(path: &Path) -> Result<()> {
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => anyhow::bail!(
+            "{} exists and is not a regular file ({}): refusing to replace it",
+            path.display(),
+            kind_of(&m)
+        ),
+        _ => Ok(()),
+    }
+}
+
+fn kind_of(m: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = m.file_type();
+    if t.is_dir() {
+        "a folder"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else if t.is_fifo() {
+        "a pipe"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a file"
+    }
+}
+
+/// Checks, before a run spends its time, that its output can be written at `path`: the path
+/// is a regular file or nothing, and its folder exists (or can be made) and takes a new file.
+pub fn check_writable(path: &Path) -> Result<()> {
+    refuse_non_file(path)?;
+    path.file_name()
+        .with_context(|| format!("{} is not a file name", path.display()))?;
+    check_folder_writable(folder_of(path))
+}
+
+/// Checks that `dir` exists (or can be made) and takes a new file, by making and removing one.
+pub fn check_folder_writable(dir: &Path) -> Result<()> {
+    if let Ok(m) = std::fs::metadata(dir) {
+        if !m.is_dir() {
+            anyhow::bail!("{} is not a folder ({})", dir.display(), kind_of(&m));
+        }
+    }
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create folder {}", dir.display()))?;
+    let probe = dir.join(format!(".tbbench-probe-{}", std::process::id()));
+    std::fs::File::create(&probe)
+        .with_context(|| format!("cannot write into folder {}", dir.display()))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    refuse_non_file(path)?;
+    let dir = folder_of(path);
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create folder {}", dir.display()))?;
     let name = path

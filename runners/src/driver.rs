@@ -141,6 +141,10 @@ fn rank_main<S: Suite>(
         launched,
         keepalive,
     } = boot;
+    if rank == 0 && !launched {
+        // Rank 0 writes the file itself (mpirun, by hand): find out now whether it can.
+        tbbench_reports::write::check_writable(&launch::standalone_out(opts, S::NAME))?;
+    }
     let mut host = sysinfo::this_host();
     let label = label.unwrap_or_else(|| host.hostname.clone());
     // The address the launcher placed this rank at (hostfile `ips`, loopback): the control

@@ -34,8 +34,13 @@ pub fn read_hostfile(path: &Path) -> Result<Vec<HostEntry>> {
 
 /// Parses either format, chosen by the first non-blank character (`[` is JSON).
 pub fn parse_hostfile(text: &str) -> Result<Vec<HostEntry>> {
-    let hosts = if text.trim_start().starts_with('[') {
+    let first = text.trim_start().chars().next();
+    let hosts = if first == Some('[') {
         parse_mlx_json(text)?
+    } else if first == Some('{') {
+        bail!(
+            "a JSON object, but mlx.launch's hostfile is a JSON list: [{{\"ssh\": \"mac1\"}}, ...]"
+        );
     } else {
         parse_openmpi(text)?
     };
@@ -55,6 +60,7 @@ fn parse_mlx_json(text: &str) -> Result<Vec<HostEntry>> {
             if h.ssh.trim().is_empty() {
                 bail!("entry {} has an empty \"ssh\" name", i + 1);
             }
+            check_host_name(&h.ssh).with_context(|| format!("entry {}", i + 1))?;
             let slots = h.slots.unwrap_or(1);
             if slots == 0 {
                 bail!("entry {} ({}) has slots 0", i + 1, h.ssh);
@@ -68,6 +74,17 @@ fn parse_mlx_json(text: &str) -> Result<Vec<HostEntry>> {
         .collect()
 }
 
+/// A name the remote shell can be given: a host name, `user@host`, an IPv6 address in brackets
+/// or a namespace name. Anything else (quotes, braces, shell syntax) is a mistake in the file,
+/// caught here rather than as an ssh failure.
+fn check_host_name(name: &str) -> Result<()> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || "._-@:[]%".contains(c);
+    if name.len() > 255 || !name.chars().all(ok) {
+        bail!("'{name}' is not a host name (letters, digits and . _ - @ : [ ] % only)");
+    }
+    Ok(())
+}
+
 fn parse_openmpi(text: &str) -> Result<Vec<HostEntry>> {
     let mut hosts = Vec::new();
     for (lineno, raw) in text.lines().enumerate() {
@@ -77,6 +94,7 @@ fn parse_openmpi(text: &str) -> Result<Vec<HostEntry>> {
         }
         let mut words = line.split_whitespace();
         let name = words.next().unwrap_or_default().to_string();
+        check_host_name(&name).with_context(|| format!("line {}", lineno + 1))?;
         let mut slots = 1;
         for w in words {
             let (key, value) = w.split_once('=').with_context(|| {
@@ -115,7 +133,7 @@ fn parse_openmpi(text: &str) -> Result<Vec<HostEntry>> {
 /// Places `nodes` ranks on hosts: fill each host's slots in file order, as mpirun's default
 /// by-slot mapping does. Errors when the file has fewer slots than ranks.
 pub fn place_ranks(hosts: &[HostEntry], nodes: usize) -> Result<Vec<usize>> {
-    let total: usize = hosts.iter().map(|h| h.slots).sum();
+    let total = hosts.iter().fold(0usize, |t, h| t.saturating_add(h.slots));
     if nodes > total {
         bail!("{nodes} ranks asked for but the hostfile has {total} slots");
     }
@@ -179,6 +197,18 @@ mod tests {
         assert!(e.contains("mlx.launch"), "{e}");
         assert!(parse_hostfile("# nothing\n\n").is_err());
         assert!(parse_hostfile("[{\"ssh\": \"\"}]").is_err());
+        // A JSON object is not read as one host named `{"ssh":"a"}`.
+        let e = format!("{:#}", parse_hostfile("{\"ssh\":\"a\"}").unwrap_err());
+        assert!(e.contains("JSON list"), "{e}");
+        let e = format!("{:#}", parse_hostfile("mac1\nmac$(reboot)\n").unwrap_err());
+        assert!(e.contains("line 2") && e.contains("not a host name"), "{e}");
+    }
+
+    #[test]
+    fn huge_slot_counts_do_not_overflow() {
+        let h =
+            parse_hostfile("a slots=18446744073709551615\nb slots=18446744073709551615\n").unwrap();
+        assert_eq!(place_ranks(&h, 3).unwrap(), vec![0, 0, 0]);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::hostfile::{place_ranks, read_hostfile, HostEntry};
 use crate::options::RunOptions;
 use crate::rendezvous::{Token, LIVENESS};
 use anyhow::{anyhow, bail, Context, Result};
+use serde::Deserialize;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -44,11 +45,70 @@ fn is_local(host: &str) -> bool {
     matches!(host, "localhost" | "127.0.0.1")
 }
 
+/// The most ranks one run takes: far beyond the 2-8 machines tbbench is for, and small enough
+/// that every rank's table, connections and buffers stay modest.
+pub const MAX_RANKS: usize = 1024;
+/// What a rank process holds at the least (binary, stacks, buffers of the rendezvous), for
+/// telling before the start how many this host can hold.
+const RANK_MIN_BYTES: u64 = 32 << 20;
+/// Local ranks per core beyond which a run must be asked for with --oversubscribe: such runs
+/// measure the scheduler, not the network, and a mistyped count floods the machine.
+const OVERSUBSCRIBE_FACTOR: usize = 4;
+
+/// Refuses, before anything starts, a rank count this host cannot start (file descriptors for
+/// the full mesh, memory for the processes) or did not mean to (far more ranks than cores).
+fn check_local_ranks(local: usize, opts: &RunOptions) -> Result<()> {
+    let cores = crate::sysinfo::this_host().cores_logical.max(1);
+    if local > cores * OVERSUBSCRIBE_FACTOR && !opts.oversubscribe {
+        bail!(
+            "{local} ranks on this host's {cores} cores (more than {OVERSUBSCRIBE_FACTOR} a core): \
+             pass --oversubscribe to run them anyway, or use --hostfile"
+        );
+    }
+    // Rank 0 holds a control connection to every rank and `streams` data connections to each
+    // peer; the launcher holds two pipes a rank.
+    let fds_needed = (local.saturating_sub(1))
+        .saturating_mul(opts.streams.saturating_add(1))
+        .saturating_add(64);
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0
+        && (fds_needed as u64) > lim.rlim_cur as u64
+    {
+        bail!(
+            "{local} ranks need about {fds_needed} open files each, above this shell's limit of {} \
+             (raise it with `ulimit -n`, or run fewer ranks)",
+            lim.rlim_cur
+        );
+    }
+    let available = crate::sysinfo::this_host().memory_available_bytes;
+    if available > 0 && (local as u64).saturating_mul(RANK_MIN_BYTES) > available {
+        bail!(
+            "{local} ranks need at least {} MiB of memory on this host, which has {} MiB available \
+             (at most {} ranks fit)",
+            (local as u64).saturating_mul(RANK_MIN_BYTES) >> 20,
+            available >> 20,
+            available / RANK_MIN_BYTES
+        );
+    }
+    Ok(())
+}
+
 fn plan(opts: &RunOptions) -> Result<Vec<Placement>> {
     if opts.nodes == 0 {
         bail!("--nodes must be at least 1");
     }
+    if opts.nodes > MAX_RANKS {
+        bail!(
+            "--nodes {} is more ranks than tbbench runs (at most {MAX_RANKS})",
+            opts.nodes
+        );
+    }
     let Some(path) = &opts.hostfile else {
+        check_local_ranks(opts.nodes, opts)?;
         let addr = match (&opts.addr, &opts.iface) {
             (Some(a), _) => Some(a.to_string()),
             (None, Some(_)) => None,
@@ -66,6 +126,10 @@ fn plan(opts: &RunOptions) -> Result<Vec<Placement>> {
     let placed =
         place_ranks(&hosts, opts.nodes).with_context(|| format!("hostfile {}", path.display()))?;
     let all_local = placed.iter().all(|i| is_local(&hosts[*i].name));
+    check_local_ranks(
+        placed.iter().filter(|i| is_local(&hosts[**i].name)).count(),
+        opts,
+    )?;
     Ok(placed
         .into_iter()
         .map(|i| {
@@ -205,6 +269,7 @@ fn launch_over(opts: &RunOptions, suite: &str) -> Result<i32> {
             dir.display()
         );
     }
+    tbbench_reports::write::check_folder_writable(&dir)?;
     let started = time::OffsetDateTime::now_utc();
     let stamp = tbbench_reports::write::default_path(suite, started);
     let stem = stamp
@@ -280,6 +345,8 @@ fn run_ranks(
     let out_path = opts.out.clone().unwrap_or_else(|| {
         tbbench_reports::write::default_path(suite, time::OffsetDateTime::now_utc())
     });
+    // Before the run, not after it: a measurement that cannot be saved is lost.
+    tbbench_reports::write::check_writable(&out_path)?;
 
     let mut ranks: Vec<Rank> = Vec::with_capacity(size);
     let (line_tx, line_rx) = mpsc::channel::<String>();
@@ -359,11 +426,23 @@ fn run_ranks(
 
     let mut first_failure: Option<(usize, Instant)> = None;
     let mut wrote_result = false;
+    let mut cut_off = false;
+    let mut take = |relayed: Relayed| match relayed {
+        Relayed::Result => wrote_result = true,
+        Relayed::CutOff => cut_off = true,
+        Relayed::Text => {}
+    };
     loop {
         while let Ok(line) = line_rx.try_recv() {
-            wrote_result |= relay(&line, &out_path)?;
+            take(relay(&line, &out_path)?);
         }
         if interrupted.load(Ordering::SeqCst) {
+            if wrote_result {
+                // The result was whole and written before the interrupt: it stands.
+                stop_all(&mut ranks, "interrupted after the result was written", 130);
+                println!("result: {}", out_path.display());
+                return Ok(0);
+            }
             return Ok(stop_all(&mut ranks, "interrupted: stopped every rank", 130));
         }
         for (r, rank) in ranks.iter_mut().enumerate() {
@@ -379,7 +458,7 @@ fn run_ranks(
         if let Some(st0) = ranks[0].status {
             // Drain what rank 0 printed last, then give the others a moment to finish.
             for line in line_rx.iter() {
-                wrote_result |= relay(&line, &out_path)?;
+                take(relay(&line, &out_path)?);
             }
             let grace = Instant::now() + Duration::from_secs(3);
             while ranks
@@ -396,6 +475,19 @@ fn run_ranks(
             // A run whose verification failed still wrote its file, which says why.
             if wrote_result {
                 println!("result: {}", out_path.display());
+            } else if cut_off {
+                eprintln!(
+                    "tbbench: error: rank 0 ({}) ended ({st0}) while handing over its result; no result file written",
+                    ranks[0].label
+                );
+                return Ok(st0.code().filter(|c| *c != 0).unwrap_or(1));
+            } else if st0.code().is_none() {
+                // Killed by a signal: it could not say so itself.
+                eprintln!(
+                    "tbbench: error: rank 0 ({}) was killed ({st0}); no result file written",
+                    ranks[0].label
+                );
+                return Ok(1);
             }
             return Ok(if st0.success() {
                 0
@@ -419,28 +511,40 @@ fn run_ranks(
     }
 }
 
-/// Passes one line of rank 0's output on to the user, or writes the result it carries.
-/// Returns whether it was the result.
-fn relay(line: &str, out_path: &std::path::Path) -> Result<bool> {
+/// What one line of rank 0's output was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Relayed {
+    /// Output for the user, printed.
+    Text,
+    /// The result, whole, and now written.
+    Result,
+    /// A result line that does not parse: rank 0 was cut off while sending it.
+    CutOff,
+}
+
+/// Passes one line of rank 0's output on to the user, or writes the result it carries. Only a
+/// result that parses whole as a result file is written: a line cut off when rank 0 died
+/// leaves no file at all.
+fn relay(line: &str, out_path: &std::path::Path) -> Result<Relayed> {
     match line.strip_prefix(&format!("{PROTOCOL_PREFIX}RESULT ")) {
         Some(json) => {
-            tbbench_reports::write::write_atomic(
-                out_path,
-                format!("{}\n", pretty(json)).as_bytes(),
-            )?;
-            Ok(true)
+            // Written as rank 0 sent it (every key, in order), once it reads as a result file.
+            let whole = serde_json::from_str::<serde_json::Value>(json)
+                .ok()
+                .filter(|v| tbbench_reports::ResultFile::deserialize(v).is_ok());
+            let Some(value) = whole else {
+                return Ok(Relayed::CutOff);
+            };
+            let mut bytes = serde_json::to_vec_pretty(&value)?;
+            bytes.push(b'\n');
+            tbbench_reports::write::write_atomic(out_path, &bytes)?;
+            Ok(Relayed::Result)
         }
         None => {
             println!("{line}");
-            Ok(false)
+            Ok(Relayed::Text)
         }
     }
-}
-
-fn pretty(json: &str) -> String {
-    serde_json::from_str::<serde_json::Value>(json)
-        .and_then(|v| serde_json::to_string_pretty(&v))
-        .unwrap_or_else(|_| json.to_string())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -552,5 +656,55 @@ mod tests {
             ..Default::default()
         })
         .is_err());
+    }
+
+    #[test]
+    fn a_result_cut_off_mid_line_writes_no_file() {
+        let dir = std::env::temp_dir().join(format!("tbbench-relay-{}", std::process::id()));
+        let out = dir.join("r.json");
+        let whole = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../fixtures/results/network/link-tcp-loopback.json"
+        ))
+        .unwrap();
+        let one_line: String =
+            serde_json::to_string(&serde_json::from_str::<serde_json::Value>(&whole).unwrap())
+                .unwrap();
+        for cut in [1, one_line.len() / 2, one_line.len() - 1] {
+            let line = format!("{PROTOCOL_PREFIX}RESULT {}", &one_line[..cut]);
+            assert_eq!(relay(&line, &out).unwrap(), Relayed::CutOff, "cut at {cut}");
+            assert!(!out.exists(), "cut at {cut} wrote a file");
+        }
+        let line = format!("{PROTOCOL_PREFIX}RESULT {one_line}");
+        assert_eq!(relay(&line, &out).unwrap(), Relayed::Result);
+        let written: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        assert_eq!(
+            written,
+            serde_json::from_str::<serde_json::Value>(&whole).unwrap()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn rank_counts_the_host_cannot_start_are_refused_up_front() {
+        let err = |nodes, oversubscribe| {
+            format!(
+                "{:#}",
+                plan(&RunOptions {
+                    nodes,
+                    oversubscribe,
+                    ..Default::default()
+                })
+                .unwrap_err()
+            )
+        };
+        assert!(err(usize::MAX, true).contains("at most 1024"));
+        assert!(err(100_000, true).contains("at most 1024"));
+        let cores = crate::sysinfo::this_host().cores_logical;
+        let many = cores * OVERSUBSCRIBE_FACTOR + 1;
+        if many <= MAX_RANKS {
+            assert!(err(many, false).contains("--oversubscribe"));
+        }
     }
 }

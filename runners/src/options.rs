@@ -68,6 +68,8 @@ pub struct RunOptions {
     pub port: u16,
     /// Result file; `results/<suite>-<UTC>.json` when not given.
     pub out: Option<PathBuf>,
+    /// Local ranks far beyond the host's cores were asked for on purpose.
+    pub oversubscribe: bool,
 }
 
 fn subnet_str<S: serde::Serializer>(v: &Option<(Ipv4Addr, u8)>, s: S) -> Result<S::Ok, S::Error> {
@@ -232,6 +234,7 @@ impl Default for RunOptions {
             timeout: Duration::from_secs(30),
             port: 0,
             out: None,
+            oversubscribe: false,
         }
     }
 }

@@ -159,8 +159,17 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration> {
     if !(v > 0.0 && v.is_finite()) {
         bail!("bad duration '{text}': must be above zero");
     }
-    Ok(std::time::Duration::from_secs_f64(v * scale))
+    // Deadlines are `Instant::now() + duration`: a bound keeps that sum representable, and no
+    // wait of tbbench's is meant to last longer.
+    let secs = v * scale;
+    if secs > MAX_DURATION_S {
+        bail!("bad duration '{text}': at most 7 days (604800 s)");
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
 }
+
+/// The longest duration a flag takes.
+pub const MAX_DURATION_S: f64 = 7.0 * 24.0 * 3600.0;
 
 #[cfg(test)]
 mod tests {
@@ -230,5 +239,12 @@ mod tests {
         assert_eq!(parse_duration("500ms").unwrap().as_millis(), 500);
         assert_eq!(parse_duration("2m").unwrap().as_secs(), 120);
         assert!(parse_duration("soon").is_err());
+        for huge in ["1e19", "1e20", "1e300m", "604801"] {
+            let err = parse_duration(huge).unwrap_err().to_string();
+            assert!(err.contains("at most 7 days"), "{huge}: {err}");
+        }
+        for bad in ["NaN", "inf", "-1s", "0"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
     }
 }

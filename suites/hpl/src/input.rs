@@ -9,6 +9,18 @@ use std::path::Path;
 
 /// HPL's own limit on each list (MAXNS etc.).
 const MAX_LIST: usize = 20;
+/// The largest N tbbench solves: a matrix of 800 TB, beyond any cluster it is for, and small
+/// enough that every size derived from N fits in 64 bits.
+pub const MAX_N: usize = 10_000_000;
+/// The largest block size (HPL's own inputs stay far below it).
+pub const MAX_NB: usize = 4096;
+/// The most ranks a grid may have: the launcher's own limit.
+const MAX_GRID: i64 = 1024;
+/// The deepest lookahead, as `--depth` takes it.
+const MAX_DEPTH: i64 = 64;
+/// The most combinations one HPL.dat may ask for: netlib's sample asks for 864; twenty values
+/// on every list would be 20^9, each a run (and a record held in memory).
+pub const MAX_COMBINATIONS: u64 = 100_000;
 
 /// Left-looking, Crout or right-looking, for the panel (PFACT) and its recursion (RFACT).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -196,26 +208,61 @@ impl HplDat {
             );
         }
         let r = Reader { lines: &lines };
-        let ns = r.list(4, 5, "problem sizes (N)", |n| n >= 0)?;
-        let nbs = r.list(6, 7, "block sizes (NB)", |nb| nb >= 1)?;
+        let ns = r.list(4, 5, "problem sizes (N)", |n| {
+            (1..=MAX_N as i64).contains(&n)
+        })?;
+        let nbs = r.list(6, 7, "block sizes (NB)", |nb| {
+            (1..=MAX_NB as i64).contains(&nb)
+        })?;
         let pmap = match r.int(8, "PMAP process mapping")? {
             0 => ProcessMap::RowMajor,
             1 => ProcessMap::ColumnMajor,
             v => bail!("line 9: PMAP must be 0 (row-major) or 1 (column-major), not {v}"),
         };
-        let ps = r.list(9, 10, "process grids (P)", |p| p >= 1)?;
-        let qs = r.list_n(ps.len(), 11, "Qs", |q| q >= 1)?;
+        let ps = r.list(9, 10, "process grids (P)", |p| (1..=MAX_GRID).contains(&p))?;
+        let qs = r.list_n(ps.len(), 11, "Qs", |q| (1..=MAX_GRID).contains(&q))?;
+        if let Some((p, q)) = ps.iter().zip(&qs).find(|(p, q)| **p * **q > MAX_GRID) {
+            bail!("lines 11-12: a {p}x{q} grid has more than {MAX_GRID} ranks");
+        }
         let threshold = r.float(12, "threshold")?;
+        if !threshold.is_finite() {
+            bail!("line 13: threshold must be a finite number, not {threshold}");
+        }
         let pfacts = r.list(13, 14, "panel factorizations (PFACT)", |c| {
             (0..=2).contains(&c)
         })?;
-        let nbmins = r.list(15, 16, "recursive stopping criteria (NBMIN)", |v| v >= 1)?;
-        let ndivs = r.list(17, 18, "panels in recursion (NDIV)", |v| v >= 2)?;
+        let nbmins = r.list(15, 16, "recursive stopping criteria (NBMIN)", |v| {
+            (1..=MAX_NB as i64).contains(&v)
+        })?;
+        let ndivs = r.list(17, 18, "panels in recursion (NDIV)", |v| {
+            (2..=MAX_NB as i64).contains(&v)
+        })?;
         let rfacts = r.list(19, 20, "recursive panel factorizations (RFACT)", |c| {
             (0..=2).contains(&c)
         })?;
         let bcasts = r.list(21, 22, "broadcasts (BCAST)", |c| (0..=5).contains(&c))?;
-        let depths = r.list(23, 24, "lookahead depths (DEPTH)", |d| d >= 0)?;
+        let depths = r.list(23, 24, "lookahead depths (DEPTH)", |d| {
+            (0..=MAX_DEPTH).contains(&d)
+        })?;
+        // Counted before `variants` lists them.
+        let combinations = [
+            ps.len(),
+            ns.len(),
+            nbs.len(),
+            depths.len(),
+            bcasts.len(),
+            rfacts.len(),
+            nbmins.len(),
+            ndivs.len(),
+            pfacts.len(),
+        ]
+        .iter()
+        .fold(1u64, |t, &n| t.saturating_mul(n as u64));
+        if combinations > MAX_COMBINATIONS {
+            bail!(
+                "its lists make {combinations} combinations, each a run; at most {MAX_COMBINATIONS} (shorten the lists)"
+            );
+        }
         let swap = match r.int(25, "SWAP")? {
             0 => Swap::BinaryExchange,
             1 => Swap::Long,
@@ -488,6 +535,32 @@ mod tests {
     }
 
     #[test]
+    fn twenty_values_on_every_list_are_refused_before_listing_them() {
+        let mut lines: Vec<String> = sample().lines().map(String::from).collect();
+        let twenty = |v: &str| vec![v; 20].join(" ");
+        for (count, values, v) in [
+            (5, 6, "1000"),
+            (7, 8, "64"),
+            (10, 11, "1"),
+            (14, 15, "1"),
+            (16, 17, "4"),
+            (18, 19, "2"),
+            (20, 21, "1"),
+            (22, 23, "1"),
+            (24, 25, "1"),
+        ] {
+            lines[count - 1] = "20 count".into();
+            lines[values - 1] = twenty(v);
+        }
+        lines[11] = twenty("1");
+        let err = format!("{:#}", HplDat::parse(&lines.join("\n")).unwrap_err());
+        assert!(
+            err.contains("combinations") && err.contains("at most"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn malformed_files_name_the_line_and_the_problem() {
         let cases = [
             (broken(5, "x            # of problems sizes (N)"), "line 5"),
@@ -509,6 +582,16 @@ mod tests {
             (broken(26, "3            SWAP"), "line 26"),
             (broken(13, "sixteen      threshold"), "line 13: threshold"),
             (broken(5, "21           # of problems sizes (N)"), "1 to 20"),
+            (
+                broken(6, "0 1000 2000 3000 Ns"),
+                "line 6: 0 is not a valid value for problem sizes",
+            ),
+            (
+                broken(12, "4611686018427387905 4 4 Qs"),
+                "line 12: 4611686018427387905 is not a valid value for Qs",
+            ),
+            (broken(13, "NaN          threshold"), "line 13: threshold"),
+            (broken(13, "inf          threshold"), "line 13: threshold"),
             (
                 "HPLinpack benchmark input file\nonly two lines".to_string(),
                 "2 lines",

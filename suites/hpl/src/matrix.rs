@@ -39,7 +39,7 @@ impl LocalMatrix {
     pub fn bytes(n: usize, nb: usize, grid: &Grid, myrow: usize, mycol: usize) -> u64 {
         let mp = numroc(n, nb, myrow, grid.p).max(1) as u64;
         let nq = numroc(n + 1, nb, mycol, grid.q) as u64;
-        mp * nq * 8
+        mp.saturating_mul(nq).saturating_mul(8)
     }
 
     /// This rank's blocks of HPL's [A | b] for `seed`.

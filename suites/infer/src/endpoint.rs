@@ -23,8 +23,9 @@ fn validate(c: &InferConfig) -> Result<()> {
         bail!("--concurrency needs at least one level");
     }
     if let Some(r) = c.rate_per_s {
-        if !(r.is_finite() && r > 0.0) {
-            bail!("--rate must be a positive number of requests per second, not {r}");
+        // Arrival times are sums of gaps of about 1/rate seconds: bounded both ways.
+        if !(r.is_finite() && (0.001..=100_000.0).contains(&r)) {
+            bail!("--rate must be between 0.001 and 100000 requests per second, not {r}");
         }
     }
     if !(c.timeout_s.is_finite() && c.timeout_s > 0.0) {
@@ -133,6 +134,11 @@ fn describe_network(url: &Url, probe: &Record) -> Network {
 
 pub fn run(config: &InferConfig, tool: &Tool) -> Result<i32> {
     validate(config)?;
+    if let Some(out) = &config.out {
+        tbbench_reports::write::check_writable(out)?;
+    } else {
+        tbbench_reports::write::check_folder_writable(std::path::Path::new("results"))?;
+    }
     let started = time::OffsetDateTime::now_utc();
     let url = Url::parse(&config.endpoint).map_err(|e| anyhow!(e))?;
     let auth = std::env::var(&config.api_key_env)

@@ -76,6 +76,10 @@ impl Default for InferConfig {
 }
 
 /// `1,2,4,8` (also `1-8`, every power of two from 1 to 8).
+/// The most concurrent requests one level may hold open, and the most levels in one run.
+pub const MAX_CONCURRENCY: usize = 4096;
+pub const MAX_LEVELS: usize = 64;
+
 pub fn parse_concurrency(text: &str) -> Result<Vec<usize>, String> {
     let bad = |w: &str| format!("'{w}' is not a concurrency (use a list like 1,2,4,8 or 1-8)");
     let mut out = Vec::new();
@@ -88,6 +92,12 @@ pub fn parse_concurrency(text: &str) -> Result<Vec<usize>, String> {
             if a == 0 || b < a {
                 return Err(bad(w));
             }
+            // Checked before expanding: doubling toward a huge bound would never end.
+            if b > MAX_CONCURRENCY {
+                return Err(format!(
+                    "{text}: at most {MAX_CONCURRENCY} concurrent requests"
+                ));
+            }
             let mut c = a;
             while c <= b {
                 out.push(c);
@@ -98,11 +108,16 @@ pub fn parse_concurrency(text: &str) -> Result<Vec<usize>, String> {
             if c == 0 {
                 return Err(bad(w));
             }
+            if c > MAX_CONCURRENCY {
+                return Err(format!(
+                    "{text}: at most {MAX_CONCURRENCY} concurrent requests"
+                ));
+            }
             out.push(c);
         }
-    }
-    if out.iter().any(|&c| c > 4096) {
-        return Err(format!("{text}: at most 4096 concurrent requests"));
+        if out.len() > MAX_LEVELS {
+            return Err(format!("{text}: at most {MAX_LEVELS} concurrency levels"));
+        }
     }
     Ok(out)
 }
@@ -119,5 +134,12 @@ mod tests {
         for bad in ["0", "a", "1,,2", "4-2", "-1", "99999"] {
             assert!(parse_concurrency(bad).is_err(), "{bad}");
         }
+        // Ranges are bounded before they are expanded (these once looped for ever).
+        for huge in ["1-9223372036854775808", "1-18446744073709551615", "2-4097"] {
+            let err = parse_concurrency(huge).unwrap_err();
+            assert!(err.contains("at most 4096"), "{huge}: {err}");
+        }
+        let many = vec!["1"; MAX_LEVELS + 1].join(",");
+        assert!(parse_concurrency(&many).unwrap_err().contains("levels"));
     }
 }

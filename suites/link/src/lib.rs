@@ -124,6 +124,53 @@ pub struct LinkResults {
 
 pub struct LinkSuite;
 
+/// Bytes one rank holds at once for a message size: the send buffer and the receive slots
+/// (and, on rank 0 of shm, the two buffers of the memcpy ceiling, measured first).
+fn bytes_for_size(config: &LinkConfig, size: u64) -> u64 {
+    let slots = config
+        .patterns
+        .iter()
+        .map(|p| p.recv_slots(size, p.window(size, config.window)) as u64)
+        .max()
+        .unwrap_or(1);
+    size.saturating_mul(slots.saturating_add(1))
+}
+
+/// Refuses, before any buffer is allocated, sizes this host's free memory cannot hold for
+/// its ranks, naming the largest size that fits.
+fn check_memory(config: &LinkConfig, ctx: &Context) -> Result<()> {
+    let me = &ctx.rank_hosts[ctx.rank()];
+    let Some(host) = ctx.hosts.iter().find(|h| &h.hostname == me) else {
+        return Ok(());
+    };
+    if host.memory_available_bytes == 0 {
+        return Ok(());
+    }
+    // Ranks measure one pair at a time, but every rank on the host may be in some pair.
+    let ranks_here = host.ranks.len().clamp(1, 2) as u64;
+    let budget = host.memory_available_bytes / 10 * 8 / ranks_here;
+    let Some(&largest) = config.sizes.iter().max() else {
+        return Ok(());
+    };
+    if bytes_for_size(config, largest) > budget {
+        let fits = (0..63)
+            .map(|i| 1u64 << i)
+            .take_while(|&s| bytes_for_size(config, s) <= budget)
+            .last()
+            .unwrap_or(0);
+        bail!(
+            "a {} message needs {} per rank, but {} has {} available for {} rank(s) here; the largest power of two that fits is {}",
+            tbbench_runners::units::format_size(largest),
+            tbbench_runners::units::format_size(bytes_for_size(config, largest)),
+            host.hostname,
+            tbbench_runners::units::format_size(host.memory_available_bytes),
+            ranks_here,
+            tbbench_runners::units::format_size(fits)
+        );
+    }
+    Ok(())
+}
+
 impl Suite for LinkSuite {
     const NAME: &'static str = "link";
     type Config = LinkConfig;
@@ -132,6 +179,7 @@ impl Suite for LinkSuite {
         if ctx.size() < 2 {
             bail!("the link suite needs at least 2 ranks (--nodes 2)");
         }
+        check_memory(config, ctx)?;
         let (ceiling, source) = match (config.ceiling_bits_per_s, ctx.network.nominal_gbit_per_s) {
             (Some(bits), _) => (Some(bits / 1e9), Some("flag")),
             (None, Some(g)) => (Some(g), Some("interface")),
