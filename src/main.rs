@@ -28,6 +28,21 @@ fn generator() -> String {
     )
 }
 
+/// An error is one line, also when it quotes input that has line breaks or other control
+/// characters in it (they are shown escaped).
+fn one_line(message: &str) -> String {
+    message
+        .chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
+}
+
 fn main() {
     // Before any thread starts (see the function).
     tbbench_hpl::kernels::before_threads();
@@ -44,13 +59,24 @@ fn main() {
                 e.exit();
             }
             // One line naming the cause; `--help` has the rest.
+            // clap's message, without the usage and tips it appends after a blank line (the
+            // message itself may quote a value with line breaks: those are shown escaped).
             let text = e.render().to_string();
-            let first = text
-                .lines()
-                .next()
-                .unwrap_or("bad arguments")
-                .trim_start_matches("error: ");
-            eprintln!("tbbench: error: {first} (see tbbench --help)");
+            let end = ["\n\nUsage:", "\n\nFor more information", "\n\n  tip:"]
+                .iter()
+                .filter_map(|m| text.find(m))
+                .min()
+                .unwrap_or(text.len());
+            // clap lists missing arguments on indented lines: one line, comma-separated.
+            let message = text[..end]
+                .trim()
+                .trim_start_matches("error: ")
+                .replace(":\n  ", ": ")
+                .replace("\n  ", ", ");
+            eprintln!(
+                "tbbench: error: {} (see tbbench --help)",
+                one_line(&message)
+            );
             std::process::exit(2);
         }
     };
@@ -94,7 +120,7 @@ fn main() {
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            eprintln!("tbbench: error: {e:#}");
+            eprintln!("tbbench: error: {}", one_line(&format!("{e:#}")));
             std::process::exit(1);
         }
     }

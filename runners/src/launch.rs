@@ -76,7 +76,7 @@ fn check_local_ranks(local: usize, opts: &RunOptions) -> Result<()> {
     };
     // SAFETY: getrlimit writes into the struct it is given.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0
-        && (fds_needed as u64) > lim.rlim_cur as u64
+        && (fds_needed as u64) > lim.rlim_cur
     {
         bail!(
             "{local} ranks need about {fds_needed} open files each, above this shell's limit of {} \
