@@ -94,7 +94,7 @@ fn main() {
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            eprintln!("tbbench: error: {e:#}");
+            tbbench_runners::gate::say(&format!("tbbench: error: {e:#}"));
             std::process::exit(1);
         }
     }
