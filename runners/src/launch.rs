@@ -362,6 +362,11 @@ fn run_ranks(
         }
     }
 
+    // Rank 0 as the ranks' own lines name it: a local rank by this machine's name.
+    let rank0 = match (&placements[0].host, ranks[0].label.as_str()) {
+        (None, "localhost") => crate::sysinfo::hostname().unwrap_or_else(|| "localhost".into()),
+        (_, label) => label.to_string(),
+    };
     let mut first_failure: Option<(usize, Instant)> = None;
     // A rank that lost rank 0 while rank 0 still runs: which way, and when it said so.
     let mut rank0_lost: Option<(i32, Instant)> = None;
@@ -405,10 +410,7 @@ fn run_ranks(
                 .any(|r| r.status.and_then(lost_rank0).is_some());
             let killed = std::os::unix::process::ExitStatusExt::signal(&st0).is_some();
             if !st0.success() && (killed || others_lost_it) && !interrupted.load(Ordering::SeqCst) {
-                crate::gate::say(&format!(
-                    "tbbench: error: rank 0 ({}) died ({st0})",
-                    ranks[0].label
-                ));
+                crate::gate::say(&format!("tbbench: error: rank 0 ({rank0}) died ({st0})"));
             }
             // A run whose verification failed still wrote its file, which says why.
             if wrote_result {
@@ -425,14 +427,13 @@ fn run_ranks(
             // after that it is frozen or cut off, and the line must name it, not the rank
             // that noticed.
             if at.elapsed() > Duration::from_secs(1) {
-                let label = &ranks[0].label;
                 let msg = if code == EXIT_RANK0_SILENT {
                     format!(
-                        "rank 0 ({label}) stopped answering (no heartbeat for {} s)",
+                        "rank 0 ({rank0}) stopped answering (no heartbeat for {} s)",
                         LIVENESS.as_secs()
                     )
                 } else {
-                    format!("rank 0 ({label}) dropped its control connections")
+                    format!("rank 0 ({rank0}) dropped its control connections")
                 };
                 return Ok(stop_all(&mut ranks, &msg, 1));
             }

@@ -200,8 +200,17 @@ fn listening_ports(pid: u32) -> Vec<u16> {
 fn rank_by_hand(rank: usize, token: &str, port: u16, out: &str) -> std::process::Child {
     let mut c = Command::new(bin());
     c.args([
-        "link", "--port", &port.to_string(), "--buffer", "64", "--mode", "latency", "--iters",
-        "50000", "--out", out,
+        "link",
+        "--port",
+        &port.to_string(),
+        "--buffer",
+        "64",
+        "--mode",
+        "latency",
+        "--iters",
+        "50000",
+        "--out",
+        out,
     ])
     .env("TBBENCH_RANK", rank.to_string())
     .env("TBBENCH_SIZE", "2")
@@ -249,14 +258,13 @@ fn strangers_on_the_rendezvous_and_data_ports_of_a_waiting_rank_0_change_nothing
     let (o0, _) = finish(rank0, Duration::from_secs(120));
     let o1 = waiter.join().unwrap();
     let made = rdv_attack.end() + data_attack.end();
-    assert!(made > 2 * SILENT, "the attack hardly ran: {made} connections");
+    assert!(
+        made > 2 * SILENT,
+        "the attack hardly ran: {made} connections"
+    );
     let err0 = text(&o0.stderr);
     assert!(o0.status.success(), "rank 0 failed:\n{err0}");
-    assert!(
-        o1.status.success(),
-        "rank 1 failed:\n{}",
-        text(&o1.stderr)
-    );
+    assert!(o1.status.success(), "rank 1 failed:\n{}", text(&o1.stderr));
     assert!(
         err0.contains("refused a rendezvous connection") && err0.contains("refused a data"),
         "the strangers were not refused:\n{err0}"
