@@ -120,7 +120,7 @@ fn main() {
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            eprintln!("tbbench: error: {}", one_line(&format!("{e:#}")));
+            tbbench_runners::gate::say(&format!("tbbench: error: {}", one_line(&format!("{e:#}"))));
             std::process::exit(1);
         }
     }

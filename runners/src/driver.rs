@@ -262,7 +262,7 @@ fn rank_main<S: Suite>(
             },
         })
         .collect();
-    let ctl = Control::start(rank, names.clone(), conns, rdv_listener, token)?;
+    let ctl = Control::start(rank, names.clone(), conns, rdv_listener, token, launched)?;
     // From here on an error ends the run on every rank, with one line naming where it started.
     match run_suite::<S>(
         config,

@@ -32,6 +32,11 @@ pub const ENV_TOKEN: &str = "TBBENCH_TOKEN";
 /// Which network of `--over` the ranks of this run use (an index into the list).
 pub const ENV_NETWORK: &str = "TBBENCH_NETWORK";
 
+/// Exit codes by which a launched rank says it lost rank 0, which then cannot name itself:
+/// its control connection closed, or its heartbeats stopped. The launcher prints the one line.
+pub const EXIT_RANK0_LOST: i32 = 86;
+pub const EXIT_RANK0_SILENT: i32 = 87;
+
 /// Where one rank goes.
 #[derive(Debug, Clone)]
 struct Placement {
@@ -424,7 +429,14 @@ fn run_ranks(
         }
     }
 
+    // Rank 0 as the ranks' own lines name it: a local rank by this machine's name.
+    let rank0 = match (&placements[0].host, ranks[0].label.as_str()) {
+        (None, "localhost") => crate::sysinfo::hostname().unwrap_or_else(|| "localhost".into()),
+        (_, label) => label.to_string(),
+    };
     let mut first_failure: Option<(usize, Instant)> = None;
+    // A rank that lost rank 0 while rank 0 still runs: which way, and when it said so.
+    let mut rank0_lost: Option<(i32, Instant)> = None;
     let mut wrote_result = false;
     let mut cut_off = false;
     let mut take = |relayed: Relayed| match relayed {
@@ -449,7 +461,9 @@ fn run_ranks(
             if rank.status.is_none() {
                 if let Some(st) = rank.child.try_wait()? {
                     rank.status = Some(st);
-                    if !st.success() && first_failure.is_none() {
+                    if r > 0 && lost_rank0(st).is_some() {
+                        rank0_lost.get_or_insert((st.code().unwrap_or(0), Instant::now()));
+                    } else if !st.success() && first_failure.is_none() {
                         first_failure = Some((r, Instant::now()));
                     }
                 }
@@ -461,39 +475,56 @@ fn run_ranks(
                 take(relay(&line, &out_path)?);
             }
             let grace = Instant::now() + Duration::from_secs(3);
-            while ranks
-                .iter_mut()
-                .any(|r| r.status.is_none() && r.child.try_wait().ok().flatten().is_none())
-                && Instant::now() < grace
-            {
+            while Instant::now() < grace && poll_statuses(&mut ranks) {
                 std::thread::sleep(Duration::from_millis(20));
             }
             for r in ranks.iter_mut() {
                 let _ = r.child.kill();
                 let _ = r.child.wait();
             }
+            // Rank 0 names the cause itself when it ends a run. When it died instead, the
+            // others could only see it go (and said so by their exit codes): one line here.
+            let others_lost_it = ranks[1..]
+                .iter()
+                .any(|r| r.status.and_then(lost_rank0).is_some());
+            let killed = std::os::unix::process::ExitStatusExt::signal(&st0).is_some();
+            let died =
+                !st0.success() && (killed || others_lost_it) && !interrupted.load(Ordering::SeqCst);
             // A run whose verification failed still wrote its file, which says why.
             if wrote_result {
                 println!("result: {}", out_path.display());
             } else if cut_off {
-                eprintln!(
-                    "tbbench: error: rank 0 ({}) ended ({st0}) while handing over its result; no result file written",
-                    ranks[0].label
-                );
+                crate::gate::say(&format!(
+                    "tbbench: error: rank 0 ({rank0}) died ({st0}) while handing over its result; no result file written"
+                ));
                 return Ok(st0.code().filter(|c| *c != 0).unwrap_or(1));
-            } else if st0.code().is_none() {
-                // Killed by a signal: it could not say so itself.
-                eprintln!(
-                    "tbbench: error: rank 0 ({}) was killed ({st0}); no result file written",
-                    ranks[0].label
-                );
-                return Ok(1);
+            } else if died {
+                crate::gate::say(&format!(
+                    "tbbench: error: rank 0 ({rank0}) died ({st0}); no result file written"
+                ));
+                return Ok(st0.code().filter(|c| *c != 0).unwrap_or(1));
             }
             return Ok(if st0.success() {
                 0
             } else {
                 st0.code().unwrap_or(1)
             });
+        }
+        if let Some((code, at)) = rank0_lost {
+            // Rank 0 may be dying this moment (the others saw its connections close first);
+            // after that it is frozen or cut off, and the line must name it, not the rank
+            // that noticed.
+            if at.elapsed() > Duration::from_secs(1) {
+                let msg = if code == EXIT_RANK0_SILENT {
+                    format!(
+                        "rank 0 ({rank0}) stopped answering (no heartbeat for {} s)",
+                        LIVENESS.as_secs()
+                    )
+                } else {
+                    format!("rank 0 ({rank0}) dropped its control connections")
+                };
+                return Ok(stop_all(&mut ranks, &msg, 1));
+            }
         }
         if let Some((r, at)) = first_failure {
             // Rank 0 notices a dead rank within LIVENESS and ends the run with a message;
@@ -509,6 +540,25 @@ fn run_ranks(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The exit code by which a rank said it lost rank 0, if it did.
+fn lost_rank0(st: ExitStatus) -> Option<i32> {
+    st.code()
+        .filter(|c| *c == EXIT_RANK0_LOST || *c == EXIT_RANK0_SILENT)
+}
+
+/// Records the status of every rank that has exited; true while any still runs.
+fn poll_statuses(ranks: &mut [Rank]) -> bool {
+    let mut running = false;
+    for r in ranks.iter_mut().filter(|r| r.status.is_none()) {
+        match r.child.try_wait() {
+            Ok(Some(st)) => r.status = Some(st),
+            Ok(None) => running = true,
+            Err(_) => {}
+        }
+    }
+    running
 }
 
 /// What one line of rank 0's output was.
@@ -614,10 +664,10 @@ fn stop_all(ranks: &mut [Rank], message: &str, code: i32) -> i32 {
     for r in ranks.iter_mut() {
         let _ = r.child.wait();
     }
-    eprintln!(
+    crate::gate::say(&format!(
         "tbbench: {}{message}",
         if code == 130 { "" } else { "error: " }
-    );
+    ));
     code
 }
 

@@ -4,6 +4,7 @@
 
 pub mod comm;
 pub mod driver;
+pub mod gate;
 pub mod hostfile;
 pub mod launch;
 pub mod mpi_boot;

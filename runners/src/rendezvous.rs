@@ -2,11 +2,15 @@
 //!
 //! Rank 0 listens; every other rank connects, presents the run's session token and what rank
 //! 0 must know of it (host, data address and port), and receives the table of all ranks.
+//! Until a connection has shown the token it is a stranger, handled by a [`Gate`]: it can
+//! neither hold up the wait for the real ranks nor, later, the control channel.
 //! The connections then stay open as the control channel: heartbeats both ways, so a rank
 //! that dies or stops answering is noticed within seconds even while every other rank is busy
 //! computing, and an abort message that ends every rank with one error naming the culprit.
 //! (Under RDMA's unreliable connections this channel is the only liveness check there is.)
 
+use crate::gate::{same_secret, say, Gate, Verdict};
+use crate::launch::{EXIT_RANK0_LOST, EXIT_RANK0_SILENT};
 use crate::transport::PeerName;
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -83,21 +87,74 @@ pub struct RankInfo {
     pub rdma: Option<String>,
 }
 
+/// What a joining rank says after the token, in its first frame.
+#[derive(Debug, Serialize, Deserialize)]
+struct Join {
+    size: usize,
+    info: RankInfo,
+}
+
+/// A joining rank's first frame: this magic, the raw token, then a length-prefixed [`Join`],
+/// so rank 0 checks the token before it reads or allocates anything a stranger chooses.
+const JOIN_MAGIC: &[u8; 4] = b"TBBR";
+const JOIN_HEAD: usize = 4 + 16 + 4;
+/// A rank's [`Join`] is a few KiB; anything near this is not one.
+const MAX_JOIN_BYTES: usize = 1 << 20;
+/// Control frames after the rendezvous come from ranks that showed the token.
+const MAX_FRAME_BYTES: usize = 16 << 20;
+/// Tries of a rank whose join rank 0 closed without an answer (see [`join`]).
+const JOIN_ATTEMPTS: usize = 3;
+
+fn join_greeting(token: &Token, size: usize, info: RankInfo) -> Result<Vec<u8>> {
+    let body = serde_json::to_vec(&Join { size, info })?;
+    let mut frame = Vec::with_capacity(JOIN_HEAD + body.len());
+    frame.extend_from_slice(JOIN_MAGIC);
+    frame.extend_from_slice(&token.0);
+    frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    frame.extend_from_slice(&body);
+    Ok(frame)
+}
+
+/// Judges a rendezvous connection's first frame as its bytes arrive (see [`Gate`]).
+fn judge_join(token: &Token, got: &[u8]) -> Verdict<Join> {
+    const WRONG_TOKEN: &str = "wrong or missing session token";
+    if got.len() < 4 {
+        return Verdict::Need(4);
+    }
+    if &got[..4] != JOIN_MAGIC {
+        return Verdict::Refuse(WRONG_TOKEN.into());
+    }
+    if got.len() < 20 {
+        return Verdict::Need(20);
+    }
+    if !same_secret(&got[4..20], &token.0) {
+        return Verdict::Refuse(WRONG_TOKEN.into());
+    }
+    if got.len() < JOIN_HEAD {
+        return Verdict::Need(JOIN_HEAD);
+    }
+    let len = u32::from_le_bytes(got[20..24].try_into().expect("4 bytes")) as usize;
+    if len > MAX_JOIN_BYTES {
+        return Verdict::Refuse(format!(
+            "a greeting of {len} bytes (at most {MAX_JOIN_BYTES})"
+        ));
+    }
+    if got.len() < JOIN_HEAD + len {
+        return Verdict::Need(JOIN_HEAD + len);
+    }
+    match serde_json::from_slice(&got[JOIN_HEAD..]) {
+        Ok(join) => Verdict::Admit(join),
+        Err(e) => Verdict::Refuse(format!("a malformed greeting ({e})")),
+    }
+}
+
+/// Frames on the control channel, after the rendezvous.
 #[derive(Debug, Serialize, Deserialize)]
 enum Ctrl {
-    Join {
-        token: String,
-        size: usize,
-        info: Box<RankInfo>,
-    },
-    Table {
-        ranks: Vec<RankInfo>,
-    },
+    Table { ranks: Vec<RankInfo> },
     Heartbeat,
     Bye,
-    Abort {
-        message: String,
-    },
+    Abort { message: String },
 }
 
 fn write_frame(mut s: &TcpStream, msg: &Ctrl) -> std::io::Result<()> {
@@ -112,7 +169,7 @@ fn read_frame(mut s: &TcpStream) -> std::io::Result<Ctrl> {
     let mut len = [0u8; 4];
     s.read_exact(&mut len)?;
     let len = u32::from_le_bytes(len) as usize;
-    if len > 16 << 20 {
+    if len > MAX_FRAME_BYTES {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             "oversized control frame",
@@ -124,9 +181,20 @@ fn read_frame(mut s: &TcpStream) -> std::io::Result<Ctrl> {
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
+/// Tells a rank that showed the token why rank 0 will not have it, so its own error says so.
+fn turn_away(stream: &TcpStream, why: &str) {
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+    let _ = write_frame(
+        stream,
+        &Ctrl::Abort {
+            message: format!("rank 0 refused this rank: {why}"),
+        },
+    );
+}
+
 /// Rank 0's side: accepts until every rank has joined with the right token, then sends each
-/// the table. Connections with a wrong or missing token are refused and logged; the wait goes
-/// on for the real ranks.
+/// the table. Connections with a wrong or missing token, or too slow to show it, are refused
+/// and logged; the wait goes on for the real ranks.
 pub fn gather_ranks(
     listener: &TcpListener,
     token: &Token,
@@ -139,46 +207,37 @@ pub fn gather_ranks(
     infos[0] = Some(me);
     let deadline = Instant::now() + timeout;
     listener.set_nonblocking(true)?;
+    let mut gate = Gate::new("tbbench: ", "rendezvous");
     while infos.iter().any(|i| i.is_none()) {
-        let (stream, from) = match listener.accept() {
-            Ok(x) => x,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() > deadline {
-                    let missing: Vec<String> = (0..size)
-                        .filter(|r| infos[*r].is_none())
-                        .map(|r| r.to_string())
-                        .collect();
-                    bail!("timed out after {:.0} s waiting for rank(s) {} to join (did they start? is the address reachable?)", timeout.as_secs_f64(), missing.join(", "));
-                }
-                std::thread::sleep(Duration::from_millis(5));
+        if Instant::now() > deadline {
+            let missing: Vec<String> = (0..size)
+                .filter(|r| infos[*r].is_none())
+                .map(|r| r.to_string())
+                .collect();
+            bail!("timed out after {:.0} s waiting for rank(s) {} to join (did they start? is the address reachable?)", timeout.as_secs_f64(), missing.join(", "));
+        }
+        gate.wait(listener, Duration::from_millis(100));
+        for (stream, from, join) in gate.step(listener, |got| judge_join(token, got)) {
+            let Join { size: s, mut info } = join;
+            if s != size || info.rank == 0 || info.rank >= size || infos[info.rank].is_some() {
+                let why = format!("rank {} of {s} does not fit this run of {size}", info.rank);
+                turn_away(&stream, &why);
+                gate.refuse(from, &why);
                 continue;
             }
-            Err(e) => return Err(e).context("accepting a rendezvous connection"),
-        };
-        stream.set_nonblocking(false)?;
-        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-        match read_frame(&stream) {
-            Ok(Ctrl::Join { token: t, size: s, info }) if t == token.hex() => {
-                let mut info = *info;
-                if s != size || info.rank == 0 || info.rank >= size || infos[info.rank].is_some() {
-                    eprintln!("tbbench: refused a rendezvous connection from {from}: rank {} of {s} does not fit this run of {size}", info.rank);
-                    continue;
-                }
-                if info.data_ip.is_none() {
-                    info.data_ip = Some(from.ip().to_string());
-                }
-                // Rank 0 listens on every address when none was chosen: the one this rank
-                // reached it at is the one the others can reach too.
-                if let (Some(zero), Ok(local)) = (infos[0].as_mut(), stream.local_addr()) {
-                    if zero.data_ip.is_none() {
-                        zero.data_ip = Some(local.ip().to_string());
-                    }
-                }
-                let r = info.rank;
-                infos[r] = Some(info);
-                conns[r] = Some(stream);
+            if info.data_ip.is_none() {
+                info.data_ip = Some(from.ip().to_string());
             }
-            _ => eprintln!("tbbench: refused a rendezvous connection from {from}: wrong or missing session token"),
+            // Rank 0 listens on every address when none was chosen: the one this rank
+            // reached it at is the one the others can reach too.
+            if let (Some(zero), Ok(local)) = (infos[0].as_mut(), stream.local_addr()) {
+                if zero.data_ip.is_none() {
+                    zero.data_ip = Some(local.ip().to_string());
+                }
+            }
+            let r = info.rank;
+            infos[r] = Some(info);
+            conns[r] = Some(stream);
         }
     }
     let table: Vec<RankInfo> = infos.into_iter().flatten().collect();
@@ -211,20 +270,67 @@ pub fn join(
                 .with_context(|| format!("cannot resolve the rendezvous address {alt}"))?,
         );
     }
-    let stream = loop {
+    let greeting = join_greeting(token, size, me)?;
+    let mut attempt = 1;
+    loop {
+        let stream = connect_any(&addrs, rdv, deadline, timeout)?;
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(timeout))?;
+        let reply = (&stream)
+            .write_all(&greeting)
+            .and_then(|()| read_frame(&stream));
+        match reply {
+            Ok(Ctrl::Table { ranks }) => return Ok((ranks, stream)),
+            Ok(Ctrl::Abort { message }) => bail!("{message}"),
+            Ok(other) => bail!("unexpected reply from rank 0 at {rdv}: {other:?}"),
+            // Rank 0 drops connections it could not read in time, which can befall a real
+            // rank when strangers crowd its port; a wrong token closes every try.
+            Err(e) if closed(&e) && attempt < JOIN_ATTEMPTS && Instant::now() < deadline => {
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) if closed(&e) => {
+                bail!("rank 0 at {rdv} closed the rendezvous connection (wrong session token?)")
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                bail!(
+                    "rank 0 at {rdv} did not answer within {:.0} s",
+                    timeout.as_secs_f64()
+                )
+            }
+            Err(e) => bail!("rendezvous with rank 0 at {rdv}: {e}"),
+        }
+    }
+}
+
+fn closed(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::UnexpectedEof
+            | std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::BrokenPipe
+    )
+}
+
+/// The first of `addrs` that accepts a connection, retrying all of them until `deadline`.
+fn connect_any(
+    addrs: &[SocketAddr],
+    rdv: &str,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<TcpStream> {
+    loop {
         let mut last_err = None;
-        let mut found = None;
-        for a in &addrs {
+        for a in addrs {
             match TcpStream::connect_timeout(a, Duration::from_secs(2)) {
-                Ok(s) => {
-                    found = Some(s);
-                    break;
-                }
+                Ok(s) => return Ok(s),
                 Err(e) => last_err = Some(e),
             }
-        }
-        if let Some(s) = found {
-            break s;
         }
         if Instant::now() > deadline {
             let why = last_err
@@ -236,24 +342,6 @@ pub fn join(
             );
         }
         std::thread::sleep(Duration::from_millis(100));
-    };
-    stream.set_nodelay(true)?;
-    write_frame(
-        &stream,
-        &Ctrl::Join {
-            token: token.hex(),
-            size,
-            info: Box::new(me),
-        },
-    )?;
-    stream.set_read_timeout(Some(timeout))?;
-    match read_frame(&stream) {
-        Ok(Ctrl::Table { ranks }) => Ok((ranks, stream)),
-        Ok(Ctrl::Abort { message }) => bail!("{message}"),
-        Ok(other) => bail!("unexpected reply from rank 0 at {rdv}: {other:?}"),
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => bail!("rank 0 at {rdv} closed the rendezvous connection (wrong session token, or a rank number it did not expect)"),
-        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => bail!("rank 0 at {rdv} did not answer within {:.0} s", timeout.as_secs_f64()),
-        Err(e) => bail!("rendezvous with rank 0 at {rdv}: {e}"),
     }
 }
 
@@ -265,6 +353,8 @@ pub struct Control {
     /// Rank 0: a writer per rank (None for itself and for ranks that said goodbye). Others:
     /// one writer, to rank 0, at index 0.
     writers: Arc<Mutex<Vec<Option<TcpStream>>>>,
+    /// Started by tbbench's launcher, which names a lost rank 0 itself, once for all ranks.
+    launched: bool,
 }
 
 impl Control {
@@ -276,6 +366,7 @@ impl Control {
         conns: Vec<Option<TcpStream>>,
         listener: Option<TcpListener>,
         token: Token,
+        launched: bool,
     ) -> Result<Control> {
         let mut writers = Vec::new();
         let mut readers = Vec::new();
@@ -297,6 +388,7 @@ impl Control {
             rank,
             names,
             writers: Arc::new(Mutex::new(writers)),
+            launched,
         };
         let watcher = ctl.clone();
         std::thread::Builder::new()
@@ -319,13 +411,13 @@ impl Control {
             );
         }
         if self.rank == 0 {
-            eprintln!("tbbench: error: {message}");
+            say(&format!("tbbench: error: {message}"));
             std::process::exit(1);
         }
         // Give rank 0 a moment to print it; print it here too if rank 0 is already gone.
         drop(w);
         std::thread::sleep(Duration::from_millis(1500));
-        eprintln!("tbbench: error: {message}");
+        say(&format!("tbbench: error: {message}"));
         std::process::exit(1);
     }
 
@@ -351,6 +443,9 @@ impl Control {
         if let Some(l) = &listener {
             let _ = l.set_nonblocking(true);
         }
+        // Strangers on the rendezvous port wait here, read only as their bytes come, so none
+        // can stall the heartbeats.
+        let mut gate = Gate::new("tbbench: ", "rendezvous");
         loop {
             if last_beat.elapsed() >= HEARTBEAT {
                 let mut w = self.writers.lock().unwrap_or_else(|p| p.into_inner());
@@ -377,6 +472,7 @@ impl Control {
                     events: libc::POLLIN,
                     revents: 0,
                 });
+                gate.pollfds(&mut fds);
             }
             if who.is_empty() && listener.is_none() {
                 return;
@@ -393,6 +489,7 @@ impl Control {
                                 self.peer_name(i),
                                 LIVENESS.as_secs()
                             ),
+                            EXIT_RANK0_SILENT,
                         );
                     }
                     continue;
@@ -417,22 +514,15 @@ impl Control {
                     Err(_) => self.peer_failed(
                         i,
                         &format!("{} died (control connection lost)", self.peer_name(i)),
+                        EXIT_RANK0_LOST,
                     ),
                 }
             }
             if let Some(l) = &listener {
-                if fds.last().map(|f| f.revents != 0).unwrap_or(false) {
-                    if let Ok((stream, from)) = l.accept() {
-                        let _ = stream.set_nonblocking(false);
-                        let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-                        let why = match read_frame(&stream) {
-                            Ok(Ctrl::Join { token: t, .. }) if t == token.hex() => {
-                                "the run has already started"
-                            }
-                            _ => "wrong or missing session token",
-                        };
-                        eprintln!("tbbench: refused a rendezvous connection from {from}: {why}");
-                    }
+                for (stream, from, _) in gate.step(l, |got| judge_join(&token, got)) {
+                    let why = "the run has already started";
+                    turn_away(&stream, why);
+                    gate.refuse(from, why);
                 }
             }
         }
@@ -446,12 +536,78 @@ impl Control {
             .unwrap_or_else(|| format!("rank {rank}"))
     }
 
-    fn peer_failed(&self, _i: usize, message: &str) -> ! {
+    /// Ends this rank because a peer failed. Rank 0 ends the run with one line naming the
+    /// peer; a rank that lost rank 0 under the launcher leaves the line to it (every rank
+    /// notices at once) and only says, by `launched_code`, which way rank 0 was lost.
+    fn peer_failed(&self, _i: usize, message: &str, launched_code: i32) -> ! {
         run_abort_hook();
         if self.rank == 0 {
             self.abort(message);
         }
-        eprintln!("tbbench: error: {message}");
+        if self.launched {
+            std::process::exit(launched_code);
+        }
+        say(&format!("tbbench: error: {message}"));
         std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(rank: usize) -> RankInfo {
+        RankInfo {
+            rank,
+            hostname: "h".into(),
+            label: "localhost".into(),
+            data_ip: None,
+            data_port: 0,
+            pid: 1,
+            boot_id: String::new(),
+            host: Default::default(),
+            rdma: None,
+        }
+    }
+
+    /// Feeds `frame` to the judge as a gate would: growing to what it asks for.
+    fn judge_all(token: &Token, frame: &[u8]) -> Verdict<Join> {
+        let mut have = 0;
+        loop {
+            match judge_join(token, &frame[..have]) {
+                Verdict::Need(n) if n <= frame.len() => have = n,
+                other => return other,
+            }
+        }
+    }
+
+    #[test]
+    fn the_token_is_judged_before_anything_a_stranger_sizes() {
+        let token = Token([7; 16]);
+        let good = join_greeting(&token, 3, info(2)).unwrap();
+        match judge_all(&token, &good) {
+            Verdict::Admit(j) => assert_eq!((j.size, j.info.rank), (3, 2)),
+            other => panic!("{other:?}"),
+        }
+        // Wrong token: refused on its first 20 bytes, whatever follows.
+        let forged = join_greeting(&Token([8; 16]), 3, info(2)).unwrap();
+        assert!(matches!(
+            judge_join(&token, &forged[..20]),
+            Verdict::Refuse(_)
+        ));
+        assert!(matches!(
+            judge_join(&token, b"GET / HTTP/1.1\r\n"),
+            Verdict::Refuse(_)
+        ));
+        // The right token with a huge length: refused on the length, nothing allocated.
+        let mut huge = good[..20].to_vec();
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(judge_join(&token, &huge), Verdict::Refuse(w) if w.contains("bytes")));
+        // The right token and garbage for the body: refused, not a panic.
+        let mut junk = good[..20].to_vec();
+        junk.extend_from_slice(&3u32.to_le_bytes());
+        junk.extend_from_slice(b"{{{");
+        assert!(matches!(judge_join(&token, &junk), Verdict::Refuse(_)));
+        assert!(matches!(judge_join(&token, &good[..10]), Verdict::Need(20)));
     }
 }

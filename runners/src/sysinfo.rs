@@ -125,7 +125,7 @@ fn sysctl(name: &str) -> Option<String> {
 }
 
 /// The host name as the kernel knows it (what `hostname` prints).
-fn hostname() -> Option<String> {
+pub fn hostname() -> Option<String> {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for `buf.len()` bytes; the kernel writes at most that many.
     let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };

@@ -97,6 +97,63 @@ fn frozen_rank_is_noticed_and_named_within_ten_seconds() {
     assert_ranks_gone(&ranks, Duration::from_secs(1), "the run");
 }
 
+/// The one line a failed run printed that says "error", checked to be the only one.
+fn only_error_line(err: &str) -> &str {
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(lines.len(), 1, "one error line: {err}");
+    assert!(!lines[0].contains("error: tbbench"), "{err}");
+    lines[0]
+}
+
+#[test]
+fn frozen_rank_0_is_named_in_one_line_within_ten_seconds() {
+    let child = long_run(&["--out", "/dev/null/none.json"]);
+    let launcher = child.id();
+    let ranks = wait_for_ranks(launcher, 3);
+    let victim = ranks.iter().find(|r| r.1 == 0).unwrap().0;
+    let stopped_at = Instant::now();
+    signal(victim, "-STOP");
+    let (o, _) = finish(child, Duration::from_secs(30));
+    let took = stopped_at.elapsed();
+    let _ = std::process::Command::new("kill")
+        .args(["-CONT", &victim.to_string()])
+        .stderr(std::process::Stdio::null())
+        .status();
+    assert!(
+        took < Duration::from_secs(10),
+        "run took {took:?} to end after rank 0 froze"
+    );
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    let line = only_error_line(&err);
+    assert!(
+        line.contains("rank 0") && line.contains("stopped answering"),
+        "{err}"
+    );
+    assert_ranks_gone(&ranks, Duration::from_secs(1), "the run");
+}
+
+#[test]
+fn killed_rank_0_is_named_in_one_line() {
+    let child = long_run(&["--out", "/dev/null/none.json"]);
+    let launcher = child.id();
+    let ranks = wait_for_ranks(launcher, 3);
+    let victim = ranks.iter().find(|r| r.1 == 0).unwrap().0;
+    let killed_at = Instant::now();
+    signal(victim, "-KILL");
+    let (o, _) = finish(child, Duration::from_secs(30));
+    let took = killed_at.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "run took {took:?} to end after rank 0 died"
+    );
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    let line = only_error_line(&err);
+    assert!(line.contains("rank 0") && line.contains("died"), "{err}");
+    assert_ranks_gone(&ranks, Duration::from_secs(1), "the run");
+}
+
 #[test]
 fn interrupt_on_the_launcher_stops_every_rank() {
     let child = long_run(&[]);

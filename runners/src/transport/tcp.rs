@@ -7,10 +7,10 @@
 //! derive the same striping from the message size, so each connection stays a FIFO.
 
 use super::{PeerName, RecvOp, SendOp, Transport};
+use crate::gate::{same_secret, Gate, Verdict};
 use anyhow::{anyhow, bail, Context, Result};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::VecDeque;
-use std::io::Read;
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 /// enough to keep several connections busy.
 const STRIPE_MIN: usize = 256 << 10;
 const HELLO_MAGIC: &[u8; 4] = b"TBBD";
+/// Magic, token, rank, stream.
+const HELLO_LEN: usize = 4 + 16 + 4 + 4;
 const HDR: usize = 8;
 
 #[derive(Debug, Clone)]
@@ -67,8 +69,8 @@ unsafe impl Send for TcpTransport {}
 
 /// Connects every pair of ranks: each rank dials the ranks below it and accepts the ranks above
 /// it (dialling first cannot deadlock: the kernel completes a connect from the listen backlog).
-/// Every connection opens with the session token; one that does not is refused and logged and
-/// the mesh keeps waiting for the real peer.
+/// Every connection opens with the session token; one that does not, or not soon enough, is
+/// refused and logged and the mesh keeps waiting for the real peer.
 #[allow(clippy::too_many_arguments)]
 pub fn connect_mesh(
     rank: usize,
@@ -87,7 +89,7 @@ pub fn connect_mesh(
         for (s, slot) in conns[peer].iter_mut().enumerate() {
             let stream = dial(*addr, bind_ip, opts.timeout)
                 .with_context(|| format!("cannot reach {} at {addr}", names[peer]))?;
-            let mut hello = Vec::with_capacity(28);
+            let mut hello = Vec::with_capacity(HELLO_LEN);
             hello.extend_from_slice(HELLO_MAGIC);
             hello.extend_from_slice(token);
             hello.extend_from_slice(&(rank as u32).to_le_bytes());
@@ -101,40 +103,33 @@ pub fn connect_mesh(
     let mut expected = (size - rank - 1) * k;
     let deadline = Instant::now() + opts.timeout;
     listener.set_nonblocking(true)?;
+    // The port is open to anyone who finds it; strangers are read only as their bytes come.
+    let mut gate = Gate::new(format!("tbbench: rank {rank}: "), "data");
     while expected > 0 {
-        let (stream, from) = match listener.accept() {
-            Ok(x) => x,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() > deadline {
-                    let missing: Vec<String> = (rank + 1..size)
-                        .filter(|p| conns[*p].iter().any(|c| c.is_none()))
-                        .map(|p| names[p].to_string())
-                        .collect();
-                    bail!(
-                        "timed out after {:.0} s waiting for data connections from {}",
-                        opts.timeout.as_secs_f64(),
-                        missing.join(", ")
-                    );
-                }
-                std::thread::sleep(Duration::from_millis(2));
+        if Instant::now() > deadline {
+            let missing: Vec<String> = (rank + 1..size)
+                .filter(|p| conns[*p].iter().any(|c| c.is_none()))
+                .map(|p| names[p].to_string())
+                .collect();
+            bail!(
+                "timed out after {:.0} s waiting for data connections from {}",
+                opts.timeout.as_secs_f64(),
+                missing.join(", ")
+            );
+        }
+        gate.wait(&listener, Duration::from_millis(50));
+        let judge = |got: &[u8]| judge_hello(got, token, rank, size, k);
+        for (stream, from, (peer, s)) in gate.step(&listener, judge) {
+            if conns[peer][s].is_some() {
+                gate.refuse(
+                    from,
+                    &format!("a second connection {s} from {}", names[peer]),
+                );
                 continue;
             }
-            Err(e) => return Err(e).context("accepting a data connection"),
-        };
-        stream.set_nonblocking(false)?;
-        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-        let mut hello = [0u8; 28];
-        let ok = (&stream).read_exact(&mut hello).is_ok()
-            && &hello[0..4] == HELLO_MAGIC
-            && hello[4..20] == token[..];
-        let peer = u32::from_le_bytes(hello[20..24].try_into().unwrap_or_default()) as usize;
-        let s = u32::from_le_bytes(hello[24..28].try_into().unwrap_or_default()) as usize;
-        if !ok || peer <= rank || peer >= size || s >= k || conns[peer][s].is_some() {
-            eprintln!("tbbench: rank {rank}: refused a data connection from {from}: wrong or missing session token");
-            continue;
+            conns[peer][s] = Some(stream);
+            expected -= 1;
         }
-        conns[peer][s] = Some(stream);
-        expected -= 1;
     }
     let mut ready = Vec::with_capacity(size);
     for row in conns {
@@ -153,6 +148,32 @@ pub fn connect_mesh(
         opts,
         scratch: Scratch::default(),
     })
+}
+
+/// Judges a data connection's hello as its bytes arrive: magic, token, then which rank and
+/// which of its streams (only ranks above this one dial it).
+fn judge_hello(
+    got: &[u8],
+    token: &[u8; 16],
+    rank: usize,
+    size: usize,
+    streams: usize,
+) -> Verdict<(usize, usize)> {
+    if got.len() < 20 {
+        return Verdict::Need(20);
+    }
+    if &got[0..4] != HELLO_MAGIC || !same_secret(&got[4..20], token) {
+        return Verdict::Refuse("wrong or missing session token".into());
+    }
+    if got.len() < HELLO_LEN {
+        return Verdict::Need(HELLO_LEN);
+    }
+    let peer = u32::from_le_bytes(got[20..24].try_into().expect("4 bytes")) as usize;
+    let s = u32::from_le_bytes(got[24..28].try_into().expect("4 bytes")) as usize;
+    if peer <= rank || peer >= size || s >= streams {
+        return Verdict::Refuse(format!("rank {peer}'s stream {s} does not fit this run"));
+    }
+    Verdict::Admit((peer, s))
 }
 
 fn dial(addr: SocketAddr, bind_ip: Option<IpAddr>, timeout: Duration) -> Result<TcpStream> {
