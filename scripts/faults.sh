@@ -55,7 +55,7 @@ trap 'rm -rf "$work"' EXIT
 args_for() { # suite -> the run's arguments: long enough that a fault lands mid-run
   case $1 in
     link) echo "link --sizes 1..4MiB --iters 300" ;;
-    hpl) echo "hpl --n 3000 --no-dgemm-probe --oversubscribe" ;;
+    hpl) echo "hpl --n 5000 --no-dgemm-probe" ;;
     decode) echo "infer --gguf --parallel pp --max-tokens 48 --no-verify" ;;
   esac
 }
@@ -104,7 +104,7 @@ run_case() { # suite transport fault
     verdict+=(hang); kill -9 -- "-$launcher" 2>/dev/null || true
   fi
   local code=0
-  wait "$launcher" 2>/dev/null || code=$?
+  { wait "$launcher"; } 2>/dev/null || code=$?
   sleep 2
   for p in "${pids[@]}"; do
     if kill -0 "$p" 2>/dev/null && [ "$(cut -d' ' -f3 "/proc/$p/stat" 2>/dev/null)" != Z ]; then

@@ -104,6 +104,15 @@ fn start_server(dir: &Path) -> Result<LlamaServer, String> {
         ));
     }
     let gguf = text(&found.stdout).trim().to_string();
+    // The peer's build, as scripts/setup.sh recorded it (native flags, AMX off): a build
+    // without the record predates that and may crash on hosts that list AMX.
+    match std::fs::read_to_string(root.join(".venv-infer/tbbench-llama-build.txt")) {
+        Ok(build) if build.contains("GGML_AMX_INT8=OFF") => eprintln!("peer: {}", build.trim()),
+        _ => return Err(
+            "the venv's llama.cpp build has no recorded flags (AMX off): rerun scripts/setup.sh"
+                .into(),
+        ),
+    }
     let port = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| e.to_string())?
