@@ -314,9 +314,7 @@ impl HplArgs {
     /// The suite's config; HPL.dat combinations this build does not run are listed, not
     /// silently replaced.
     pub fn config(&self) -> anyhow::Result<tbbench_hpl::HplConfig> {
-        use tbbench_hpl::grid::{Grid, ProcessMap};
-        use tbbench_hpl::input::{HplDat, Variant};
-        let nodes = self.run.nodes;
+        use tbbench_hpl::input::HplDat;
         tbbench_hpl::swap_solve::forced().map_err(anyhow::Error::msg)?;
         if !(self.mem_fraction > 0.0 && self.mem_fraction <= 1.0) {
             anyhow::bail!(
@@ -331,72 +329,38 @@ impl HplArgs {
                 self.max_minutes
             );
         }
-        let mut skipped = Vec::new();
-        let mut runs = Vec::new();
-        let grid = match (self.p, self.q) {
-            (Some(p), Some(q)) if p.checked_mul(q) != Some(nodes as u64) => anyhow::bail!(
-                "--p {p} --q {q} is a grid of {} ranks, but --nodes is {nodes}",
-                p as u128 * q as u128
-            ),
-            (Some(p), Some(q)) => Some((p as usize, q as usize)),
-            _ => None,
-        };
-        if let Some(path) = &self.dat {
-            let dat = HplDat::read(path)?;
-            for v in dat.variants() {
-                if v.grid.size() != nodes {
-                    skipped.push(format!(
-                        "{} N={} NB={}: grid {}x{} needs --nodes {}",
-                        v.code(),
-                        v.n,
-                        v.nb,
-                        v.grid.p,
-                        v.grid.q,
-                        v.grid.size()
-                    ));
-                } else {
-                    runs.push(v);
-                }
+        let (runs, notes) = match &self.dat {
+            Some(path) => {
+                let dat = HplDat::read(path)?;
+                (dat.variants(), dat.storage_notes())
             }
-            if runs.is_empty() {
+            None => (Vec::new(), Vec::new()),
+        };
+        // The grid and the threads are planned on the ranks, which know the run's real size
+        // and hosts; a grid that cannot match `--nodes` is still refused here, before any
+        // rank starts (under mpirun the ranks check it against MPI's size).
+        if let (Some(p), Some(q), None) = (self.p, self.q, tbbench_runners::mpi_boot::mpirun_size())
+        {
+            if p.checked_mul(q) != Some(self.run.nodes as u64) {
                 anyhow::bail!(
-                    "{}: no combination can run here ({})",
-                    path.display(),
-                    skipped.first().cloned().unwrap_or_default()
+                    "--p {p} --q {q} is a grid of {} ranks, but --nodes is {}",
+                    p as u128 * q as u128,
+                    self.run.nodes
                 );
             }
-            skipped.extend(dat.storage_notes());
-        } else if let Some(n) = self.n {
-            let g = grid
-                .map(|(p, q)| Grid {
-                    p,
-                    q,
-                    map: ProcessMap::RowMajor,
-                })
-                .unwrap_or_else(|| Grid::squarest(nodes, ProcessMap::RowMajor));
-            let mut v = Variant::plain(n as usize, self.nb as usize, g);
-            if let Some(d) = self.depth {
-                v.algo.depth = d as usize;
-            }
-            runs.push(v);
         }
-        let cores = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1);
         Ok(tbbench_hpl::HplConfig {
             runs,
+            n: self.n.map(|n| n as usize),
             nb: self.nb as usize,
-            grid,
+            grid: self.p.zip(self.q).map(|(p, q)| (p as usize, q as usize)),
             mem_fraction: self.mem_fraction,
             auto_time_budget_s: self.max_minutes * 60.0,
-            threads: self
-                .threads
-                .map(|t| t as usize)
-                .unwrap_or((cores / nodes.max(1)).max(1)),
+            threads: self.threads.map(|t| t as usize),
             dgemm_probe: !self.no_dgemm_probe,
             dat: self.dat.as_ref().map(|p| p.display().to_string()),
             depth: self.depth.map(|d| d as usize),
-            skipped,
+            notes,
         })
     }
 }

@@ -38,6 +38,25 @@ impl Context {
     pub fn size(&self) -> usize {
         self.comm.size()
     }
+    /// How many ranks run on this rank's host.
+    pub fn ranks_on_my_host(&self) -> usize {
+        self.my_host().map_or(1, |h| h.ranks.len().max(1))
+    }
+    /// This rank's host record.
+    pub fn my_host(&self) -> Option<&Host> {
+        let me = &self.rank_hosts[self.rank()];
+        self.hosts.iter().find(|h| &h.hostname == me)
+    }
+    /// Threads a rank uses when the user did not say: its host's cores over the ranks on that
+    /// host (not over all ranks of the run, which may sit on other hosts).
+    pub fn threads_per_rank(&self) -> usize {
+        let cores = self
+            .my_host()
+            .map(|h| h.cores_logical)
+            .filter(|c| *c > 0)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        (cores / self.ranks_on_my_host()).max(1)
+    }
     /// True when more ranks run on some host than it has cores: figures then measure the
     /// scheduler as much as the work.
     pub fn oversubscribed(&self) -> Option<String> {

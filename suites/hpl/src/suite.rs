@@ -17,25 +17,31 @@ use tbbench_reports::{Blas, Check};
 use tbbench_runners::comm::{Group, ReduceOp};
 use tbbench_runners::suite::{Context, Suite, SuiteOutput};
 
+/// What the user asked for. The runs themselves are planned on the ranks, from the run's real
+/// size and hosts (under mpirun the size is MPI's, whatever `--nodes` says).
 #[derive(Debug, Clone, Serialize)]
 pub struct HplConfig {
-    /// Explicit runs (from flags or HPL.dat); None for N chosen from memory at run time.
+    /// Every combination HPL.dat lists; those whose grid does not match the run's size are
+    /// skipped at run time, and named.
     pub runs: Vec<Variant>,
-    /// When `runs` is empty: the one run's NB and grid (None: the squarest grid).
+    /// `--n`: one run of this order (None, and no HPL.dat: N chosen from memory).
+    pub n: Option<usize>,
+    /// NB and grid of a run without HPL.dat (grid None: the squarest for the run's size).
     pub nb: usize,
     pub grid: Option<(usize, usize)>,
     /// Fraction of the smallest host's available memory (per rank) the matrix may use.
     pub mem_fraction: f64,
     /// Longest estimated run when N is chosen automatically, in seconds.
     pub auto_time_budget_s: f64,
-    pub threads: usize,
+    /// `--threads`; None: this host's cores over the ranks on this host.
+    pub threads: Option<usize>,
     pub dgemm_probe: bool,
     pub dat: Option<String>,
     /// --depth for the run whose N is chosen at run time (None: `Variant::plain`'s).
     pub depth: Option<usize>,
-    /// HPL.dat combinations not run and why, and what the file asks that runs differently:
-    /// shown as notes and kept in the result's warnings.
-    pub skipped: Vec<String>,
+    /// What HPL.dat asks for that runs differently: shown as notes and kept in the result's
+    /// warnings.
+    pub notes: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -84,8 +90,10 @@ impl Suite for HplSuite {
     fn run(config: &HplConfig, ctx: &mut Context) -> Result<Option<SuiteOutput>> {
         let ranks = ctx.size();
         let rank = ctx.rank();
+        let threads = config.threads.unwrap_or_else(|| ctx.threads_per_rank());
+        let (planned, mut warnings) = plan(config, ranks)?;
         // Every rank says which BLAS it loaded (hosts may differ); rank 0 records it per host.
-        kernels::set_threads(config.threads);
+        kernels::set_threads(threads);
         // Chosen (and, unless told, measured) before any clock starts.
         let u12_solve = swap_solve::solver();
         let mine = kernels::record();
@@ -106,17 +114,15 @@ impl Suite for HplSuite {
         } else {
             None
         };
-        let mut warnings = config.skipped.clone();
-        if config.threads > 1 && kernels::blas().is_none() {
+        if threads > 1 && kernels::blas().is_none() {
             warnings.push(format!(
-                "--threads {} asked for, but without a BLAS the kernels run on one thread per rank",
-                config.threads
+                "{threads} threads per rank, but without a BLAS the kernels run on one thread per rank"
             ));
         }
-        let runs = if config.runs.is_empty() {
-            vec![auto_run(config, ctx, dgemm, &mut warnings)?]
+        let runs = if planned.is_empty() {
+            vec![auto_run(config, ctx, dgemm, threads, &mut warnings)?]
         } else {
-            config.runs.clone()
+            planned
         };
         let mut results = Vec::new();
         if rank == 0 {
@@ -163,6 +169,8 @@ impl Suite for HplSuite {
             "dgemm_gflops_single_rank": dgemm,
             // Rank 0's; each rank measures its own.
             "u12_solve": u12_solve.name(),
+            // Rank 0's; by default each rank's host cores over the ranks on that host.
+            "threads_per_rank": threads,
             "runs": results,
         });
         Ok(Some(SuiteOutput {
@@ -254,21 +262,78 @@ fn check_memory(v: &Variant, ctx: &Context, fraction: f64) -> Result<()> {
     Ok(())
 }
 
-/// N from memory when not given, held to the time budget at the probed DGEMM rate.
-fn auto_run(
-    config: &HplConfig,
-    ctx: &Context,
-    dgemm: Option<f64>,
-    warnings: &mut Vec<String>,
-) -> Result<Variant> {
-    let grid = match config.grid {
+/// The grid of a run without HPL.dat: `--p`/`--q`, or the squarest for `ranks`.
+fn plain_grid(config: &HplConfig, ranks: usize) -> Grid {
+    match config.grid {
         Some((p, q)) => Grid {
             p,
             q,
             map: ProcessMap::RowMajor,
         },
-        None => Grid::squarest(ctx.size(), ProcessMap::RowMajor),
-    };
+        None => Grid::squarest(ranks, ProcessMap::RowMajor),
+    }
+}
+
+/// The runs for `ranks` ranks, and the notes to show: HPL.dat combinations whose grid needs
+/// another size are named and skipped; a grid that cannot match is an error. Empty: N is
+/// chosen from memory.
+fn plan(config: &HplConfig, ranks: usize) -> Result<(Vec<Variant>, Vec<String>)> {
+    let mut notes = Vec::new();
+    if let Some((p, q)) = config.grid {
+        if p * q != ranks {
+            bail!(
+                "--p {p} --q {q} is a grid of {} ranks, but this run has {ranks}",
+                p * q
+            );
+        }
+    }
+    if let Some(dat) = &config.dat {
+        let (runs, other): (Vec<Variant>, Vec<Variant>) = config
+            .runs
+            .iter()
+            .cloned()
+            .partition(|v| v.grid.size() == ranks);
+        for v in &other {
+            notes.push(format!(
+                "{} N={} NB={}: grid {}x{} needs {} ranks, this run has {ranks}",
+                v.code(),
+                v.n,
+                v.nb,
+                v.grid.p,
+                v.grid.q,
+                v.grid.size()
+            ));
+        }
+        if runs.is_empty() {
+            bail!(
+                "{dat}: no combination can run on {ranks} ranks ({})",
+                notes.first().cloned().unwrap_or_default()
+            );
+        }
+        notes.extend(config.notes.iter().cloned());
+        return Ok((runs, notes));
+    }
+    Ok(match config.n {
+        Some(n) => {
+            let mut v = Variant::plain(n, config.nb, plain_grid(config, ranks));
+            if let Some(d) = config.depth {
+                v.algo.depth = d;
+            }
+            (vec![v], notes)
+        }
+        None => (Vec::new(), notes),
+    })
+}
+
+/// N from memory when not given, held to the time budget at the probed DGEMM rate.
+fn auto_run(
+    config: &HplConfig,
+    ctx: &Context,
+    dgemm: Option<f64>,
+    threads: usize,
+    warnings: &mut Vec<String>,
+) -> Result<Variant> {
+    let grid = plain_grid(config, ctx.size());
     let nb = config.nb;
     // The run's lookahead as `Variant::plain` (or --depth) sets it: its panels need room too.
     let depth = config.depth.unwrap_or(Variant::default_depth(&grid));
@@ -285,11 +350,7 @@ fn auto_run(
         let parallel: usize = ctx
             .hosts
             .iter()
-            .map(|h| {
-                h.ranks
-                    .len()
-                    .min((h.cores_logical / config.threads.max(1)).max(1))
-            })
+            .map(|h| h.ranks.len().min((h.cores_logical / threads.max(1)).max(1)))
             .sum();
         let aggregate = rate * parallel.max(1) as f64 * 1e9;
         let by_time =

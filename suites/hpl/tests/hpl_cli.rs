@@ -90,6 +90,13 @@ fn small_solves_pass_on_one_two_and_four_ranks() {
             "the BLAS in use is recorded: {blas}"
         );
         assert!(r["results"]["dgemm_gflops_single_rank"].as_f64().unwrap() > 0.0);
+        // Threads per rank: this host's cores over the ranks on this host.
+        let cores = r["hosts"][0]["cores_logical"].as_u64().unwrap();
+        let here = r["hosts"][0]["ranks"].as_array().unwrap().len() as u64;
+        assert_eq!(
+            r["results"]["threads_per_rank"].as_u64().unwrap(),
+            (cores / here).max(1)
+        );
         let u12 = r["results"]["u12_solve"].as_str().unwrap();
         assert!(
             ["tbbench tiles (swaps fused)", "BLAS dtrsm"].contains(&u12),

@@ -285,7 +285,7 @@ fn measure(
     whole: impl FnOnce() -> Result<Shard>,
 ) -> Result<Option<Measured>> {
     let (rank, size) = (ctx.rank(), ctx.size());
-    let threads = config.threads.unwrap_or_else(|| default_threads(ctx));
+    let threads = config.threads.unwrap_or_else(|| ctx.threads_per_rank());
     shard.set_threads(threads)?;
     // In turn, so ranks sharing a host do not measure each other.
     let mut bw = 0.0;
@@ -347,12 +347,6 @@ fn measure(
         ceiling,
         threads,
     }))
-}
-
-/// Threads per rank when `--threads` is not given: the host's cores over its ranks.
-fn default_threads(ctx: &Context) -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    (cores / host_share(ctx).0 as usize).max(1)
 }
 
 /// What a run says about its model, beside the measurement.
