@@ -500,3 +500,70 @@ impl InferArgs {
         }
     }
 }
+
+/// Flags a mode does not use, given on the command line, refused in one line naming them
+/// (they would otherwise be silently ignored: `infer --endpoint --nodes 4` runs no ranks).
+pub fn refuse_unused_flags(cli: &Cli, matches: &clap::ArgMatches) -> Result<(), String> {
+    // The run options that place and connect ranks; --timeout and --out serve every mode.
+    const RANK_FLAGS: &[&str] = &[
+        "nodes",
+        "hostfile",
+        "rsh",
+        "exe",
+        "transport",
+        "addr",
+        "iface",
+        "rdma_device",
+        "over",
+        "streams",
+        "sockbuf",
+        "port",
+        "oversubscribe",
+    ];
+    // What only a run against a server reads.
+    const ENDPOINT_FLAGS: &[&str] = &[
+        "model",
+        "api",
+        "prompt_tokens",
+        "requests",
+        "warmup",
+        "concurrency",
+        "rate",
+        "api_key_env",
+        "ignore_eos",
+        "temperature",
+        "seed",
+    ];
+    // What only the built-in decode reads.
+    const DECODE_FLAGS: &[&str] = &["parallel", "prompt", "no_verify", "threads"];
+    let Command::Infer(args) = &cli.command else {
+        return Ok(());
+    };
+    let Some(("infer", m)) = matches.subcommand() else {
+        return Ok(());
+    };
+    let given = |ids: &[&str]| -> Vec<String> {
+        ids.iter()
+            .filter(|id| m.value_source(id) == Some(clap::parser::ValueSource::CommandLine))
+            .map(|id| format!("--{}", id.replace('_', "-")))
+            .collect()
+    };
+    let (mode, unused) = if args.endpoint.is_some() {
+        let mut u = given(RANK_FLAGS);
+        u.extend(given(DECODE_FLAGS));
+        (
+            "infer --endpoint (a run against a server, with no ranks)",
+            u,
+        )
+    } else {
+        (
+            "the built-in decode (--gguf, --shape)",
+            given(ENDPOINT_FLAGS),
+        )
+    };
+    if unused.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{mode} does not use {}", unused.join(", ")))
+    }
+}

@@ -5,7 +5,6 @@ mod cli;
 mod env;
 mod quick;
 
-use clap::Parser;
 use cli::{Cli, Command};
 use tbbench_reports::{commands, Tool};
 use tbbench_runners::driver;
@@ -46,8 +45,18 @@ fn one_line(message: &str) -> String {
 fn main() {
     // Before any thread starts (see the function).
     tbbench_hpl::kernels::before_threads();
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    use clap::{CommandFactory, FromArgMatches};
+    let parsed = Cli::command()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m).map(|cli| (cli, m)));
+    let cli = match parsed {
+        Ok((cli, matches)) => {
+            if let Err(e) = cli::refuse_unused_flags(&cli, &matches) {
+                eprintln!("tbbench: error: {}", one_line(&e));
+                std::process::exit(2);
+            }
+            cli
+        }
         Err(e) => {
             use clap::error::ErrorKind;
             if matches!(

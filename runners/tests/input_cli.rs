@@ -144,3 +144,20 @@ fn hpl_dat_with_n_zero_or_endless_lists_is_refused_naming_the_line() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn flags_a_mode_does_not_use_are_refused_naming_them() {
+    let (code, err) = refuse(&[
+        "infer",
+        "--endpoint",
+        "http://127.0.0.1:9/v1",
+        "--nodes",
+        "4",
+        "--hostfile",
+        "hosts",
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("--nodes, --hostfile"), "{err}");
+    let (_, err) = refuse(&["infer", "--shape", "llama-3.2-3b", "--concurrency", "4"]);
+    assert!(err.contains("does not use --concurrency"), "{err}");
+}
