@@ -1,13 +1,13 @@
-//! tbbench: the binary. Parses flags (cli.rs), picks the suite, hands it to the runner's
-//! driver. Suites are registered here and nowhere else.
+//! tbbench: the binary. Builds the command line from the commands that are not suites
+//! (cli.rs) and the suites' registrations (registry.rs), then runs what was asked for.
 
 mod cli;
 mod env;
 mod quick;
+mod registry;
 
 use cli::{Cli, Command};
 use tbbench_reports::{commands, Tool};
-use tbbench_runners::driver;
 
 fn tool() -> Tool {
     Tool {
@@ -42,60 +42,41 @@ fn one_line(message: &str) -> String {
         .collect()
 }
 
-fn main() {
-    // Before any thread starts (see the function).
-    tbbench_hpl::kernels::before_threads();
-    use clap::{CommandFactory, FromArgMatches};
-    let parsed = Cli::command()
-        .try_get_matches()
-        .and_then(|m| Cli::from_arg_matches(&m).map(|cli| (cli, m)));
-    let cli = match parsed {
-        Ok((cli, matches)) => {
-            if let Err(e) = cli::refuse_unused_flags(&cli, &matches) {
-                eprintln!("tbbench: error: {}", one_line(&e));
-                std::process::exit(2);
-            }
-            cli
-        }
-        Err(e) => {
-            use clap::error::ErrorKind;
-            if matches!(
-                e.kind(),
-                ErrorKind::DisplayHelp
-                    | ErrorKind::DisplayVersion
-                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-            ) {
-                e.exit();
-            }
-            // One line naming the cause; `--help` has the rest.
-            // clap's message, without the usage and tips it appends after a blank line (the
-            // message itself may quote a value with line breaks: those are shown escaped).
-            let text = e.render().to_string();
-            let end = ["\n\nUsage:", "\n\nFor more information", "\n\n  tip:"]
-                .iter()
-                .filter_map(|m| text.find(m))
-                .min()
-                .unwrap_or(text.len());
-            // clap lists missing arguments on indented lines: one line, comma-separated.
-            let message = text[..end]
-                .trim()
-                .trim_start_matches("error: ")
-                .replace(":\n  ", ": ")
-                .replace("\n  ", ", ");
-            eprintln!(
-                "tbbench: error: {} (see tbbench --help)",
-                one_line(&message)
-            );
-            std::process::exit(2);
-        }
-    };
-    let result = match &cli.command {
-        Command::Link(args) => {
-            driver::run::<tbbench_link::LinkSuite>(&args.config(), &args.run.options(), &tool())
-        }
-        Command::Hpl(args) => args.config().and_then(|config| {
-            driver::run::<tbbench_hpl::HplSuite>(&config, &args.run.options(), &tool())
-        }),
+/// A usage error: clap's message on one line, exit 2 (help and version print as clap does).
+fn usage_error(e: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        e.exit();
+    }
+    // clap's message, without the usage and tips it appends after a blank line (the message
+    // itself may quote a value with line breaks: those are shown escaped).
+    let text = e.render().to_string();
+    let end = ["\n\nUsage:", "\n\nFor more information", "\n\n  tip:"]
+        .iter()
+        .filter_map(|m| text.find(m))
+        .min()
+        .unwrap_or(text.len());
+    // clap lists missing arguments on indented lines: one line, comma-separated.
+    let message = text[..end]
+        .trim()
+        .trim_start_matches("error: ")
+        .replace(":\n  ", ": ")
+        .replace("\n  ", ", ");
+    eprintln!(
+        "tbbench: error: {} (see tbbench --help)",
+        one_line(&message)
+    );
+    std::process::exit(2);
+}
+
+/// The commands that are not suites.
+fn run_command(cli: &Cli, suites: &[tbbench_runners::cli::Registration]) -> anyhow::Result<i32> {
+    match &cli.command {
         Command::Report(a) => commands::run_report(&commands::ReportOptions {
             inputs: a.inputs.clone(),
             html: a.out.clone(),
@@ -113,24 +94,50 @@ fn main() {
             json: a.json.clone(),
             strict: a.strict,
         }),
-        Command::Run(a) => quick::run(a, &generator()),
+        Command::Run(a) => quick::run(a, suites, &generator()),
         Command::Env(a) => env::run(a.json),
-        Command::Infer(a) if a.gguf.is_some() || a.shape.is_some() => {
-            a.decode_config().and_then(|config| {
-                driver::run::<tbbench_infer::decode::DecodeSuite>(
-                    &config,
-                    &a.run.options(),
-                    &tool(),
-                )
-            })
+    }
+}
+
+fn main() {
+    // Before any thread starts (see the function).
+    tbbench_hpl::kernels::before_threads();
+    use clap::{CommandFactory, FromArgMatches};
+    let suites = registry::suites();
+    // Suites first in help, in the registry's order; then the other commands.
+    let others: Vec<String> = Cli::command()
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .collect();
+    let command = others.iter().fold(
+        suites.iter().enumerate().fold(Cli::command(), |c, (i, s)| {
+            c.subcommand((s.command)().display_order(i))
+        }),
+        |c, name| c.mut_subcommand(name, |sub| sub.display_order(100)),
+    );
+    let matches = match command.try_get_matches() {
+        Ok(m) => m,
+        Err(e) => usage_error(e),
+    };
+    let result = match matches.subcommand() {
+        Some((name, m)) if suites.iter().any(|s| s.name == name) => {
+            let suite = suites.iter().find(|s| s.name == name).expect("listed");
+            (suite.run)(m, &tool())
         }
-        Command::Infer(a) => tbbench_infer::endpoint::run(&a.config(), &tool()),
+        _ => match Cli::from_arg_matches(&matches) {
+            Ok(cli) => run_command(&cli, &suites),
+            Err(e) => usage_error(e),
+        },
     };
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             tbbench_runners::gate::say(&format!("tbbench: error: {}", one_line(&format!("{e:#}"))));
-            std::process::exit(1);
+            // A mistake in the flags (as clap's own) exits 2; a run that failed, 1.
+            let usage = e
+                .downcast_ref::<tbbench_runners::cli::UsageError>()
+                .is_some();
+            std::process::exit(if usage { 2 } else { 1 });
         }
     }
 }

@@ -2,6 +2,7 @@
 //! rendezvous, transports (tcp, shm, verbs) and the collectives suites use.
 //! Never imports a suite: suites implement [`suite::Suite`] and the driver runs them.
 
+pub mod cli;
 pub mod comm;
 pub mod driver;
 pub mod gate;

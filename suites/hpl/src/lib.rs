@@ -8,6 +8,7 @@
 //! for one process row, `kernels` the local dense kernels, `check` HPL's residual test, `suite` the runs and their results.
 
 pub mod check;
+pub mod cli;
 pub mod factor;
 pub mod generator;
 pub mod grid;

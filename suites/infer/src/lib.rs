@@ -7,6 +7,7 @@
 //! server, so it does not go through the rank driver; it writes the same result file (one
 //! host, the client; the network the requests travelled).
 
+pub mod cli;
 pub mod decode;
 pub mod endpoint;
 pub mod figures;

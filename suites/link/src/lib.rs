@@ -2,6 +2,7 @@
 //! every other rank, across message sizes, with the payload checked and the link's ceiling
 //! (flag or the interface's reported speed) as the yardstick.
 
+pub mod cli;
 mod harness;
 pub mod pattern;
 pub mod payload;

