@@ -6,14 +6,15 @@
 //! The mutants come from a tiny llama-shaped model (model::tests::tiny_llama) damaged by a
 //! seeded mutator: bit flips, bytes and whole fields overwritten with edge values, lengths
 //! and counts grown or shrunk, truncation at and around every region boundary, chunks
-//! spliced, inserted or cut. TBBENCH_FUZZ_ITERS sets how many mutants (default 6000, about
+//! spliced, inserted or cut. TBBENCH_FUZZ_ITERS sets how many mutants (default 30000, about
 //! 20 s), TBBENCH_FUZZ_SEED the first seed (to replay one: that seed and ITERS=1).
 //!
 //! Memory is watched by a counting allocator: while a mutant runs, the bytes its thread holds
 //! may not exceed a fixed multiple of the mutant's size (a request past that is reported with
 //! its seed before the allocation fails).
 
-use super::gguf::{tests::Layout, Gguf};
+use super::gguf::tests::{write_laid_out, Layout, Tensor};
+use super::gguf::{Gguf, Meta};
 use super::model::{tests::tiny_llama_parts, Alone, Shard, Split};
 use super::tokenizer::Tokenizer;
 use anyhow::{bail, Result};
@@ -247,13 +248,137 @@ fn mutate(r: &mut Rng, b: &mut Vec<u8>, l: &Layout) {
     }
 }
 
+/// A model's metadata entries and tensors, before they are written.
+type Parts = (Vec<(String, Meta)>, Vec<Tensor>);
+
+/// A metadata value at an edge: zero, one, the tops of u32 and u64, a power of two, a
+/// negative, a NaN, an empty string or array; or near `old` when it is a count.
+fn edge_meta(r: &mut Rng, old: &Meta) -> Meta {
+    if let (Meta::Uint(v), true) = (old, r.below(2) == 0) {
+        return Meta::Uint(match r.below(5) {
+            0 => v.wrapping_add(1),
+            1 => v.wrapping_sub(1),
+            2 => v.wrapping_mul(2),
+            3 => v / 2,
+            _ => v.wrapping_mul(1 << r.below(40)),
+        });
+    }
+    match r.below(12) {
+        0 => Meta::Uint(0),
+        1 => Meta::Uint(1),
+        2 => Meta::Uint(u32::MAX as u64),
+        3 => Meta::Uint(u64::MAX),
+        4 => Meta::Uint(1 << r.below(64)),
+        5 => Meta::Int(-1),
+        6 => Meta::Int(i64::MIN),
+        7 => Meta::Float(f64::NAN),
+        8 => Meta::Float(f64::INFINITY),
+        9 => Meta::Str(String::new()),
+        10 => Meta::Array(Vec::new()),
+        _ => Meta::Uint(r.below(300) as u64),
+    }
+}
+
+/// One damage to the model's structure that still writes a well-formed file: a value,
+/// an array's length, a tensor's shape, type, data or name changed, an entry dropped or
+/// repeated. These reach the model and tokenizer checks that byte damage rarely gets past
+/// the reader to.
+fn mutate_parts(r: &mut Rng, (kvs, ts): &mut Parts) {
+    let k = r.below(kvs.len());
+    let t = r.below(ts.len());
+    match r.below(11) {
+        0..=2 if !kvs.is_empty() => kvs[k].1 = edge_meta(r, &kvs[k].1),
+        3 if !kvs.is_empty() => {
+            if let Meta::Array(v) = &mut kvs[k].1 {
+                match r.below(3) {
+                    0 => v.truncate(r.below(v.len() + 1)),
+                    1 => {
+                        let extra = v.last().cloned().unwrap_or(Meta::Uint(0));
+                        v.extend(std::iter::repeat(extra).take(1 + r.below(8)));
+                    }
+                    _ => {
+                        let old = v.first().cloned().unwrap_or(Meta::Uint(0));
+                        let at = r.below(v.len() + 1);
+                        v.insert(at, edge_meta(r, &old));
+                    }
+                }
+            }
+        }
+        4 if !kvs.is_empty() => {
+            kvs.remove(k);
+        }
+        5 if !ts.is_empty() => {
+            let dims = &mut ts[t].1;
+            match r.below(3) {
+                0 => dims.push(1 + r.below(2) as u64),
+                1 if dims.len() > 1 => {
+                    dims.pop();
+                }
+                _ => {
+                    let i = r.below(dims.len());
+                    let old = dims[i];
+                    dims[i] = match r.below(6) {
+                        0 => old * 2,
+                        1 => old / 2,
+                        2 => 0,
+                        3 => 1,
+                        4 => old + 32,
+                        _ => 1 << r.below(64),
+                    };
+                }
+            }
+        }
+        6 if !ts.is_empty() => {
+            ts[t].2 = [0, 1, 2, 3, 8, 6, 12, 30, r.next() as u32][r.below(9)];
+        }
+        7 if !ts.is_empty() => {
+            ts.remove(t);
+        }
+        8 if !ts.is_empty() => {
+            let data = &mut ts[t].3;
+            if r.below(2) == 0 {
+                data.truncate(r.below(data.len() + 1));
+            } else {
+                data.extend(std::iter::repeat(0x55).take(1 + r.below(64)));
+            }
+        }
+        9 if !ts.is_empty() => {
+            let u = r.below(ts.len());
+            let name = ts[t].0.clone();
+            ts[t].0 = std::mem::replace(&mut ts[u].0, name);
+        }
+        _ if !kvs.is_empty() => {
+            let again = kvs[k].clone();
+            kvs.push(again);
+        }
+        _ => {}
+    }
+}
+
 /// Runs one mutant, watched: whether it ran (Ok(false): refused with a good error), or what
 /// went wrong with it (a panic, an unreadable error line, a slow run).
-fn check_one(seed: u64, base: &[u8], l: &Layout) -> Result<bool, String> {
+fn check_one(seed: u64, base: &Parts) -> Result<bool, String> {
     let mut r = Rng(seed);
-    let mut b = base.to_vec();
-    for _ in 0..1 + r.below(3) {
-        mutate(&mut r, &mut b, l);
+    let mut parts = base.clone();
+    let structural = r.below(2) == 0;
+    if structural {
+        for _ in 0..1 + r.below(2) {
+            mutate_parts(&mut r, &mut parts);
+        }
+    }
+    let kvs: Vec<(&str, Meta)> = parts
+        .0
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
+    let (mut b, l) = write_laid_out(&kvs, &parts.1);
+    let byte_damage = if structural {
+        r.below(2)
+    } else {
+        1 + r.below(3)
+    };
+    for _ in 0..byte_damage {
+        mutate(&mut r, &mut b, &l);
     }
     let limit = b.len() * BYTES_PER_FILE_BYTE + FIXED_ALLOWANCE;
     SEED.with(|s| s.set(seed));
@@ -298,28 +423,38 @@ fn env(name: &str, default: u64) -> u64 {
 
 #[test]
 fn damaged_gguf_files_give_an_error_never_a_panic() {
-    let iters = env("TBBENCH_FUZZ_ITERS", 6000);
+    let iters = env("TBBENCH_FUZZ_ITERS", 30000);
     let first = env("TBBENCH_FUZZ_SEED", 0x6767_7566);
-    let bases: Vec<(Vec<u8>, Layout)> = [false, true]
+    // A panic's report (its backtrace above all) allocates freely: stop watching first.
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let _ = LIMIT.try_with(|l| l.set(0));
+        report(info)
+    }));
+    let bases: Vec<Parts> = [false, true]
         .into_iter()
         .map(|tied| {
             let (kvs, t) = tiny_llama_parts(tied);
-            super::gguf::tests::write_laid_out(&kvs, &t)
+            (
+                kvs.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+                t,
+            )
         })
         .collect();
     // The undamaged files run, within the memory budget.
-    for (b, _) in &bases {
+    for (kvs, t) in &bases {
+        let kvs: Vec<(&str, Meta)> = kvs.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+        let b = write_laid_out(&kvs, t).0;
         LIVE.with(|v| v.set(0));
         LIMIT.with(|v| v.set(b.len() * BYTES_PER_FILE_BYTE + FIXED_ALLOWANCE));
-        let ran = run_like_infer(b.clone());
+        let ran = run_like_infer(b);
         LIMIT.with(|v| v.set(0));
         assert!(ran.is_ok(), "{:#}", ran.unwrap_err());
     }
     let (mut ran, mut failures) = (0u64, Vec::new());
     for i in 0..iters {
         let seed = first.wrapping_add(i);
-        let (b, l) = &bases[(seed % 2) as usize];
-        match check_one(seed, b, l) {
+        match check_one(seed, &bases[(seed % 2) as usize]) {
             Ok(true) => ran += 1,
             Ok(false) => {}
             Err(f) => failures.push(f),

@@ -724,6 +724,27 @@ pub mod tests {
     }
 
     #[test]
+    fn open_names_the_file_and_reads_only_regular_files() {
+        let dir = std::env::temp_dir().join(format!("tbbench-gguf-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let e = format!("{:#}", Gguf::open(&dir).err().unwrap());
+        assert!(e.ends_with(": not a regular file"), "{e}");
+        let f = dir.join("cut.gguf");
+        let b = tiny();
+        std::fs::write(&f, &b[..b.len() - 8]).unwrap();
+        let e = format!("{:#}", Gguf::open(&f).err().unwrap());
+        assert!(
+            e.starts_with(&format!("{}: tensor 'w'", f.display())) && e.contains("past the end"),
+            "{e}"
+        );
+        std::fs::write(&f, &b).unwrap();
+        assert!(Gguf::open(&f).is_ok());
+        let e = format!("{:#}", Gguf::open(&dir.join("none.gguf")).err().unwrap());
+        assert!(e.contains("none.gguf: cannot open it"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn names_in_errors_are_escaped_and_cut() {
         assert_eq!(quote("a\nb"), "'a\\nb'");
         assert_eq!(quote(&"x".repeat(100)), format!("'{}…'", "x".repeat(80)));

@@ -1203,6 +1203,123 @@ pub mod tests {
         }
     }
 
+    /// The tiny llama after `edit`, loaded whole: the error line it is refused with.
+    fn refused(
+        edit: impl FnOnce(&mut Vec<(&'static str, Meta)>, &mut Vec<gguf::tests::Tensor>),
+    ) -> String {
+        let (mut kvs, mut t) = tiny_llama_parts(false);
+        edit(&mut kvs, &mut t);
+        let g = Gguf::parse(gguf::tests::write(&kvs, &t)).unwrap();
+        let e = Shard::load(&g, Split::Tensor { rank: 0, size: 1 })
+            .err()
+            .expect("refused");
+        let e = format!("{e:#}");
+        assert!(!e.contains('\n'), "one line: {e}");
+        e
+    }
+
+    fn set(kvs: &mut [(&'static str, Meta)], key: &str, v: Meta) {
+        kvs.iter_mut().find(|(k, _)| *k == key).unwrap().1 = v;
+    }
+
+    fn reshape(t: &mut [gguf::tests::Tensor], name: &str, dims: Vec<u64>) {
+        t.iter_mut().find(|x| x.0 == name).unwrap().1 = dims;
+    }
+
+    #[test]
+    fn embedding_with_fewer_rows_than_the_vocabulary_is_refused() {
+        let e = refused(|_, t| reshape(t, "token_embd.weight", vec![64, 50]));
+        assert!(
+            e.contains("tensor 'token_embd.weight' (entry at byte")
+                && e.contains("has dims [64, 50] where the hyper-parameters (width 64, 4 heads, 2 KV heads, feed-forward 96, vocabulary 104) need at least [64, 104]"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn layer_tensor_shape_off_the_hyper_parameters_is_refused() {
+        let e = refused(|_, t| reshape(t, "blk.1.attn_k.weight", vec![64, 16]));
+        assert!(
+            e.contains("tensor 'blk.1.attn_k.weight'") && e.contains("need [64, 32]"),
+            "{e}"
+        );
+        let e = refused(|_, t| reshape(t, "blk.0.ffn_down.weight", vec![96, 64, 2]));
+        assert!(e.contains("has dims [96, 64, 2]"), "{e}");
+        // A narrower width than the tensors hold would read part of each row.
+        let e = refused(|kvs, _| set(kvs, "llama.embedding_length", Meta::Uint(32)));
+        assert!(
+            e.contains("'token_embd.weight'") && e.contains("need at least [32, 104]"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn zero_and_huge_hyper_parameters_are_refused() {
+        let cases = [
+            (
+                "llama.attention.head_count",
+                Meta::Uint(0),
+                "is 0, outside 1..=64",
+            ),
+            (
+                "llama.attention.head_count_kv",
+                Meta::Uint(1 << 40),
+                "outside 1..=4",
+            ),
+            (
+                "llama.embedding_length",
+                Meta::Uint(0),
+                "is 0, outside 1..=",
+            ),
+            (
+                "llama.block_count",
+                Meta::Uint(u64::MAX),
+                "outside 0..=4294967295",
+            ),
+            ("llama.context_length", Meta::Uint(0), "is 0, outside 1..="),
+            (
+                "llama.feed_forward_length",
+                Meta::Int(-1),
+                "is the number -1, not a count",
+            ),
+            ("llama.vocab_size", Meta::Uint(1 << 33), "outside 1..="),
+        ];
+        for (key, v, want) in cases {
+            let e = refused(|kvs, _| set(kvs, key, v));
+            assert!(
+                e.contains(&format!("metadata '{key}' (at byte ")) && e.contains(want),
+                "{key}: {e}"
+            );
+        }
+        let e = refused(|kvs, _| set(kvs, "llama.attention.head_count", Meta::Uint(3)));
+        assert!(
+            e.contains("3 heads, 2 KV heads over width 64 do not fit"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn missing_layer_tensor_is_refused() {
+        let e = refused(|kvs, _| set(kvs, "llama.block_count", Meta::Uint(3)));
+        assert!(e.contains("no tensor 'blk.2.attn_norm.weight'"), "{e}");
+        let e = refused(|_, t| t.retain(|x| x.0 != "blk.1.ffn_down.weight"));
+        assert!(e.contains("no tensor 'blk.1.ffn_down.weight'"), "{e}");
+    }
+
+    #[test]
+    fn unreadable_tensor_type_is_refused_with_its_name() {
+        let e = refused(|_, t| {
+            t.iter_mut()
+                .find(|x| x.0 == "blk.0.attn_q.weight")
+                .unwrap()
+                .2 = 12;
+        });
+        assert!(
+            e.contains("tensor 'blk.0.attn_q.weight' (entry at byte") && e.contains("k-quant"),
+            "{e}"
+        );
+    }
+
     /// A GGUF holding the given tensors (name, dims, ggml type, bytes), no metadata.
     fn gguf_with(tensors: &[(&str, Vec<u64>, u32, Vec<u8>)]) -> Gguf {
         let tensors: Vec<_> = tensors

@@ -264,6 +264,68 @@ impl Tokenizer {
 mod tests {
     use super::*;
 
+    use crate::decode::gguf::{tests::write, Meta};
+    use crate::decode::model::tests::tiny_llama_parts;
+
+    /// The tiny llama's tokenizer after `edit`.
+    fn tokenizer(edit: impl FnOnce(&mut Vec<(&'static str, Meta)>)) -> Result<Tokenizer> {
+        let (mut kvs, t) = tiny_llama_parts(true);
+        edit(&mut kvs);
+        Tokenizer::from_gguf(&Gguf::parse(write(&kvs, &t)).unwrap())
+    }
+
+    fn entry<'a>(kvs: &'a mut [(&'static str, Meta)], key: &str) -> &'a mut Meta {
+        &mut kvs.iter_mut().find(|(k, _)| *k == key).unwrap().1
+    }
+
+    #[test]
+    fn token_types_past_the_last_token_name_nothing() {
+        let tok = tokenizer(|kvs| {
+            if let Meta::Array(v) = entry(kvs, "tokenizer.ggml.token_type") {
+                v.extend([Meta::Int(3), Meta::Int(3)]);
+            }
+        })
+        .unwrap();
+        assert_eq!(tok.specials.len(), 2);
+        assert_eq!(tok.decode(&tok.encode("Hello")), "Hello");
+    }
+
+    #[test]
+    fn special_token_ids_outside_the_vocabulary_are_refused() {
+        for key in ["tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"] {
+            let e = tokenizer(|kvs| *entry(kvs, key) = Meta::Uint(104))
+                .err()
+                .expect("refused");
+            assert!(
+                format!("{e:#}").contains(&format!("metadata '{key}' (at byte "))
+                    && e.to_string().contains("is 104, outside 0..=103"),
+                "{e:#}"
+            );
+        }
+    }
+
+    #[test]
+    fn empty_or_mistyped_token_lists_are_refused() {
+        let e = tokenizer(|kvs| *entry(kvs, "tokenizer.ggml.tokens") = Meta::Array(vec![]));
+        assert!(format!("{:#}", e.err().unwrap()).contains("holds 0 tokens"));
+        // GGUF arrays hold one type: a list of numbers where strings belong.
+        let e = tokenizer(|kvs| {
+            *entry(kvs, "tokenizer.ggml.merges") = Meta::Array(vec![Meta::Uint(5), Meta::Uint(7)])
+        });
+        let e = format!("{:#}", e.err().unwrap());
+        assert!(
+            e.contains("'tokenizer.ggml.merges' (at byte")
+                && e.contains("holds the number 5 at index 0, not a string"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn ids_decoded_past_the_vocabulary_are_skipped() {
+        let tok = tokenizer(|_| {}).unwrap();
+        assert_eq!(tok.decode(&[u32::MAX, 7]), tok.decode(&[7]));
+    }
+
     #[test]
     fn words_keep_their_leading_space() {
         assert_eq!(
