@@ -82,7 +82,7 @@ impl Config {
             None => g.strings("tokenizer.ggml.tokens")?.len(),
         };
         if vocab == 0 {
-            bail!("the model has an empty vocabulary");
+            bail!("metadata 'tokenizer.ggml.tokens' is empty and there is no {arch}.vocab_size");
         }
         let cfg = Config {
             layers: g.count(&k("block_count"), 0, big)?,
