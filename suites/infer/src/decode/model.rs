@@ -1318,6 +1318,16 @@ pub mod tests {
             e.contains("tensor 'blk.0.attn_q.weight' (entry at byte") && e.contains("k-quant"),
             "{e}"
         );
+        // A type with no known size has unchecked dims: refused before anything is sized
+        // from them.
+        let e = refused(|_, t| {
+            let norm = t.iter_mut().find(|x| x.0 == "output_norm.weight").unwrap();
+            (norm.1, norm.2) = (vec![1 << 40, 1 << 20], 12);
+        });
+        assert!(
+            e.contains("tensor 'output_norm.weight'") && e.contains("k-quant"),
+            "{e}"
+        );
     }
 
     /// A GGUF holding the given tensors (name, dims, ggml type, bytes), no metadata.
