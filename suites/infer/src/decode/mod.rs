@@ -10,6 +10,9 @@ pub mod qdot;
 pub mod quant;
 pub mod tokenizer;
 
+#[cfg(test)]
+mod fuzz;
+
 use anyhow::{anyhow, Context as _, Result};
 use model::{Alone, Collective, Shard, Split};
 use serde::Serialize;
@@ -623,9 +626,10 @@ impl Suite for DecodeSuite {
             .context("no --gguf model and no --shape")?;
         let g = gguf::Gguf::open(&path)?;
         let t_load = Instant::now();
-        let mut shard = Shard::load(&g, split)?;
+        let in_file = || path.display().to_string();
+        let mut shard = Shard::load(&g, split).with_context(in_file)?;
         let load_s = t_load.elapsed().as_secs_f64();
-        let tok = tokenizer::Tokenizer::from_gguf(&g)?;
+        let tok = tokenizer::Tokenizer::from_gguf(&g).with_context(in_file)?;
         let text = if config.chat {
             tok.chat(&config.prompt)
         } else {

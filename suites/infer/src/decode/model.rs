@@ -11,7 +11,7 @@
 //! Dot products accumulate in f64 so that a sum split over ranks and the same sum on one rank
 //! agree to far below what could change a greedy choice.
 
-use super::gguf::Gguf;
+use super::gguf::{quote, Gguf};
 use super::qdot::{self, Format, QK};
 use super::quant;
 use anyhow::{bail, Result};
@@ -52,37 +52,108 @@ pub struct Config {
 }
 
 impl Config {
+    /// The hyper-parameters of a GGUF llama model, checked against the tensors that hold
+    /// them: every tensor the decode reads exists, is of a type it reads, lies in the file
+    /// and has the shape the hyper-parameters give, so loading and stepping index only
+    /// within what the file holds (and sizes are bounded by it).
     pub fn from_gguf(g: &Gguf) -> Result<Config> {
         let arch = g.string("general.architecture")?;
         if !matches!(arch, "llama" | "mistral") {
-            bail!("architecture '{arch}': the decode runs llama-family models only");
+            bail!(
+                "architecture {}: the decode runs llama-family models only",
+                quote(arch)
+            );
         }
         let k = |s: &str| format!("{arch}.{s}");
-        let dim = g.uint(&k("embedding_length"))? as usize;
-        let heads = g.uint(&k("attention.head_count"))? as usize;
-        let kv_heads = g
-            .uint(&k("attention.head_count_kv"))
-            .map(|v| v as usize)
-            .unwrap_or(heads);
-        if heads == 0 || dim % heads != 0 || kv_heads == 0 || heads % kv_heads != 0 {
+        // Upper bounds only keep the arithmetic below in range; the tensor shapes bound
+        // them for real.
+        let big = u32::MAX as u64;
+        let dim = g.count(&k("embedding_length"), 1, big)?;
+        let heads = g.count(&k("attention.head_count"), 1, dim as u64)?;
+        let kv_heads = match g.meta.get(&k("attention.head_count_kv")) {
+            Some(_) => g.count(&k("attention.head_count_kv"), 1, heads as u64)?,
+            None => heads,
+        };
+        if dim % heads != 0 || heads % kv_heads != 0 {
             bail!("{heads} heads, {kv_heads} KV heads over width {dim} do not fit together");
         }
-        let vocab = match g.uint(&k("vocab_size")) {
-            Ok(v) => v as usize,
-            Err(_) => g.strings("tokenizer.ggml.tokens")?.len(),
+        let vocab = match g.meta.get(&k("vocab_size")) {
+            Some(_) => g.count(&k("vocab_size"), 1, big)?,
+            None => g.strings("tokenizer.ggml.tokens")?.len(),
         };
-        Ok(Config {
-            layers: g.uint(&k("block_count"))? as usize,
+        if vocab == 0 {
+            bail!("metadata 'tokenizer.ggml.tokens' is empty and there is no {arch}.vocab_size");
+        }
+        let cfg = Config {
+            layers: g.count(&k("block_count"), 0, big)?,
             dim,
             heads,
             kv_heads,
             head_dim: dim / heads,
-            ffn: g.uint(&k("feed_forward_length"))? as usize,
+            ffn: g.count(&k("feed_forward_length"), 1, big)?,
             vocab,
             eps: g.float(&k("attention.layer_norm_rms_epsilon"))? as f32,
             rope_base: g.float(&k("rope.freq_base")).unwrap_or(10000.0) as f32,
-            context: g.uint(&k("context_length"))? as usize,
-        })
+            context: g.count(&k("context_length"), 1, u64::MAX)?,
+        };
+        cfg.check_tensors(g)?;
+        Ok(cfg)
+    }
+
+    /// Every tensor the decode reads has the shape the hyper-parameters give (ggml order,
+    /// row length first; embedding and output may hold more rows than the vocabulary) and
+    /// bytes in the file.
+    fn check_tensors(&self, g: &Gguf) -> Result<()> {
+        let (d, ffn, vocab) = (self.dim as u64, self.ffn as u64, self.vocab as u64);
+        // heads * head_dim is the width; KV heads are no more than the heads.
+        let q = d;
+        let kv = (self.kv_heads * self.head_dim) as u64;
+        let check = |name: &str, want: &[u64], rows_at_least: bool| -> Result<()> {
+            let t = g.info(name)?;
+            g.data(t)?;
+            let dim = |i: usize| t.dims.get(i).copied().unwrap_or(1);
+            let ok = t.dims.iter().skip(want.len()).all(|d| *d == 1)
+                && want.iter().enumerate().all(|(i, w)| {
+                    let last = i + 1 == want.len();
+                    if rows_at_least && last {
+                        dim(i) >= *w
+                    } else {
+                        dim(i) == *w
+                    }
+                });
+            if !ok {
+                bail!(
+                    "{} has dims {:?} where the hyper-parameters (width {}, {} heads, {} KV heads, feed-forward {}, vocabulary {}) need {}{want:?}",
+                    t.label(),
+                    t.dims,
+                    self.dim,
+                    self.heads,
+                    self.kv_heads,
+                    self.ffn,
+                    self.vocab,
+                    if rows_at_least { "at least " } else { "" }
+                );
+            }
+            Ok(())
+        };
+        check("token_embd.weight", &[d, vocab], true)?;
+        if g.info("output.weight").is_ok() {
+            check("output.weight", &[d, vocab], true)?;
+        }
+        check("output_norm.weight", &[d], false)?;
+        for l in 0..self.layers {
+            let name = |n: &str| format!("blk.{l}.{n}.weight");
+            check(&name("attn_norm"), &[d], false)?;
+            check(&name("ffn_norm"), &[d], false)?;
+            check(&name("attn_q"), &[d, q], false)?;
+            check(&name("attn_k"), &[d, kv], false)?;
+            check(&name("attn_v"), &[d, kv], false)?;
+            check(&name("attn_output"), &[q, d], false)?;
+            check(&name("ffn_gate"), &[d, ffn], false)?;
+            check(&name("ffn_up"), &[d, ffn], false)?;
+            check(&name("ffn_down"), &[ffn, d], false)?;
+        }
+        Ok(())
     }
 
     /// Published layer shapes of models no one can load here, for `--shape`: the
@@ -217,13 +288,23 @@ impl Matrix {
     /// edges, are held as f32.
     fn load(g: &Gguf, name: &str, rows: (usize, usize), cols: (usize, usize)) -> Result<Matrix> {
         let t = g.info(name)?;
-        let row_len = t.dims[0] as usize;
-        let n_rows = t.dims.get(1).copied().unwrap_or(1) as usize;
-        if rows.1 > n_rows || cols.1 > row_len {
-            bail!("tensor {name} is {n_rows}x{row_len}, smaller than the model says");
-        }
         let data = g.data(t)?;
+        // The data is in memory, so its element count (and each dimension) fits a usize.
+        let row_len = t.dims.first().copied().unwrap_or(1) as usize;
+        let n_rows = t.dims.get(1).copied().unwrap_or(1) as usize;
+        if rows.0 > rows.1 || rows.1 > n_rows || cols.0 > cols.1 || cols.1 > row_len {
+            bail!(
+                "{} is {n_rows}x{row_len}, smaller than the model says",
+                t.label()
+            );
+        }
         let row_bytes = quant::bytes_of(t.ggml_type, row_len)?;
+        if n_rows
+            .checked_mul(row_bytes)
+            .map_or(true, |n| n > data.len())
+        {
+            bail!("{} holds fewer bytes than its rows", t.label());
+        }
         let (nr, nc) = (rows.1 - rows.0, cols.1 - cols.0);
         let kind = t.ggml_type;
         let format = Format::of(kind).filter(|_| cols.0 % QK == 0 && cols.1 % QK == 0);
@@ -460,8 +541,10 @@ fn dot_body(a: &[f32], b: &[f32]) -> f64 {
 
 fn vector(g: &Gguf, name: &str) -> Result<Vec<f32>> {
     let t = g.info(name)?;
+    let data = g.data(t)?;
+    // The data is in memory, so its element count fits a usize.
     let mut v = vec![0f32; t.elements() as usize];
-    quant::dequantize(t.ggml_type, g.data(t)?, &mut v)?;
+    quant::dequantize(t.ggml_type, data, &mut v)?;
     Ok(v)
 }
 
@@ -964,38 +1047,296 @@ impl Shard {
 }
 
 #[cfg(test)]
-mod tests {
+pub mod tests {
     use super::*;
+    use crate::decode::gguf::{self, Meta};
+
+    /// Tokens of the tiny llama's vocabulary: printable ASCII (byte-level BPE keeps those
+    /// bytes as themselves), 'Ġ' and 'Ċ' for a space and a newline, a few merges' results and two control tokens.
+    fn tiny_vocab() -> (Vec<String>, Vec<String>, Vec<i64>) {
+        let mut tokens: Vec<String> = (b'!'..=b'~').map(|b| (b as char).to_string()).collect();
+        // GPT-2's byte characters for a space and a newline.
+        tokens.push("Ġ".into());
+        tokens.push("Ċ".into());
+        let merges: Vec<String> = ["H e", "l l", "He ll", "Ġ w", "o r", "Ġw or"]
+            .iter()
+            .map(|m| m.to_string())
+            .collect();
+        tokens.extend(merges.iter().map(|m| m.replace(' ', "")));
+        let mut types = vec![1i64; tokens.len()];
+        for special in ["<|im_start|>", "<|im_end|>"] {
+            tokens.push(special.into());
+            types.push(3);
+        }
+        (tokens, merges, types)
+    }
+
+    /// A tiny llama-shaped model's metadata and tensors, as `tbbench infer --gguf` reads
+    /// them: 2 layers of width 64 (4 heads of 16 over 2 KV heads), a feed-forward of 96, the
+    /// vocabulary above with its tokenizer metadata, and weights in every type the decode
+    /// reads. `tied` leaves out output.weight (the embedding scores).
+    pub fn tiny_llama_parts(tied: bool) -> (Vec<(&'static str, Meta)>, Vec<gguf::tests::Tensor>) {
+        let (dim, ffn, kv) = (64u64, 96u64, 32u64);
+        let (tokens, merges, types) = tiny_vocab();
+        let vocab = tokens.len() as u64;
+        let strs = |v: &[String]| Meta::Array(v.iter().map(|s| Meta::Str(s.clone())).collect());
+        let kvs = vec![
+            ("general.architecture", Meta::Str("llama".into())),
+            ("general.alignment", Meta::Uint(32)),
+            ("llama.block_count", Meta::Uint(2)),
+            ("llama.context_length", Meta::Uint(32)),
+            ("llama.embedding_length", Meta::Uint(dim)),
+            ("llama.feed_forward_length", Meta::Uint(ffn)),
+            ("llama.attention.head_count", Meta::Uint(4)),
+            ("llama.attention.head_count_kv", Meta::Uint(2)),
+            ("llama.attention.layer_norm_rms_epsilon", Meta::Float(1e-5)),
+            ("llama.rope.freq_base", Meta::Float(10000.0)),
+            ("llama.vocab_size", Meta::Uint(vocab)),
+            ("tokenizer.ggml.model", Meta::Str("gpt2".into())),
+            ("tokenizer.ggml.tokens", strs(&tokens)),
+            (
+                "tokenizer.ggml.token_type",
+                Meta::Array(types.into_iter().map(Meta::Int).collect()),
+            ),
+            ("tokenizer.ggml.merges", strs(&merges)),
+            ("tokenizer.ggml.bos_token_id", Meta::Uint(vocab - 2)),
+            ("tokenizer.ggml.eos_token_id", Meta::Uint(vocab - 1)),
+        ];
+        let mut seed = 0u32;
+        let mut weights = |kind: u32, row: u64, rows: u64| -> Vec<u8> {
+            seed += 1;
+            let n = (row * rows) as usize;
+            match kind {
+                quant::F32 => (0..n)
+                    .flat_map(|i| {
+                        (((i * 7 + seed as usize) % 13) as f32 / 40.0 - 0.15).to_le_bytes()
+                    })
+                    .collect(),
+                quant::F16 => (0..n)
+                    .flat_map(|i| [0x1e, if i % 2 == 0 { 0x21 } else { 0xa1 }])
+                    .collect(),
+                quant::Q4_0 => {
+                    let mut d = noise(n / 32 * 18, seed);
+                    for b in d.chunks_exact_mut(18) {
+                        b[..2].copy_from_slice(&0x211eu16.to_le_bytes());
+                    }
+                    d
+                }
+                _ => blocks(kind, n / 32),
+            }
+        };
+        let norm = |w: &mut dyn FnMut(u32, u64, u64) -> Vec<u8>| w(quant::F32, dim, 1);
+        let mut t: Vec<gguf::tests::Tensor> = Vec::new();
+        t.push((
+            "token_embd.weight".into(),
+            vec![dim, vocab],
+            quant::Q8_0,
+            weights(quant::Q8_0, dim, vocab),
+        ));
+        t.push((
+            "output_norm.weight".into(),
+            vec![dim],
+            quant::F32,
+            norm(&mut weights),
+        ));
+        if !tied {
+            t.push((
+                "output.weight".into(),
+                vec![dim, vocab],
+                quant::F16,
+                weights(quant::F16, dim, vocab),
+            ));
+        }
+        for l in 0..2 {
+            let mut m = |name: &str, kind: u32, row: u64, rows: u64| {
+                let dims = if rows == 1 {
+                    vec![row]
+                } else {
+                    vec![row, rows]
+                };
+                t.push((
+                    format!("blk.{l}.{name}.weight"),
+                    dims,
+                    kind,
+                    weights(kind, row, rows),
+                ));
+            };
+            m("attn_norm", quant::F32, dim, 1);
+            m("ffn_norm", quant::F32, dim, 1);
+            m("attn_q", quant::Q4_0, dim, dim);
+            m("attn_k", quant::Q4_1, dim, kv);
+            m("attn_v", quant::Q8_0, dim, kv);
+            m("attn_output", quant::F16, dim, dim);
+            m("ffn_gate", quant::Q8_0, dim, ffn);
+            m("ffn_up", quant::Q4_1, dim, ffn);
+            m("ffn_down", quant::F32, ffn, dim);
+        }
+        (kvs, t)
+    }
+
+    pub fn tiny_llama(tied: bool) -> Vec<u8> {
+        let (kvs, t) = tiny_llama_parts(tied);
+        gguf::tests::write(&kvs, &t)
+    }
+
+    /// The tiny llama loads, tokenizes and decodes, whole and split.
+    #[test]
+    fn tiny_llama_runs_whole_and_split() {
+        for tied in [false, true] {
+            let g = Gguf::parse(tiny_llama(tied)).unwrap();
+            let tok = super::super::tokenizer::Tokenizer::from_gguf(&g).unwrap();
+            let prompt = tok.encode(&tok.chat("Hello world"));
+            assert!(prompt.len() > 5, "{prompt:?}");
+            assert_eq!(tok.decode(&prompt), tok.chat("Hello world"));
+            let run = |split| {
+                let mut s = Shard::load(&g, split).unwrap();
+                (0..4)
+                    .map(|pos| s.step(&mut Alone, prompt[pos], pos).unwrap())
+                    .collect::<Vec<_>>()
+            };
+            let whole = run(Split::Tensor { rank: 0, size: 1 });
+            assert!(whole
+                .iter()
+                .all(|t| (*t as usize) < g.strings("tokenizer.ggml.tokens").unwrap().len()));
+            Shard::load(&g, Split::Tensor { rank: 1, size: 2 }).unwrap();
+            Shard::load(&g, Split::Pipeline { rank: 1, size: 2 }).unwrap();
+        }
+    }
+
+    /// The tiny llama after `edit`, loaded whole: the error line it is refused with.
+    fn refused(
+        edit: impl FnOnce(&mut Vec<(&'static str, Meta)>, &mut Vec<gguf::tests::Tensor>),
+    ) -> String {
+        let (mut kvs, mut t) = tiny_llama_parts(false);
+        edit(&mut kvs, &mut t);
+        let g = Gguf::parse(gguf::tests::write(&kvs, &t)).unwrap();
+        let e = Shard::load(&g, Split::Tensor { rank: 0, size: 1 })
+            .err()
+            .expect("refused");
+        let e = format!("{e:#}");
+        assert!(!e.contains('\n'), "one line: {e}");
+        e
+    }
+
+    fn set(kvs: &mut [(&'static str, Meta)], key: &str, v: Meta) {
+        kvs.iter_mut().find(|(k, _)| *k == key).unwrap().1 = v;
+    }
+
+    fn reshape(t: &mut [gguf::tests::Tensor], name: &str, dims: Vec<u64>) {
+        t.iter_mut().find(|x| x.0 == name).unwrap().1 = dims;
+    }
+
+    #[test]
+    fn embedding_with_fewer_rows_than_the_vocabulary_is_refused() {
+        let e = refused(|_, t| reshape(t, "token_embd.weight", vec![64, 50]));
+        assert!(
+            e.contains("tensor 'token_embd.weight' (entry at byte")
+                && e.contains("has dims [64, 50] where the hyper-parameters (width 64, 4 heads, 2 KV heads, feed-forward 96, vocabulary 104) need at least [64, 104]"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn layer_tensor_shape_off_the_hyper_parameters_is_refused() {
+        let e = refused(|_, t| reshape(t, "blk.1.attn_k.weight", vec![64, 16]));
+        assert!(
+            e.contains("tensor 'blk.1.attn_k.weight'") && e.contains("need [64, 32]"),
+            "{e}"
+        );
+        let e = refused(|_, t| reshape(t, "blk.0.ffn_down.weight", vec![96, 64, 2]));
+        assert!(e.contains("has dims [96, 64, 2]"), "{e}");
+        // A narrower width than the tensors hold would read part of each row.
+        let e = refused(|kvs, _| set(kvs, "llama.embedding_length", Meta::Uint(32)));
+        assert!(
+            e.contains("'token_embd.weight'") && e.contains("need at least [32, 104]"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn zero_and_huge_hyper_parameters_are_refused() {
+        let cases = [
+            (
+                "llama.attention.head_count",
+                Meta::Uint(0),
+                "is 0, outside 1..=64",
+            ),
+            (
+                "llama.attention.head_count_kv",
+                Meta::Uint(1 << 40),
+                "outside 1..=4",
+            ),
+            (
+                "llama.embedding_length",
+                Meta::Uint(0),
+                "is 0, outside 1..=",
+            ),
+            (
+                "llama.block_count",
+                Meta::Uint(u64::MAX),
+                "outside 0..=4294967295",
+            ),
+            ("llama.context_length", Meta::Uint(0), "is 0, outside 1..="),
+            (
+                "llama.feed_forward_length",
+                Meta::Int(-1),
+                "is the number -1, not a count",
+            ),
+            ("llama.vocab_size", Meta::Uint(1 << 33), "outside 1..="),
+        ];
+        for (key, v, want) in cases {
+            let e = refused(|kvs, _| set(kvs, key, v));
+            assert!(
+                e.contains(&format!("metadata '{key}' (at byte ")) && e.contains(want),
+                "{key}: {e}"
+            );
+        }
+        let e = refused(|kvs, _| set(kvs, "llama.attention.head_count", Meta::Uint(3)));
+        assert!(
+            e.contains("3 heads, 2 KV heads over width 64 do not fit"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn missing_layer_tensor_is_refused() {
+        let e = refused(|kvs, _| set(kvs, "llama.block_count", Meta::Uint(3)));
+        assert!(e.contains("no tensor 'blk.2.attn_norm.weight'"), "{e}");
+        let e = refused(|_, t| t.retain(|x| x.0 != "blk.1.ffn_down.weight"));
+        assert!(e.contains("no tensor 'blk.1.ffn_down.weight'"), "{e}");
+    }
+
+    #[test]
+    fn unreadable_tensor_type_is_refused_with_its_name() {
+        let e = refused(|_, t| {
+            t.iter_mut()
+                .find(|x| x.0 == "blk.0.attn_q.weight")
+                .unwrap()
+                .2 = 12;
+        });
+        assert!(
+            e.contains("tensor 'blk.0.attn_q.weight' (entry at byte") && e.contains("k-quant"),
+            "{e}"
+        );
+        // A type with no known size has unchecked dims: refused before anything is sized
+        // from them.
+        let e = refused(|_, t| {
+            let norm = t.iter_mut().find(|x| x.0 == "output_norm.weight").unwrap();
+            (norm.1, norm.2) = (vec![1 << 40, 1 << 20], 12);
+        });
+        assert!(
+            e.contains("tensor 'output_norm.weight'") && e.contains("k-quant"),
+            "{e}"
+        );
+    }
 
     /// A GGUF holding the given tensors (name, dims, ggml type, bytes), no metadata.
     fn gguf_with(tensors: &[(&str, Vec<u64>, u32, Vec<u8>)]) -> Gguf {
-        let mut b = Vec::new();
-        b.extend(0x4655_4747u32.to_le_bytes());
-        b.extend(3u32.to_le_bytes());
-        b.extend((tensors.len() as u64).to_le_bytes());
-        b.extend(0u64.to_le_bytes());
-        let mut offset = 0u64;
-        for (name, dims, t, data) in tensors {
-            b.extend((name.len() as u64).to_le_bytes());
-            b.extend(name.as_bytes());
-            b.extend((dims.len() as u32).to_le_bytes());
-            for d in dims {
-                b.extend(d.to_le_bytes());
-            }
-            b.extend(t.to_le_bytes());
-            b.extend(offset.to_le_bytes());
-            offset += (data.len() as u64).div_ceil(32) * 32;
-        }
-        while b.len() % 32 != 0 {
-            b.push(0);
-        }
-        for (_, _, _, data) in tensors {
-            b.extend(data);
-            while b.len() % 32 != 0 {
-                b.push(0);
-            }
-        }
-        Gguf::parse(b).unwrap()
+        let tensors: Vec<_> = tensors
+            .iter()
+            .map(|(n, d, t, b)| (n.to_string(), d.clone(), *t, b.clone()))
+            .collect();
+        Gguf::parse(gguf::tests::write(&[], &tensors)).unwrap()
     }
 
     /// Deterministic pseudo-random bytes.

@@ -2,7 +2,7 @@
 //! Q4_0, Q4_1 and Q8_0 (32 values per block, one or two f16 scales). Layouts as ggml defines
 //! them: Q4 blocks hold the first 16 values in the low nibbles and the next 16 in the high.
 
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Result};
 
 pub const F32: u32 = 0;
 pub const F16: u32 = 1;
@@ -14,6 +14,11 @@ const BLOCK: usize = 32;
 
 fn name(t: u32) -> String {
     match t {
+        F32 => "f32".into(),
+        F16 => "f16".into(),
+        Q4_0 => "q4_0".into(),
+        Q4_1 => "q4_1".into(),
+        Q8_0 => "q8_0".into(),
         6 => "q5_0".into(),
         7 => "q5_1".into(),
         10..=15 => "a k-quant".into(),
@@ -35,18 +40,30 @@ fn block_bytes(t: u32) -> Result<usize> {
     })
 }
 
-/// Bytes that `n` values of type `t` take.
+/// Whether the decode reads tensors of ggml type `t`.
+pub fn known(t: u32) -> bool {
+    matches!(t, F32 | F16 | Q4_0 | Q4_1 | Q8_0)
+}
+
+/// Bytes that `n` values of type `t` take. `n` comes from a file's tensor shape, so a size
+/// that does not fit in memory is an error, not an overflow.
 pub fn bytes_of(t: u32, n: usize) -> Result<usize> {
-    match t {
-        F32 => Ok(4 * n),
-        F16 => Ok(2 * n),
+    let bytes = match t {
+        F32 => n.checked_mul(4),
+        F16 => n.checked_mul(2),
         _ => {
             if n % BLOCK != 0 {
                 bail!("{n} values do not fill whole blocks of {BLOCK}");
             }
-            Ok(n / BLOCK * block_bytes(t)?)
+            (n / BLOCK).checked_mul(block_bytes(t)?)
         }
-    }
+    };
+    bytes.ok_or_else(|| {
+        anyhow!(
+            "{n} values of {} take more bytes than memory holds",
+            name(t)
+        )
+    })
 }
 
 /// IEEE half to single precision, subnormals and infinities included.

@@ -90,6 +90,15 @@ fn pre_tokenize(text: &str) -> Vec<&str> {
     out
 }
 
+/// An optional token id from the metadata, which must name one of the `n` tokens.
+fn special_id(g: &Gguf, key: &str, n: usize) -> Result<Option<u32>> {
+    if !g.meta.contains_key(key) {
+        return Ok(None);
+    }
+    // n - 1 <= u32::MAX, checked by the caller.
+    Ok(Some(g.count(key, 0, n as u64 - 1)? as u32))
+}
+
 impl Tokenizer {
     pub fn from_gguf(g: &Gguf) -> Result<Tokenizer> {
         let model = g.string("tokenizer.ggml.model")?;
@@ -101,6 +110,13 @@ impl Tokenizer {
             .into_iter()
             .map(String::from)
             .collect();
+        // Ids are u32 and the model's vocabulary is not empty.
+        if tokens.is_empty() || tokens.len() - 1 > u32::MAX as usize {
+            bail!(
+                "metadata 'tokenizer.ggml.tokens' holds {} tokens (1 to 2^32)",
+                tokens.len()
+            );
+        }
         let merges = g.strings("tokenizer.ggml.merges")?;
         let types: Vec<u64> = match g.meta.get("tokenizer.ggml.token_type") {
             Some(super::gguf::Meta::Array(v)) => v
@@ -127,11 +143,13 @@ impl Tokenizer {
             })
             .collect();
         // Type 3 is "control" in llama.cpp's vocabulary: matched whole, never merged into.
+        // Types past the last token (a damaged file) name nothing.
         let mut specials: Vec<(String, u32)> = types
             .iter()
+            .zip(&tokens)
             .enumerate()
-            .filter(|(_, t)| **t == 3)
-            .map(|(i, _)| (tokens[i].clone(), i as u32))
+            .filter(|(_, (t, _))| **t == 3)
+            .map(|(i, (_, s))| (s.clone(), i as u32))
             .filter(|(t, _)| !t.is_empty())
             .collect();
         specials.sort_by_key(|s| std::cmp::Reverse(s.0.len()));
@@ -141,6 +159,8 @@ impl Tokenizer {
             .enumerate()
             .map(|(b, c)| (*c, b as u8))
             .collect();
+        let bos = special_id(g, "tokenizer.ggml.bos_token_id", tokens.len())?;
+        let eos = special_id(g, "tokenizer.ggml.eos_token_id", tokens.len())?;
         Ok(Tokenizer {
             tokens,
             ids,
@@ -148,8 +168,8 @@ impl Tokenizer {
             specials,
             byte_to_char,
             char_to_byte,
-            bos: g.uint("tokenizer.ggml.bos_token_id").ok().map(|v| v as u32),
-            eos: g.uint("tokenizer.ggml.eos_token_id").ok().map(|v| v as u32),
+            bos,
+            eos,
         })
     }
 
@@ -243,6 +263,68 @@ impl Tokenizer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::decode::gguf::{tests::write, Meta};
+    use crate::decode::model::tests::tiny_llama_parts;
+
+    /// The tiny llama's tokenizer after `edit`.
+    fn tokenizer(edit: impl FnOnce(&mut Vec<(&'static str, Meta)>)) -> Result<Tokenizer> {
+        let (mut kvs, t) = tiny_llama_parts(true);
+        edit(&mut kvs);
+        Tokenizer::from_gguf(&Gguf::parse(write(&kvs, &t)).unwrap())
+    }
+
+    fn entry<'a>(kvs: &'a mut [(&'static str, Meta)], key: &str) -> &'a mut Meta {
+        &mut kvs.iter_mut().find(|(k, _)| *k == key).unwrap().1
+    }
+
+    #[test]
+    fn token_types_past_the_last_token_name_nothing() {
+        let tok = tokenizer(|kvs| {
+            if let Meta::Array(v) = entry(kvs, "tokenizer.ggml.token_type") {
+                v.extend([Meta::Int(3), Meta::Int(3)]);
+            }
+        })
+        .unwrap();
+        assert_eq!(tok.specials.len(), 2);
+        assert_eq!(tok.decode(&tok.encode("Hello")), "Hello");
+    }
+
+    #[test]
+    fn special_token_ids_outside_the_vocabulary_are_refused() {
+        for key in ["tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"] {
+            let e = tokenizer(|kvs| *entry(kvs, key) = Meta::Uint(104))
+                .err()
+                .expect("refused");
+            assert!(
+                format!("{e:#}").contains(&format!("metadata '{key}' (at byte "))
+                    && e.to_string().contains("is 104, outside 0..=103"),
+                "{e:#}"
+            );
+        }
+    }
+
+    #[test]
+    fn empty_or_mistyped_token_lists_are_refused() {
+        let e = tokenizer(|kvs| *entry(kvs, "tokenizer.ggml.tokens") = Meta::Array(vec![]));
+        assert!(format!("{:#}", e.err().unwrap()).contains("holds 0 tokens"));
+        // GGUF arrays hold one type: a list of numbers where strings belong.
+        let e = tokenizer(|kvs| {
+            *entry(kvs, "tokenizer.ggml.merges") = Meta::Array(vec![Meta::Uint(5), Meta::Uint(7)])
+        });
+        let e = format!("{:#}", e.err().unwrap());
+        assert!(
+            e.contains("'tokenizer.ggml.merges' (at byte")
+                && e.contains("holds the number 5 at index 0, not a string"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn ids_decoded_past_the_vocabulary_are_skipped() {
+        let tok = tokenizer(|_| {}).unwrap();
+        assert_eq!(tok.decode(&[u32::MAX, 7]), tok.decode(&[7]));
+    }
 
     #[test]
     fn words_keep_their_leading_space() {
