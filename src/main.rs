@@ -7,8 +7,9 @@ mod quick;
 
 use clap::Parser;
 use cli::{Cli, Command};
-use tbbench_reports::{commands, Tool};
+use tbbench_reports::commands;
 use tbbench_runners::driver;
+use tbbench_schema::Tool;
 
 fn tool() -> Tool {
     Tool {
@@ -46,6 +47,7 @@ fn one_line(message: &str) -> String {
 fn main() {
     // Before any thread starts (see the function).
     tbbench_hpl::kernels::before_threads();
+    tbbench_runners::launch::set_side_by_side(tbbench_reports::report::network_table);
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

@@ -38,10 +38,10 @@ fn suites(a: &QuickArgs) -> Vec<(&'static str, Vec<String>)> {
 pub fn run(a: &QuickArgs, generator: &str) -> Result<i32> {
     let exe = std::env::current_exe().context("cannot find the tbbench binary")?;
     let dir = a.out_dir.clone().unwrap_or_else(|| {
-        let stamp = tbbench_reports::write::default_path("quick", time::OffsetDateTime::now_utc());
+        let stamp = tbbench_schema::write::default_path("quick", time::OffsetDateTime::now_utc());
         PathBuf::from("results").join(stamp.file_stem().unwrap_or_default())
     });
-    tbbench_reports::write::check_folder_writable(&dir)?;
+    tbbench_schema::write::check_folder_writable(&dir)?;
     let mut failed = Vec::new();
     for (suite, extra) in suites(a) {
         println!("== tbbench {suite} (quick) ==");
