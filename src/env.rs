@@ -9,10 +9,10 @@ use tbbench_runners::transport::verbs::devices::{self, DeviceInfo};
 
 #[derive(Serialize)]
 struct Env {
-    host: tbbench_reports::Host,
+    host: tbbench_schema::Host,
     interfaces: Vec<Interface>,
     rdma: Rdma,
-    blas: tbbench_reports::Blas,
+    blas: tbbench_schema::Blas,
     /// One line per problem found, each saying what to do.
     problems: Vec<String>,
 }
@@ -48,7 +48,7 @@ fn rdma_ctl_status() -> Option<String> {
 fn problems(
     interfaces: &[Interface],
     rdma: &Rdma,
-    blas: &tbbench_reports::Blas,
+    blas: &tbbench_schema::Blas,
     transparent_hugepages: Option<&str>,
 ) -> Vec<String> {
     let mut p = Vec::new();
@@ -294,7 +294,7 @@ mod tests {
             }],
             none_because: None,
         };
-        let blas = tbbench_reports::Blas {
+        let blas = tbbench_schema::Blas {
             name: "rust-fallback".into(),
             kernel: String::new(),
             env: vec![],
@@ -315,7 +315,7 @@ mod tests {
         let fine = problems(&[], &rdma, &blas, Some("madvise"));
         assert!(!fine.iter().any(|l| l.contains("huge pages")), "{fine:#?}");
         // A forced kernel is named, with only the variables that force it.
-        let forced = tbbench_reports::Blas {
+        let forced = tbbench_schema::Blas {
             name: "openblas".into(),
             kernel: "Haswell".into(),
             env: vec![

@@ -7,7 +7,8 @@ mod quick;
 mod registry;
 
 use cli::{Cli, Command};
-use tbbench_reports::{commands, Tool};
+use tbbench_reports::commands;
+use tbbench_schema::Tool;
 
 fn tool() -> Tool {
     Tool {
@@ -102,6 +103,8 @@ fn run_command(cli: &Cli, suites: &[tbbench_runners::cli::Registration]) -> anyh
 fn main() {
     // Before any thread starts (see the function).
     tbbench_hpl::kernels::before_threads();
+    // `--over` prints the networks side by side with the report's own key figures.
+    tbbench_runners::launch::set_side_by_side(tbbench_reports::report::network_table);
     use clap::{CommandFactory, FromArgMatches};
     let suites = registry::suites();
     // Suites first in help, in the registry's order; then the other commands.

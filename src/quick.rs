@@ -13,10 +13,10 @@ use tbbench_runners::cli::{QuickPlan, Registration};
 pub fn run(a: &QuickArgs, suites: &[Registration], generator: &str) -> Result<i32> {
     let exe = std::env::current_exe().context("cannot find the tbbench binary")?;
     let dir = a.out_dir.clone().unwrap_or_else(|| {
-        let stamp = tbbench_reports::write::default_path("quick", time::OffsetDateTime::now_utc());
+        let stamp = tbbench_schema::write::default_path("quick", time::OffsetDateTime::now_utc());
         PathBuf::from("results").join(stamp.file_stem().unwrap_or_default())
     });
-    tbbench_reports::write::check_folder_writable(&dir)?;
+    tbbench_schema::write::check_folder_writable(&dir)?;
     let mut failed = Vec::new();
     let plan = QuickPlan { nodes: a.nodes };
     for suite in suites {

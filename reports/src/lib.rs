@@ -1,6 +1,6 @@
-//! tbbench result files and what reads them: the versioned schema, summaries of repetitions,
-//! atomic writing, and the report, compare and export built on them. Never imports a suite or
-//! a runner: suites are read through their result files (views/).
+//! What reads tbbench result files: the report, compare and export, built on the schema
+//! (`tbbench-schema`, re-exported here). Never imports a suite or a runner: suites are read
+//! through their result files (views/).
 
 pub mod chart;
 pub mod commands;
@@ -10,10 +10,6 @@ pub mod html;
 pub mod load;
 pub mod metrics;
 pub mod report;
-pub mod schema;
-pub mod summary;
 pub mod views;
-pub mod write;
 
-pub use schema::*;
-pub use summary::Summary;
+pub use tbbench_schema::*;

@@ -140,7 +140,7 @@ pub struct Registration {
     /// Its clap command, flags and help included.
     pub command: fn() -> clap::Command,
     /// Runs it from the parsed flags; the exit code.
-    pub run: fn(&clap::ArgMatches, &tbbench_reports::Tool) -> anyhow::Result<i32>,
+    pub run: fn(&clap::ArgMatches, &tbbench_schema::Tool) -> anyhow::Result<i32>,
     /// Its short run for `tbbench run --quick`: the result file's name and the flags, or why
     /// it is left out on this machine.
     pub quick: fn(&QuickPlan) -> Result<QuickRun, String>,

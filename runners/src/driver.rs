@@ -16,7 +16,7 @@ use crate::transport::{shm, tcp, verbs, PeerName, Transport};
 use anyhow::{anyhow, bail, Context as _, Result};
 use std::io::{BufRead, Read};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
-use tbbench_reports::{Host, Network, ResultFile, Tool, Verification, SCHEMA_VERSION};
+use tbbench_schema::{Host, Network, ResultFile, Tool, Verification, SCHEMA_VERSION};
 
 /// True in a process started by a launcher (or by hand) as one rank.
 pub fn is_rank_process() -> bool {
@@ -143,7 +143,7 @@ fn rank_main<S: Suite>(
     } = boot;
     if rank == 0 && !launched {
         // Rank 0 writes the file itself (mpirun, by hand): find out now whether it can.
-        tbbench_reports::write::check_writable(&launch::standalone_out(opts, S::NAME))?;
+        tbbench_schema::write::check_writable(&launch::standalone_out(opts, S::NAME))?;
     }
     let mut host = sysinfo::this_host();
     let label = label.unwrap_or_else(|| host.hostname.clone());
@@ -405,8 +405,8 @@ fn run_suite<S: Suite>(
         schema_version: SCHEMA_VERSION,
         suite: S::NAME.to_string(),
         tool: tool.clone(),
-        started_at: tbbench_reports::write::rfc3339(started),
-        finished_at: tbbench_reports::write::rfc3339(time::OffsetDateTime::now_utc()),
+        started_at: tbbench_schema::write::rfc3339(started),
+        finished_at: tbbench_schema::write::rfc3339(time::OffsetDateTime::now_utc()),
         params,
         hosts: ctx.hosts.clone(),
         ranks: ctx.rank_hosts.clone(),
@@ -422,7 +422,7 @@ fn run_suite<S: Suite>(
         );
     } else {
         let path = launch::standalone_out(opts, S::NAME);
-        tbbench_reports::write::write_result(&path, &result)?;
+        tbbench_schema::write::write_result(&path, &result)?;
         println!("result: {}", path.display());
     }
     if !result.verification.passed {

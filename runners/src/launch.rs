@@ -263,6 +263,19 @@ pub fn launch(opts: &RunOptions, suite: &str) -> Result<i32> {
     }
 }
 
+/// Renders the key figures of result files side by side, a column per file.
+pub type SideBySide = fn(&[PathBuf]) -> String;
+
+/// How `--over` shows its networks side by side. Which figures are worth comparing is the
+/// report layer's knowledge (each suite's view), and the runner does not depend on it: the
+/// program that has both plugs it in. Without one, `--over` lists its result files only.
+static SIDE_BY_SIDE: std::sync::OnceLock<SideBySide> = std::sync::OnceLock::new();
+
+/// Sets the table `--over` prints after its runs; the first call wins.
+pub fn set_side_by_side(table: SideBySide) {
+    let _ = SIDE_BY_SIDE.set(table);
+}
+
 /// `--over`: the whole run once per network, one result file each, then their figures side
 /// by side. A network that fails (no RDMA device, an interface missing) is reported and the
 /// others still run; the exit code says whether all of them succeeded.
@@ -274,9 +287,9 @@ fn launch_over(opts: &RunOptions, suite: &str) -> Result<i32> {
             dir.display()
         );
     }
-    tbbench_reports::write::check_folder_writable(&dir)?;
+    tbbench_schema::write::check_folder_writable(&dir)?;
     let started = time::OffsetDateTime::now_utc();
-    let stamp = tbbench_reports::write::default_path(suite, started);
+    let stamp = tbbench_schema::write::default_path(suite, started);
     let stem = stamp
         .file_stem()
         .unwrap_or_default()
@@ -309,8 +322,10 @@ fn launch_over(opts: &RunOptions, suite: &str) -> Result<i32> {
         }
     }
     if !written.is_empty() {
-        println!("\n== side by side ==");
-        print!("{}", tbbench_reports::report::network_table(&written));
+        if let Some(table) = SIDE_BY_SIDE.get() {
+            println!("\n== side by side ==");
+            print!("{}", table(&written));
+        }
         for p in &written {
             println!("result: {}", p.display());
         }
@@ -348,10 +363,10 @@ fn run_ranks(
     let size = placements.len();
     let interrupted = interrupted();
     let out_path = opts.out.clone().unwrap_or_else(|| {
-        tbbench_reports::write::default_path(suite, time::OffsetDateTime::now_utc())
+        tbbench_schema::write::default_path(suite, time::OffsetDateTime::now_utc())
     });
     // Before the run, not after it: a measurement that cannot be saved is lost.
-    tbbench_reports::write::check_writable(&out_path)?;
+    tbbench_schema::write::check_writable(&out_path)?;
 
     let mut ranks: Vec<Rank> = Vec::with_capacity(size);
     let (line_tx, line_rx) = mpsc::channel::<String>();
@@ -581,13 +596,13 @@ fn relay(line: &str, out_path: &std::path::Path) -> Result<Relayed> {
             // Written as rank 0 sent it (every key, in order), once it reads as a result file.
             let whole = serde_json::from_str::<serde_json::Value>(json)
                 .ok()
-                .filter(|v| tbbench_reports::ResultFile::deserialize(v).is_ok());
+                .filter(|v| tbbench_schema::ResultFile::deserialize(v).is_ok());
             let Some(value) = whole else {
                 return Ok(Relayed::CutOff);
             };
             let mut bytes = serde_json::to_vec_pretty(&value)?;
             bytes.push(b'\n');
-            tbbench_reports::write::write_atomic(out_path, &bytes)?;
+            tbbench_schema::write::write_atomic(out_path, &bytes)?;
             Ok(Relayed::Result)
         }
         None => {
@@ -674,7 +689,7 @@ fn stop_all(ranks: &mut [Rank], message: &str, code: i32) -> i32 {
 /// The result path a launcher-less rank 0 (started by hand or by mpirun) writes to.
 pub fn standalone_out(opts: &RunOptions, suite: &str) -> PathBuf {
     opts.out.clone().unwrap_or_else(|| {
-        tbbench_reports::write::default_path(suite, time::OffsetDateTime::now_utc())
+        tbbench_schema::write::default_path(suite, time::OffsetDateTime::now_utc())
     })
 }
 

@@ -80,7 +80,7 @@ pub struct RankInfo {
     pub pid: u32,
     /// Same value on ranks that share a kernel (Linux boot_id), so shm can check it.
     pub boot_id: String,
-    pub host: tbbench_reports::Host,
+    pub host: tbbench_schema::Host,
     /// `--transport verbs`: this rank's RDMA connection data (queue pair numbers, LID, GID),
     /// hex-encoded; None when its device did not open or another transport runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]

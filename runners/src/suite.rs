@@ -6,7 +6,7 @@ use crate::comm::Comm;
 use anyhow::Result;
 use serde::Serialize;
 use std::time::Duration;
-use tbbench_reports::{Check, Host, Network};
+use tbbench_schema::{Check, Host, Network};
 
 pub trait Suite {
     /// Used for the result file's `suite` field and its default name.

@@ -5,7 +5,7 @@
 //! detail must not cost a finished benchmark run. The parsers are pure functions over the text
 //! the OS hands out, so they are tested on samples from machines we do not have at hand.
 
-use tbbench_reports::Host;
+use tbbench_schema::Host;
 
 /// Placeholder for a text field the OS did not report.
 const UNKNOWN: &str = "unknown";

@@ -7,7 +7,7 @@ use crate::chart::{self, LineChart, Series, XAxis};
 use crate::html::{self, num, opt_num, Cell};
 use crate::load::Loaded;
 use crate::metrics::{median_and_half_iqr, Better, Metric};
-use crate::ResultFile;
+use crate::{ResultFile, Summary};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -20,13 +20,6 @@ struct InferResults {
     #[serde(default)]
     tokens_approximate: bool,
     levels: Vec<Level>,
-}
-
-#[derive(Debug, Clone, Copy, Default, Deserialize)]
-struct Dist {
-    median: f64,
-    p90: f64,
-    p99: f64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -42,15 +35,15 @@ struct Level {
     #[serde(default)]
     token_source: Option<String>,
     #[serde(default)]
-    ttft_ms: Option<Dist>,
+    ttft_ms: Option<Summary>,
     #[serde(default)]
-    tpot_ms: Option<Dist>,
+    tpot_ms: Option<Summary>,
     #[serde(default)]
-    gap_ms: Option<Dist>,
+    gap_ms: Option<Summary>,
     #[serde(default)]
-    e2e_ms: Option<Dist>,
+    e2e_ms: Option<Summary>,
     #[serde(default)]
-    decode_tokens_per_s: Option<Dist>,
+    decode_tokens_per_s: Option<Summary>,
     #[serde(default)]
     per_request: Vec<PerRequest>,
 }
@@ -170,7 +163,9 @@ impl SuiteView for InferView {
                 html::escape(m)
             ));
         }
-        let d = |x: &Option<Dist>, f: fn(&Dist) -> f64, n| opt_num(x.as_ref().map(f), n);
+        let d = |x: &Option<Summary>, f: fn(&Summary) -> Option<f64>, n| {
+            opt_num(x.as_ref().and_then(f), n)
+        };
         let mut rows = Vec::new();
         let mut data = Vec::new();
         for ((l, x), name) in shown.iter().zip(&parsed).zip(&names) {
@@ -180,15 +175,15 @@ impl SuiteView for InferView {
                     Cell::from(name.as_str()),
                     Cell::from(lv.name()),
                     Cell::Num(format!("{}/{}", lv.ok, lv.requests)),
-                    d(&lv.ttft_ms, |d| d.median, 1),
+                    d(&lv.ttft_ms, |d| Some(d.median), 1),
                     d(&lv.ttft_ms, |d| d.p90, 1),
-                    d(&lv.ttft_ms, |d| d.p99, 1),
-                    d(&lv.tpot_ms, |d| d.median, 2),
-                    d(&lv.tpot_ms, |d| d.p99, 2),
-                    d(&lv.gap_ms, |d| d.median, 2),
-                    d(&lv.gap_ms, |d| d.p99, 2),
-                    d(&lv.e2e_ms, |d| d.median, 0),
-                    d(&lv.decode_tokens_per_s, |d| d.median, 1),
+                    d(&lv.ttft_ms, |d| Some(d.p99), 1),
+                    d(&lv.tpot_ms, |d| Some(d.median), 2),
+                    d(&lv.tpot_ms, |d| Some(d.p99), 2),
+                    d(&lv.gap_ms, |d| Some(d.median), 2),
+                    d(&lv.gap_ms, |d| Some(d.p99), 2),
+                    d(&lv.e2e_ms, |d| Some(d.median), 0),
+                    d(&lv.decode_tokens_per_s, |d| Some(d.median), 1),
                     num(lv.aggregate_tokens_per_s, 1),
                     Cell::from(if x.tokens_approximate {
                         "chunks (approx.)".to_string()

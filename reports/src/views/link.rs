@@ -357,7 +357,7 @@ fn percentile_table(names: &[String], parsed: &[LinkResults]) -> String {
             vec![
                 opt_num(x.map(|x| x.one_way_us.median), 2),
                 opt_num(x.map(|x| x.one_way_us.p99), 2),
-                opt_num(x.map(|x| x.one_way_us.p999), 2),
+                opt_num(x.and_then(|x| x.one_way_us.p999), 2),
             ]
         },
     );

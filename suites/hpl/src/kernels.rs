@@ -361,7 +361,7 @@ pub fn trsv_upper(k: usize, a: &[f64], lda: usize, x: &mut [f64]) {
 
 /// What a result file (and `tbbench env`) records about this host's BLAS: the library, its
 /// kernel, and the variables that change the kernel choice or its threads, as set.
-pub fn record() -> tbbench_reports::Blas {
+pub fn record() -> tbbench_schema::Blas {
     let env: Vec<String> = [
         "OPENBLAS_CORETYPE",
         "OPENBLAS_L2_SIZE",
@@ -374,12 +374,12 @@ pub fn record() -> tbbench_reports::Blas {
     .filter_map(|v| std::env::var(v).ok().map(|x| format!("{v}={x}")))
     .collect();
     match blas() {
-        Some(b) => tbbench_reports::Blas {
+        Some(b) => tbbench_schema::Blas {
             name: b.name.clone(),
             kernel: b.kernel.clone(),
             env,
         },
-        None => tbbench_reports::Blas {
+        None => tbbench_schema::Blas {
             name: "rust-fallback".into(),
             kernel: "tbbench kernels (pure Rust, one thread): no BLAS found".into(),
             env,

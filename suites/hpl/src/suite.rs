@@ -13,9 +13,9 @@ use crate::swap_solve;
 use anyhow::{bail, Result};
 use serde::Serialize;
 use std::time::Instant;
-use tbbench_reports::{Blas, Check};
 use tbbench_runners::comm::{Group, ReduceOp};
 use tbbench_runners::suite::{Context, Suite, SuiteOutput};
+use tbbench_schema::{Blas, Check};
 
 /// What the user asked for. The runs themselves are planned on the ranks, from the run's real
 /// size and hosts (under mpirun the size is MPI's, whatever `--nodes` says).

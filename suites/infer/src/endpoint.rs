@@ -12,8 +12,8 @@ use crate::{load, table, InferConfig};
 use anyhow::{anyhow, bail, Context as _, Result};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-use tbbench_reports::{Check, Network, ResultFile, Tool, Verification, SCHEMA_VERSION};
 use tbbench_runners::{netinfo, sysinfo};
+use tbbench_schema::{Check, Network, ResultFile, Tool, Verification, SCHEMA_VERSION};
 
 fn validate(c: &InferConfig) -> Result<()> {
     if c.prompt_tokens == 0 || c.max_tokens == 0 || c.requests == 0 {
@@ -135,9 +135,9 @@ fn describe_network(url: &Url, probe: &Record) -> Network {
 pub fn run(config: &InferConfig, tool: &Tool) -> Result<i32> {
     validate(config)?;
     if let Some(out) = &config.out {
-        tbbench_reports::write::check_writable(out)?;
+        tbbench_schema::write::check_writable(out)?;
     } else {
-        tbbench_reports::write::check_folder_writable(std::path::Path::new("results"))?;
+        tbbench_schema::write::check_folder_writable(std::path::Path::new("results"))?;
     }
     let started = time::OffsetDateTime::now_utc();
     let url = Url::parse(&config.endpoint).map_err(|e| anyhow!(e))?;
@@ -332,8 +332,8 @@ pub fn run(config: &InferConfig, tool: &Tool) -> Result<i32> {
         schema_version: SCHEMA_VERSION,
         suite: "infer".into(),
         tool: tool.clone(),
-        started_at: tbbench_reports::write::rfc3339(started),
-        finished_at: tbbench_reports::write::rfc3339(time::OffsetDateTime::now_utc()),
+        started_at: tbbench_schema::write::rfc3339(started),
+        finished_at: tbbench_schema::write::rfc3339(time::OffsetDateTime::now_utc()),
         params,
         ranks: vec![host.hostname.clone()],
         hosts: vec![host],
@@ -348,8 +348,8 @@ pub fn run(config: &InferConfig, tool: &Tool) -> Result<i32> {
     let path = config
         .out
         .clone()
-        .unwrap_or_else(|| tbbench_reports::write::default_path("infer", started));
-    tbbench_reports::write::write_result(&path, &result)?;
+        .unwrap_or_else(|| tbbench_schema::write::default_path("infer", started));
+    tbbench_schema::write::write_result(&path, &result)?;
     println!("result: {}", path.display());
     if failed > 0 {
         eprintln!(

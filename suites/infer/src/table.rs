@@ -1,6 +1,7 @@
 //! The human table: one row per level, printed as each level ends.
 
-use crate::figures::{Dist, Level};
+use crate::figures::Level;
+use tbbench_schema::Summary;
 
 pub fn header() -> String {
     format!(
@@ -10,9 +11,10 @@ pub fn header() -> String {
     )
 }
 
-fn f(d: &Option<Dist>, pick: fn(&Dist) -> f64, decimals: usize) -> String {
+fn f(d: &Option<Summary>, pick: fn(&Summary) -> Option<f64>, decimals: usize) -> String {
     d.as_ref()
-        .map(|d| format!("{:.decimals$}", pick(d)))
+        .and_then(pick)
+        .map(|v| format!("{v:.decimals$}"))
         .unwrap_or_else(|| "-".into())
 }
 
@@ -22,15 +24,15 @@ pub fn row(l: &Level) -> String {
         l.name(),
         l.ok,
         l.failed,
-        f(&l.ttft_ms, |d| d.median, 1),
+        f(&l.ttft_ms, |d| Some(d.median), 1),
         f(&l.ttft_ms, |d| d.p90, 1),
-        f(&l.ttft_ms, |d| d.p99, 1),
-        f(&l.tpot_ms, |d| d.median, 2),
+        f(&l.ttft_ms, |d| Some(d.p99), 1),
+        f(&l.tpot_ms, |d| Some(d.median), 2),
         f(&l.tpot_ms, |d| d.p90, 2),
-        f(&l.gap_ms, |d| d.median, 2),
-        f(&l.gap_ms, |d| d.p99, 2),
-        f(&l.e2e_ms, |d| d.median, 0),
-        f(&l.decode_tokens_per_s, |d| d.median, 1),
+        f(&l.gap_ms, |d| Some(d.median), 2),
+        f(&l.gap_ms, |d| Some(d.p99), 2),
+        f(&l.e2e_ms, |d| Some(d.median), 0),
+        f(&l.decode_tokens_per_s, |d| Some(d.median), 1),
         l.aggregate_tokens_per_s,
         match (l.token_source, l.tokens_approximate) {
             (_, true) => "chunks (approximate)".to_string(),

@@ -4,10 +4,9 @@
 use crate::pattern::{Pattern, Role};
 use crate::{payload, table, AvgPeak, BandwidthRow, LatencyRow, LinkConfig, LinkResults};
 use anyhow::{Context as _, Result};
-use hdrhistogram::Histogram;
 use std::time::Instant;
-use tbbench_reports::{Check, Summary};
 use tbbench_runners::suite::Context;
+use tbbench_schema::{Check, Percentiles, Summary};
 
 pub fn measure_pair(
     config: &LinkConfig,
@@ -129,23 +128,8 @@ fn latency_row(
     wrong: u64,
 ) -> LatencyRow {
     let samples_ns: Vec<u64> = rtt_ns.iter().map(|t| (t / 2).max(1)).collect();
-    // 3 significant digits over 1 ns .. 1 h: every latency anyone measures, at 0.1% resolution.
-    let mut h =
-        Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds");
-    for &s in &samples_ns {
-        h.saturating_record(s);
-    }
-    let us = |ns: u64| ns as f64 / 1e3;
-    let one_way_us = Summary {
-        n: h.len(),
-        min: us(h.min()),
-        median: us(h.value_at_quantile(0.5)),
-        mean: h.mean() / 1e3,
-        max: us(h.max()),
-        stdev: h.stdev() / 1e3,
-        p99: us(h.value_at_quantile(0.99)),
-        p999: us(h.value_at_quantile(0.999)),
-    };
+    let us: Vec<f64> = samples_ns.iter().map(|&ns| ns as f64 / 1e3).collect();
+    let one_way_us = Summary::of(&us, Percentiles::P999);
     LatencyRow {
         pair: [0, peer],
         size_bytes: size,
@@ -206,7 +190,7 @@ fn bandwidth_row(
             }
         }),
         ceiling_gbit_per_s: ceiling,
-        iteration_gbit_per_s: Summary::of(&per_iter_gbit),
+        iteration_gbit_per_s: Summary::of(&per_iter_gbit, Percentiles::P999),
         wrong_bytes: wrong,
     }
 }

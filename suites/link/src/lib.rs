@@ -10,8 +10,8 @@ mod table;
 
 use anyhow::{bail, Result};
 use serde::Serialize;
-use tbbench_reports::Summary;
 use tbbench_runners::suite::{Context, Suite, SuiteOutput};
+use tbbench_schema::Summary;
 
 pub use pattern::Pattern;
 
@@ -75,7 +75,7 @@ pub struct LatencyRow {
     pub size_bytes: u64,
     pub iters: usize,
     pub warmup: usize,
-    /// One-way latency (RTT/2) in microseconds, from an HDR histogram of every iteration.
+    /// One-way latency (RTT/2) in microseconds, over every iteration.
     pub one_way_us: Summary,
     /// Every iteration's one-way time in nanoseconds, in the order measured.
     pub samples_ns: Vec<u64>,

@@ -31,7 +31,7 @@ pub fn print_latency(peer: usize, rows: &[LatencyRow]) {
             s.max,
             s.stdev,
             s.p99,
-            s.p999,
+            s.p999.unwrap_or(f64::NAN),
             r.wrong_bytes
         );
     }

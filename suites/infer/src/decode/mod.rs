@@ -19,9 +19,9 @@ use serde::Serialize;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use tbbench_reports::{Check, Summary};
 use tbbench_runners::comm::{f64_bytes, f64_bytes_mut, Comm, ReduceOp};
 use tbbench_runners::suite::{Context, Suite, SuiteOutput};
+use tbbench_schema::{Check, Percentiles, Summary};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -266,21 +266,8 @@ pub fn bandwidth_ceiling(parallel: Parallel, bytes: &[f64], bw: &[f64], hosts: &
 }
 
 fn ms_summary(d: &[Duration]) -> Summary {
-    let mut h = hdrhistogram::Histogram::<u64>::new(3).expect("3 significant digits");
-    for x in d {
-        let _ = h.record(x.as_nanos().max(1) as u64);
-    }
-    let ms = |ns: u64| ns as f64 / 1e6;
-    Summary {
-        n: h.len(),
-        min: ms(h.min()),
-        median: ms(h.value_at_quantile(0.5)),
-        mean: h.mean() / 1e6,
-        max: ms(h.max()),
-        stdev: h.stdev() / 1e6,
-        p99: ms(h.value_at_quantile(0.99)),
-        p999: ms(h.value_at_quantile(0.999)),
-    }
+    let ms: Vec<f64> = d.iter().map(|x| x.as_secs_f64() * 1e3).collect();
+    Summary::of(&ms, Percentiles::P999)
 }
 
 pub struct DecodeSuite;
