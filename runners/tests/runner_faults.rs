@@ -15,6 +15,12 @@ fn long_run(extra: &[&str]) -> std::process::Child {
     spawn(&args)
 }
 
+/// A result path in a fresh folder, for runs that are ended before they write one.
+fn scratch_out() -> String {
+    let dir = tmpdir(&format!("faults-{:?}", std::thread::current().id()).replace(['(', ')'], ""));
+    dir.join("none.json").to_string_lossy().into_owned()
+}
+
 fn wait_for_ranks(launcher: u32, n: usize) -> Vec<(u32, usize)> {
     let start = Instant::now();
     loop {
@@ -72,7 +78,8 @@ fn killed_rank_ends_the_run_on_every_rank_within_ten_seconds() {
 
 #[test]
 fn frozen_rank_is_noticed_and_named_within_ten_seconds() {
-    let child = long_run(&["--out", "/dev/null/none.json"]);
+    let out = scratch_out();
+    let child = long_run(&["--out", &out]);
     let launcher = child.id();
     let ranks = wait_for_ranks(launcher, 3);
     let victim = ranks.iter().find(|r| r.1 == 1).unwrap().0;
@@ -107,7 +114,8 @@ fn only_error_line(err: &str) -> &str {
 
 #[test]
 fn frozen_rank_0_is_named_in_one_line_within_ten_seconds() {
-    let child = long_run(&["--out", "/dev/null/none.json"]);
+    let out = scratch_out();
+    let child = long_run(&["--out", &out]);
     let launcher = child.id();
     let ranks = wait_for_ranks(launcher, 3);
     let victim = ranks.iter().find(|r| r.1 == 0).unwrap().0;
@@ -135,7 +143,8 @@ fn frozen_rank_0_is_named_in_one_line_within_ten_seconds() {
 
 #[test]
 fn killed_rank_0_is_named_in_one_line() {
-    let child = long_run(&["--out", "/dev/null/none.json"]);
+    let out = scratch_out();
+    let child = long_run(&["--out", &out]);
     let launcher = child.id();
     let ranks = wait_for_ranks(launcher, 3);
     let victim = ranks.iter().find(|r| r.1 == 0).unwrap().0;
