@@ -84,7 +84,7 @@ pub struct QuickArgs {
     #[arg(long, required = true)]
     pub quick: bool,
     /// Ranks for every suite.
-    #[arg(long, short = 'n', default_value_t = 2)]
+    #[arg(long, default_value_t = 2)]
     pub nodes: usize,
     /// tcp or shm.
     #[arg(long, short = 't', default_value = "tcp", value_parser = parse_transport)]

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
     /// Number of ranks (local processes unless --hostfile is given).
-    #[arg(long, short = 'n', default_value_t = 2)]
+    #[arg(long, default_value_t = 2)]
     pub nodes: usize,
     /// OpenMPI-style (`host slots=N`) or mlx.launch JSON hostfile; ranks start over --rsh.
     #[arg(long)]

@@ -161,3 +161,11 @@ fn flags_a_mode_does_not_use_are_refused_naming_them() {
     let (_, err) = refuse(&["infer", "--shape", "llama-3.2-3b", "--concurrency", "4"]);
     assert!(err.contains("does not use --concurrency"), "{err}");
 }
+
+#[test]
+fn no_short_flag_for_nodes_collides_with_hpls_n() {
+    // `-n` once meant --nodes next to hpl's --n (the matrix order): 500 ranks were started.
+    let (code, err) = refuse(&["hpl", "-n", "500", "--n", "1000"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("'-n'"), "{err}");
+}
