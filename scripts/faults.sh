@@ -2,7 +2,7 @@
 # The fault matrix: real runs of tbbench, each hit by one fault at a random moment, and what
 # they left behind.
 #
-#   scripts/faults.sh [--short] [--rounds N] [--seed S]
+#   scripts/faults.sh [--short] [--rounds N] [--seed S] [--only SUITE:TRANSPORT:FAULT]
 #
 # Suites: link, hpl and the built-in decode (infer --gguf, where scripts/setup.sh installed the
 # model), on 3 local ranks over tcp and over shm. Faults: kill -9 of a random non-zero rank,
@@ -22,12 +22,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-short=0 rounds=1 seed=$RANDOM
+short=0 rounds=1 seed=$RANDOM only=""
 while [ $# -gt 0 ]; do
   case $1 in
     --short) short=1 ;;
     --rounds) rounds=$2; shift ;;
     --seed) seed=$2; shift ;;
+    --only) only=$2; shift ;;
     *) echo "faults: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
   esac
   shift
@@ -134,7 +135,7 @@ run_case() { # suite transport fault
   local v
   for v in "${verdict[@]}"; do total[$v]=$((total[$v] + 1)); done
   local last
-  last=$(grep '^tbbench: ' "$dir/stderr" | tail -n 1 | cut -c1-110)
+  last=$(grep '^tbbench: ' "$dir/stderr" | tail -n 1 | cut -c1-110 || true)
   printf '%-7s %-4s %-14s at %4d ms  exit %-3s %-10s %s%s\n' "$suite" "$transport" "$fault" \
     "$delay_ms" "$code" "${verdict[*]:-ok}" "$last" "$note"
   if [ ${#verdict[@]} -gt 0 ]; then
@@ -143,7 +144,10 @@ run_case() { # suite transport fault
 }
 
 echo "faults: seed $seed ($bin)"
-if [ $short = 1 ]; then
+if [ -n "$only" ]; then
+  IFS=: read -r s t f <<<"$only"
+  run_case "$s" "$t" "$f"
+elif [ $short = 1 ]; then
   for fault in "${faults[@]}"; do
     run_case "${suites[RANDOM % ${#suites[@]}]}" "${transports[RANDOM % 2]}" "$fault"
   done

@@ -444,11 +444,17 @@ fn run_ranks(
         }
     }
 
-    // Rank 0 as the ranks' own lines name it: a local rank by this machine's name.
-    let rank0 = match (&placements[0].host, ranks[0].label.as_str()) {
-        (None, "localhost") => crate::sysinfo::hostname().unwrap_or_else(|| "localhost".into()),
-        (_, label) => label.to_string(),
-    };
+    // Ranks as their own lines name them: a local rank by this machine's name.
+    let this_host = crate::sysinfo::hostname().unwrap_or_else(|| "localhost".into());
+    let names: Vec<String> = placements
+        .iter()
+        .zip(&ranks)
+        .map(|(p, r)| match (&p.host, r.label.as_str()) {
+            (None, "localhost") => this_host.clone(),
+            (_, label) => label.to_string(),
+        })
+        .collect();
+    let rank0 = names[0].clone();
     let mut first_failure: Option<(usize, Instant)> = None;
     // A rank that lost rank 0 while rank 0 still runs: which way, and when it said so.
     let mut rank0_lost: Option<(i32, Instant)> = None;
@@ -548,7 +554,7 @@ fn run_ranks(
                 let st = ranks[r].status.map(|s| s.to_string()).unwrap_or_default();
                 let msg = format!(
                     "rank {r} ({}) exited ({st}) and rank 0 did not end the run",
-                    ranks[r].label
+                    names[r]
                 );
                 return Ok(stop_all(&mut ranks, &msg, 1));
             }
