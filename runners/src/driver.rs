@@ -16,6 +16,7 @@ use crate::transport::{shm, tcp, verbs, PeerName, Transport};
 use anyhow::{anyhow, bail, Context as _, Result};
 use std::io::{BufRead, Read};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
+use std::time::Duration;
 use tbbench_schema::{Host, Network, ResultFile, Tool, Verification, SCHEMA_VERSION};
 
 /// True in a process started by a launcher (or by hand) as one rank.
@@ -94,6 +95,13 @@ fn env_bootstrap() -> Result<Bootstrap> {
         bail!("{ENV_RANK}={rank} is not below {ENV_SIZE}={size}");
     }
     let launched = std::env::var(ENV_LAUNCHED).as_deref() == Ok("1");
+    if launched {
+        // Rank 0's stdout is a pipe to the launcher. When the launcher is gone, a write must
+        // end this rank quietly (as SIGPIPE ends any Unix tool), not panic in println!; the
+        // stdin watcher below ends the others.
+        // SAFETY: restoring a signal's default disposition has no preconditions.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let token = if launched {
         let mut line = String::new();
         std::io::stdin()
@@ -104,7 +112,7 @@ fn env_bootstrap() -> Result<Bootstrap> {
         std::thread::spawn(|| {
             let mut sink = [0u8; 64];
             while matches!(std::io::stdin().read(&mut sink), Ok(n) if n > 0) {}
-            std::process::exit(1);
+            rendezvous::exit_now(1);
         });
         Token::from_hex(&line)?
     } else {
@@ -248,7 +256,23 @@ fn rank_main<S: Suite>(
         (table, conns, Some(listener))
     } else {
         let rdv = rdv.ok_or_else(|| anyhow!("{ENV_RDV} (rank 0's address:port) is not set"))?;
-        let (table, stream) = rendezvous::join(&rdv, &token, size, me, opts.timeout)?;
+        // Rank 0 waits `timeout` for every rank and then names the ones missing; this rank
+        // waits a little longer, so that line (the cause) comes first.
+        let joined = rendezvous::join(
+            &rdv,
+            &token,
+            size,
+            me,
+            opts.timeout + Duration::from_secs(5),
+        );
+        let (table, stream) = match joined {
+            Ok(j) => j,
+            // Under the launcher, rank 0 or the launcher names what went wrong (rank 0 gave
+            // up on a missing rank, or died); this rank only says, by its exit code, that it
+            // lost rank 0, instead of a second line blaming rank 0.
+            Err(_) if launched => rendezvous::exit_now(launch::EXIT_RANK0_LOST),
+            Err(e) => return Err(e),
+        };
         (table, vec![Some(stream)], None)
     };
     let names: Vec<PeerName> = table

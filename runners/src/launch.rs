@@ -401,6 +401,19 @@ fn run_ranks(
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 let st = ranks[0].child.wait()?;
+                if interrupted.load(Ordering::SeqCst) {
+                    // Ctrl-C reached rank 0 too (one process group): not a failure of its own.
+                    return Ok(stop_all(&mut ranks, "interrupted: stopped every rank", 130));
+                }
+                let signal = std::os::unix::process::ExitStatusExt::signal(&st);
+                if placements[0].host.is_none() && signal.is_some() {
+                    // A local rank 0 killed before it could say anything.
+                    crate::gate::say(&format!(
+                        "tbbench: error: rank 0 ({}) died before the rendezvous ({st})",
+                        crate::sysinfo::hostname().unwrap_or_else(|| ranks[0].label.clone())
+                    ));
+                    return Ok(1);
+                }
                 // A local rank 0 printed its own error line. A remote one may not have started
                 // at all (the remote shell failed), so the launcher names the host.
                 if placements[0].host.is_some() || st.code().unwrap_or(0) == 0 {
@@ -503,14 +516,10 @@ fn run_ranks(
                 let _ = r.child.kill();
                 let _ = r.child.wait();
             }
-            // Rank 0 names the cause itself when it ends a run. When it died instead, the
-            // others could only see it go (and said so by their exit codes): one line here.
-            let others_lost_it = ranks[1..]
-                .iter()
-                .any(|r| r.status.and_then(lost_rank0).is_some());
+            // Rank 0 names the cause itself whenever it exits (its error line); killed by a
+            // signal it could not, and the others only saw it go: one line here.
             let killed = std::os::unix::process::ExitStatusExt::signal(&st0).is_some();
-            let died =
-                !st0.success() && (killed || others_lost_it) && !interrupted.load(Ordering::SeqCst);
+            let died = killed && !interrupted.load(Ordering::SeqCst);
             // A run whose verification failed still wrote its file, which says why.
             if wrote_result {
                 println!("result: {}", out_path.display());

@@ -32,6 +32,18 @@ pub fn on_abort(f: impl Fn() + Send + Sync + 'static) {
     let _ = ON_ABORT.set(Box::new(f));
 }
 
+/// Ends this process from a thread other than the one computing: streams flushed, then
+/// `_exit`, skipping atexit handlers. A plain `exit` runs the BLAS library's destructor, which
+/// frees buffers its worker threads may be using that moment (rank 0 then dies of SIGSEGV
+/// instead of reporting the rank that failed).
+pub fn exit_now(code: i32) -> ! {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // SAFETY: _exit ends the process at once; nothing after it runs.
+    unsafe { libc::_exit(code) }
+}
+
 fn run_abort_hook() {
     if let Some(f) = ON_ABORT.get() {
         f();
@@ -412,13 +424,13 @@ impl Control {
         }
         if self.rank == 0 {
             say(&format!("tbbench: error: {message}"));
-            std::process::exit(1);
+            exit_now(1);
         }
         // Give rank 0 a moment to print it; print it here too if rank 0 is already gone.
         drop(w);
         std::thread::sleep(Duration::from_millis(1500));
         say(&format!("tbbench: error: {message}"));
-        std::process::exit(1);
+        exit_now(1);
     }
 
     /// A clean end: goodbye on every control connection, so closing them is not taken as death.
@@ -508,7 +520,7 @@ impl Control {
                             self.abort(&message);
                         }
                         // Rank 0 printed it; this rank only stops.
-                        std::process::exit(1);
+                        exit_now(1);
                     }
                     Ok(_) => {}
                     Err(_) => self.peer_failed(
@@ -545,10 +557,10 @@ impl Control {
             self.abort(message);
         }
         if self.launched {
-            std::process::exit(launched_code);
+            exit_now(launched_code);
         }
         say(&format!("tbbench: error: {message}"));
-        std::process::exit(1);
+        exit_now(1);
     }
 }
 
