@@ -97,10 +97,17 @@ fn env_bootstrap() -> Result<Bootstrap> {
     let launched = std::env::var(ENV_LAUNCHED).as_deref() == Ok("1");
     if launched {
         // Rank 0's stdout is a pipe to the launcher. When the launcher is gone, a write must
-        // end this rank quietly (as SIGPIPE ends any Unix tool), not panic in println!; the
-        // stdin watcher below ends the others.
-        // SAFETY: restoring a signal's default disposition has no preconditions.
-        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+        // end this rank quietly (as SIGPIPE ends any Unix tool), not panic in println!, and
+        // remove a shared-memory segment not every rank attached to yet; the stdin watcher
+        // below ends the others the same way.
+        extern "C" fn on_sigpipe(_: libc::c_int) {
+            // Only async-signal-safe calls: the segment's unlink, then _exit.
+            shm::unlink_pending_from_signal();
+            // SAFETY: _exit is async-signal-safe.
+            unsafe { libc::_exit(141) };
+        }
+        // SAFETY: installs a handler that makes only async-signal-safe calls.
+        unsafe { libc::signal(libc::SIGPIPE, on_sigpipe as *const () as libc::sighandler_t) };
     }
     let token = if launched {
         let mut line = String::new();
@@ -112,7 +119,7 @@ fn env_bootstrap() -> Result<Bootstrap> {
         std::thread::spawn(|| {
             let mut sink = [0u8; 64];
             while matches!(std::io::stdin().read(&mut sink), Ok(n) if n > 0) {}
-            rendezvous::exit_now(1);
+            rendezvous::abort_and_exit(1);
         });
         Token::from_hex(&line)?
     } else {
@@ -236,6 +243,7 @@ fn rank_main<S: Suite>(
             // Gone once every rank attached; this covers runs that fail before that.
             let t = token.0;
             rendezvous::on_abort(move || shm::unlink_segment(&t));
+            shm::remember_pending(&t);
         }
         let port = listener.local_addr()?.port();
         if launched {

@@ -44,6 +44,13 @@ pub fn exit_now(code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
+/// Runs the clean-up registered with `on_abort`, then `exit_now`: for a rank whose launcher
+/// went away.
+pub fn abort_and_exit(code: i32) -> ! {
+    run_abort_hook();
+    exit_now(code)
+}
+
 fn run_abort_hook() {
     if let Some(f) = ON_ABORT.get() {
         f();

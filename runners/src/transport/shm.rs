@@ -117,6 +117,34 @@ pub fn create_segment(token: &[u8; 16], size: usize) -> Result<()> {
     Ok(())
 }
 
+/// The segment rank 0 created and has not yet seen every rank attach to, for the SIGPIPE
+/// handler: a leaked NUL-terminated name, or null. Read from a signal handler, so an atomic
+/// pointer and nothing that allocates.
+static PENDING_SEGMENT: std::sync::atomic::AtomicPtr<libc::c_char> =
+    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+
+/// Remembers the segment as rank 0's to remove should it die of SIGPIPE before every rank
+/// attached (see `driver`).
+pub fn remember_pending(token: &[u8; 16]) {
+    if let Ok(name) = std::ffi::CString::new(segment_name(token)) {
+        PENDING_SEGMENT.store(name.into_raw(), std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Forgets it (every rank attached: the segment is unlinked already).
+pub fn forget_pending() {
+    PENDING_SEGMENT.store(std::ptr::null_mut(), std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Async-signal-safe: unlinks the remembered segment, if any.
+pub fn unlink_pending_from_signal() {
+    let p = PENDING_SEGMENT.load(std::sync::atomic::Ordering::SeqCst);
+    if !p.is_null() {
+        // SAFETY: p is a leaked NUL-terminated name; shm_unlink is a plain system call.
+        unsafe { libc::shm_unlink(p) };
+    }
+}
+
 pub fn unlink_segment(token: &[u8; 16]) {
     if let Ok(name) = std::ffi::CString::new(segment_name(token)) {
         // SAFETY: NUL-terminated name; failure (already gone) is fine.
@@ -222,6 +250,7 @@ impl ShmTransport {
         let waited = t.wait_count(&t.header().attached, size as u64, "attach to shared memory");
         if rank == 0 {
             unlink_segment(token);
+            forget_pending();
         }
         waited?;
         let ok = t.probe_peers();
