@@ -208,6 +208,14 @@ thread_local! {
     static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// A caught panic's message.
+fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
 /// Runs `f` with panics caught and not printed (the caller reports them).
 fn quietly<R>(f: impl FnOnce() -> R) -> std::thread::Result<R> {
     QUIET.with(|q| q.set(true));
@@ -261,11 +269,7 @@ fn fuzz(
         let outcome = quietly(|| check(&input));
         match outcome {
             Err(p) => {
-                let msg = p
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default();
+                let msg = panic_text(&p);
                 panic!(
                     "{target}: mutant {i} panicked ({msg}) on input {:?}",
                     String::from_utf8_lossy(&input)
@@ -485,11 +489,7 @@ fn result_files_through_report_and_compare() {
             let _ = compare::text_table(&c);
         });
         if let Err(p) = run {
-            let msg = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
+            let msg = panic_text(&p);
             panic!(
                 "report/compare panicked ({msg}) on the files kept in {}",
                 batch.display()
