@@ -428,7 +428,10 @@ fn run_ranks(
         if Instant::now() > deadline {
             let msg = format!(
                 "rank 0 ({}) did not start within {:.0} s",
-                ranks[0].label,
+                match (&placements[0].host, ranks[0].label.as_str()) {
+                    (None, "localhost") => crate::sysinfo::hostname().unwrap_or_default(),
+                    (_, label) => label.to_string(),
+                },
                 (opts.timeout + Duration::from_secs(10)).as_secs_f64()
             );
             return Ok(stop_all(&mut ranks, &msg, 1));
