@@ -76,13 +76,13 @@ fn killed_rank_ends_the_run_on_every_rank_within_ten_seconds() {
     assert!(!out.exists(), "no result file from a failed run");
 }
 
-#[test]
-fn frozen_rank_is_noticed_and_named_within_ten_seconds() {
+/// Freezes `rank` (SIGSTOP) in a 3-rank run once it is under way; returns the run's output,
+/// how long after the freeze the run ended, and the ranks (pid, rank).
+fn freeze_rank(rank: usize) -> (std::process::Output, Duration, Vec<(u32, usize)>) {
     let out = scratch_out();
     let child = long_run(&["--out", &out]);
-    let launcher = child.id();
-    let ranks = wait_for_ranks(launcher, 3);
-    let victim = ranks.iter().find(|r| r.1 == 1).unwrap().0;
+    let ranks = wait_for_ranks(child.id(), 3);
+    let victim = ranks.iter().find(|r| r.1 == rank).unwrap().0;
     let stopped_at = Instant::now();
     signal(victim, "-STOP");
     let (o, _) = finish(child, Duration::from_secs(30));
@@ -92,6 +92,12 @@ fn frozen_rank_is_noticed_and_named_within_ten_seconds() {
         .args(["-CONT", &victim.to_string()])
         .stderr(std::process::Stdio::null())
         .status();
+    (o, took, ranks)
+}
+
+#[test]
+fn frozen_rank_is_noticed_and_named_within_ten_seconds() {
+    let (o, took, ranks) = freeze_rank(1);
     assert!(
         took < Duration::from_secs(10),
         "run took {took:?} to end after rank 1 froze"
@@ -114,19 +120,7 @@ fn only_error_line(err: &str) -> &str {
 
 #[test]
 fn frozen_rank_0_is_named_in_one_line_within_ten_seconds() {
-    let out = scratch_out();
-    let child = long_run(&["--out", &out]);
-    let launcher = child.id();
-    let ranks = wait_for_ranks(launcher, 3);
-    let victim = ranks.iter().find(|r| r.1 == 0).unwrap().0;
-    let stopped_at = Instant::now();
-    signal(victim, "-STOP");
-    let (o, _) = finish(child, Duration::from_secs(30));
-    let took = stopped_at.elapsed();
-    let _ = std::process::Command::new("kill")
-        .args(["-CONT", &victim.to_string()])
-        .stderr(std::process::Stdio::null())
-        .status();
+    let (o, took, ranks) = freeze_rank(0);
     assert!(
         took < Duration::from_secs(10),
         "run took {took:?} to end after rank 0 froze"
