@@ -46,6 +46,15 @@ struct Placement {
     addr: Option<String>,
 }
 
+/// A rank's host as the ranks' own lines name it: a local rank by this machine's name, a
+/// remote one by its hostfile entry.
+fn shown_name(p: &Placement) -> String {
+    match (&p.host, p.label.as_str()) {
+        (None, "localhost") => crate::sysinfo::hostname().unwrap_or_else(|| "localhost".into()),
+        (_, label) => label.to_string(),
+    }
+}
+
 fn is_local(host: &str) -> bool {
     matches!(host, "localhost" | "127.0.0.1")
 }
@@ -410,7 +419,7 @@ fn run_ranks(
                     // A local rank 0 killed before it could say anything.
                     crate::gate::say(&format!(
                         "tbbench: error: rank 0 ({}) died before the rendezvous ({st})",
-                        crate::sysinfo::hostname().unwrap_or_else(|| ranks[0].label.clone())
+                        shown_name(&placements[0])
                     ));
                     return Ok(1);
                 }
@@ -428,10 +437,7 @@ fn run_ranks(
         if Instant::now() > deadline {
             let msg = format!(
                 "rank 0 ({}) did not start within {:.0} s",
-                match (&placements[0].host, ranks[0].label.as_str()) {
-                    (None, "localhost") => crate::sysinfo::hostname().unwrap_or_default(),
-                    (_, label) => label.to_string(),
-                },
+                shown_name(&placements[0]),
                 (opts.timeout + Duration::from_secs(10)).as_secs_f64()
             );
             return Ok(stop_all(&mut ranks, &msg, 1));
@@ -460,16 +466,7 @@ fn run_ranks(
         }
     }
 
-    // Ranks as their own lines name them: a local rank by this machine's name.
-    let this_host = crate::sysinfo::hostname().unwrap_or_else(|| "localhost".into());
-    let names: Vec<String> = placements
-        .iter()
-        .zip(&ranks)
-        .map(|(p, r)| match (&p.host, r.label.as_str()) {
-            (None, "localhost") => this_host.clone(),
-            (_, label) => label.to_string(),
-        })
-        .collect();
+    let names: Vec<String> = placements.iter().map(shown_name).collect();
     let rank0 = names[0].clone();
     let mut first_failure: Option<(usize, Instant)> = None;
     // A rank that lost rank 0 while rank 0 still runs: which way, and when it said so.
