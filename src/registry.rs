@@ -7,6 +7,7 @@ use tbbench_runners::cli::Registration;
 pub fn suites() -> Vec<Registration> {
     vec![
         tbbench_link::cli::registration(),
+        tbbench_coll::cli::registration(),
         tbbench_hpl::cli::registration(),
         tbbench_infer::cli::registration(),
     ]

@@ -40,8 +40,9 @@ pub struct RunArgs {
     /// an RDMA device (tcp:eth0,tcp:en3,verbs:rdma_en3). With it, --out names a folder.
     #[arg(long, value_parser = parse_over, conflicts_with_all = ["iface", "addr", "rdma_device"])]
     pub over: Option<Networks>,
-    /// Parallel TCP connections per pair of ranks (large messages are striped over them).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    /// Parallel TCP connections per pair of ranks (large messages are striped over them, as
+    /// jaccl-ring stripes over several cables).
+    #[arg(long, visible_alias = "conns", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub streams: u16,
     /// TCP socket buffer size (e.g. 4MiB); default leaves the OS's autotuning on.
     #[arg(long, value_parser = parse_size)]

@@ -234,6 +234,8 @@ struct Piece {
 /// that must stop exactly at the end of a message costs a wake-up per message (measured here:
 /// about 13% of loopback bandwidth at 1 MiB).
 const MAX_BATCH: usize = 16;
+/// How long an exchange retries before it sleeps in poll.
+const SPIN_BEFORE_POLL: Duration = Duration::from_micros(50);
 const BATCH_BYTES: usize = 256 << 10;
 
 impl Piece {
@@ -458,6 +460,10 @@ impl TcpTransport {
                 });
             }
         }
+        // An exchange both ways (a collective's step) waits for an answer its own send set off:
+        // it comes within microseconds, so the exchange retries non-blocking calls for a
+        // while before it sleeps in poll, as MPI libraries' progress loops do.
+        let spin = !sends.is_empty() && !recvs.is_empty();
         let mut last_progress = Instant::now();
         loop {
             busy.clear();
@@ -470,7 +476,8 @@ impl TcpTransport {
             }
             // One connection with work in one direction: plain blocking calls are the cheapest
             // path (one syscall per message), which is what ping-pong latency needs.
-            let single = busy.len() == 1
+            let single = !spin
+                && busy.len() == 1
                 && (channels[busy[0]].sends.is_empty() || channels[busy[0]].recvs.is_empty());
             let mut progressed = false;
             for &c in busy.iter() {
@@ -528,6 +535,11 @@ impl TcpTransport {
                 continue;
             }
             let waited = last_progress.elapsed();
+            if spin && waited < SPIN_BEFORE_POLL {
+                // SAFETY: plain syscall.
+                unsafe { libc::sched_yield() };
+                continue;
+            }
             if waited >= self.opts.timeout {
                 let who: Vec<String> = busy.iter().map(|c| self.names[c / k].to_string()).collect();
                 bail!(

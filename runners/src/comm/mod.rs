@@ -1,8 +1,19 @@
-//! Collectives the suites need, built once on top of any [`Transport`]: barrier, broadcast,
-//! gather, all-reduce (sum, max, min, maxloc) and sendrecv.
+//! Collectives, built once on top of any [`Transport`] for every suite: the generic ones over
+//! any element type and algorithm (all-reduce, reduce-scatter, all-gather, broadcast, reduce,
+//! all-to-all: [`algo`]), and the ones HPL and the decode need besides (barrier, HPL's
+//! broadcast variants, gather and scatter of known sizes, maxloc, sendrecv).
 //!
-//! Trees are fixed by rank numbers, so a reduction adds in the same order on every run and
-//! every rank gets bit-identical results (the decode's consistency check depends on that).
+//! Trees and rings are fixed by rank numbers, so a reduction adds in the same order on every
+//! run and every rank gets bit-identical results (the decode's consistency check depends on
+//! that).
+
+pub mod algo;
+pub mod element;
+#[cfg(test)]
+mod tests;
+
+pub use algo::{default_algo, Algo, CollOp, Tuning};
+pub use element::{as_bytes, as_bytes_mut, Dtype, Element};
 
 use crate::transport::{Buffer, RecvOp, SendOp, Transport};
 use anyhow::Result;
@@ -17,11 +28,19 @@ pub enum ReduceOp {
 /// A rank's handle on the others: the transport plus the collectives.
 pub struct Comm {
     t: Box<dyn Transport>,
+    /// Reused by the generic collectives (see [`Comm::release_scratch`]).
+    scratch: Option<Buffer>,
+    /// What `Algo::Auto` follows where a probe was run.
+    tuning: Tuning,
 }
 
 impl Comm {
     pub fn new(t: Box<dyn Transport>) -> Self {
-        Comm { t }
+        Comm {
+            t,
+            scratch: None,
+            tuning: Tuning::default(),
+        }
     }
     pub fn rank(&self) -> usize {
         self.t.rank()
@@ -376,11 +395,11 @@ impl Comm {
     /// every member ends with bit-identical data, the same on every run. Half the latency
     /// steps of a reduce followed by a broadcast (one round trip for 2 ranks instead of two
     /// one-way hops), which is what a decode's per-layer all-reduce of a few KiB pays.
-    fn reduce_all(
+    pub(crate) fn reduce_all<T: Element>(
         &mut self,
         group: Group,
-        data: &mut [f64],
-        combine: impl Fn(&mut [f64], &[f64]),
+        data: &mut [T],
+        combine: impl Fn(&mut [T], &[T]),
     ) -> Result<()> {
         let n = group.len(self.size());
         let me = group.index_of(self.rank())?;
@@ -388,26 +407,28 @@ impl Comm {
             return Ok(());
         }
         let p2 = 1usize << (usize::BITS - 1 - n.leading_zeros());
-        let mut tmp = vec![0f64; data.len()];
         if me >= p2 {
             let partner = group.rank(me - p2);
-            self.t.send(partner, f64_bytes(data))?;
-            return self.t.recv(partner, f64_bytes_mut(data));
+            self.t.send(partner, as_bytes(data))?;
+            return self.t.recv(partner, as_bytes_mut(data));
         }
+        let mut scratch = self.take_scratch::<T>(data.len())?;
+        let tmp: &mut [T] = element::as_elements_mut(&mut scratch[..std::mem::size_of_val(data)]);
         if me + p2 < n {
-            self.t.recv(group.rank(me + p2), f64_bytes_mut(&mut tmp))?;
-            combine(data, &tmp);
+            self.t.recv(group.rank(me + p2), as_bytes_mut(tmp))?;
+            combine(data, tmp);
         }
         let mut mask = 1;
         while mask < p2 {
             let partner = group.rank(me ^ mask);
-            self.sendrecv(partner, f64_bytes(data), partner, f64_bytes_mut(&mut tmp))?;
-            combine(data, &tmp);
+            self.sendrecv(partner, as_bytes(data), partner, as_bytes_mut(tmp))?;
+            combine(data, tmp);
             mask <<= 1;
         }
         if me + p2 < n {
-            self.t.send(group.rank(me + p2), f64_bytes(data))?;
+            self.t.send(group.rank(me + p2), as_bytes(data))?;
         }
+        self.scratch = Some(scratch);
         Ok(())
     }
 
@@ -465,205 +486,4 @@ pub fn f64_bytes(v: &[f64]) -> &[u8] {
 pub fn f64_bytes_mut(v: &mut [f64]) -> &mut [u8] {
     // SAFETY: every byte pattern is a valid f64; the slice is exclusively borrowed.
     unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, std::mem::size_of_val(v)) }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::transport::shm::{create_segment, ShmTransport};
-    use crate::transport::PeerName;
-    use std::time::Duration;
-
-    /// `n` ranks as threads, each with its own shm transport, running `body`.
-    fn ranks<T: Send + 'static>(n: usize, token: u8, body: fn(&mut Comm) -> T) -> Vec<T> {
-        let token = [token; 16];
-        create_segment(&token, n).unwrap();
-        let handles: Vec<_> = (0..n)
-            .map(|rank| {
-                std::thread::spawn(move || {
-                    let names = (0..n)
-                        .map(|rank| PeerName {
-                            rank,
-                            host: "test".into(),
-                        })
-                        .collect();
-                    let t = ShmTransport::attach(rank, n, &token, names, Duration::from_secs(20))
-                        .unwrap();
-                    body(&mut Comm::new(Box::new(t)))
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    }
-
-    #[test]
-    fn world_collectives_agree_on_every_rank() {
-        let out = ranks(4, 21, |c| {
-            let r = c.rank() as f64;
-            c.barrier().unwrap();
-            let mut b = if c.rank() == 2 { [7u8, 8, 9] } else { [0u8; 3] };
-            c.bcast(2, &mut b).unwrap();
-            let mut v = [r, -r, 0.1 * r];
-            c.allreduce_f64(&mut v, ReduceOp::Sum).unwrap();
-            let mut m = [r, -r];
-            c.allreduce_f64(&mut m, ReduceOp::Max).unwrap();
-            // Ranks 1 and 3 tie on |value| 5; the smaller index (10) wins.
-            let (value, index) = match c.rank() {
-                1 => (5.0, 30),
-                3 => (5.0, 10),
-                _ => (r, r as u64),
-            };
-            let loc = c.allreduce_maxloc(value, index).unwrap();
-            let all = c.allgather_f64(&[r, r * 10.0]).unwrap();
-            (b, v, m, loc, all)
-        });
-        for (b, v, m, loc, all) in &out {
-            assert_eq!(*b, [7, 8, 9]);
-            assert_eq!(v[0], 6.0);
-            assert_eq!(v[1], -6.0);
-            assert_eq!(m, &[3.0, 0.0]);
-            assert_eq!(*loc, (5.0, 10));
-            assert_eq!(all, &vec![0.0, 0.0, 1.0, 10.0, 2.0, 20.0, 3.0, 30.0]);
-        }
-        // Fixed trees: every rank holds bit-identical sums.
-        assert!(out
-            .iter()
-            .all(|o| o.1[2].to_bits() == out[0].1[2].to_bits()));
-    }
-
-    /// Recursive doubling on every size up to 7 (powers of two and the folded ones): sums
-    /// whose order matters in the last bits, max and maxloc, bit-identical on every rank.
-    #[test]
-    fn all_reduce_agrees_bit_for_bit_on_any_size() {
-        fn body(c: &mut Comm) -> ([f64; 3], [f64; 1], (f64, u64)) {
-            let r = c.rank() as f64;
-            let mut v = [0.1 * (r + 1.0), 1e16 + r, 1.0 / (r + 3.0)];
-            c.allreduce_f64(&mut v, ReduceOp::Sum).unwrap();
-            let mut m = [-(r - 2.0).abs()];
-            c.allreduce_f64(&mut m, ReduceOp::Max).unwrap();
-            let loc = c
-                .allreduce_maxloc((r % 2.0) * 4.0, 100 - c.rank() as u64)
-                .unwrap();
-            // Partners must agree even on values plain comparisons cannot order.
-            let odd = match c.rank() % 3 {
-                0 => f64::NAN,
-                1 => -0.0,
-                _ => 0.0,
-            };
-            let odd_loc = c.allreduce_maxloc(odd, c.rank() as u64).unwrap();
-            assert!(odd_loc.0.is_nan() && odd_loc.1 == 0, "{odd_loc:?}");
-            (v, m, loc)
-        }
-        for (n, token) in [(2usize, 31u8), (3, 32), (4, 33), (5, 34), (6, 35), (7, 36)] {
-            let out = ranks(n, token, body);
-            let want: f64 = (0..n).map(|r| 0.1 * (r as f64 + 1.0)).sum();
-            for (v, m, loc) in &out {
-                assert!((v[0] - want).abs() < 1e-12, "{n} ranks: {} vs {want}", v[0]);
-                assert_eq!(v[0].to_bits(), out[0].0[0].to_bits(), "{n} ranks");
-                assert_eq!(v[2].to_bits(), out[0].0[2].to_bits(), "{n} ranks");
-                assert_eq!(m[0], if n > 2 { 0.0 } else { -1.0 }, "{n} ranks");
-                // Odd ranks carry 4.0; the highest odd rank has the smallest index.
-                let last_odd = if n % 2 == 0 { n - 1 } else { n - 2 };
-                assert_eq!(*loc, (4.0, 100 - last_odd as u64), "{n} ranks");
-            }
-        }
-    }
-
-    #[test]
-    fn group_collectives_stay_inside_the_group() {
-        let out = ranks(4, 22, |c| {
-            let r = c.rank();
-            // Two groups at once, as the rows of a 2x2 grid: {0,1} and {2,3}.
-            let row: &[usize] = if r < 2 { &[0, 1] } else { &[2, 3] };
-            let mut v = [r as f64];
-            c.allreduce_f64_in(Group::Members(row), &mut v, ReduceOp::Sum)
-                .unwrap();
-            let mut b = [r as u8];
-            c.bcast_in(Group::Members(row), row[1], &mut b).unwrap();
-            let loc = c
-                .allreduce_maxloc_in(Group::Members(row), -(r as f64), r as u64)
-                .unwrap();
-            (v[0], b[0], loc)
-        });
-        assert_eq!(out[0], (1.0, 1, (-0.0, 0)));
-        assert_eq!(out[1], (1.0, 1, (-0.0, 0)));
-        assert_eq!(out[2], (5.0, 3, (-2.0, 2)));
-        assert_eq!(out[3], (5.0, 3, (-2.0, 2)));
-    }
-
-    #[test]
-    fn group_gather_and_scatter_of_known_sizes_reach_every_member() {
-        let out = ranks(4, 24, |c| {
-            let r = c.rank();
-            // The column {3, 1, 0} of some grid, rooted at its middle member; rank 2 idles.
-            let col: &[usize] = &[3, 1, 0];
-            if r == 2 {
-                return (Vec::new(), Vec::new());
-            }
-            let root = 1;
-            // Member i sends i + 1 bytes of value 10·rank; member 1 (the root) keeps its own.
-            let idx = col.iter().position(|x| *x == r).unwrap();
-            let mine = vec![10 * r as u8; idx + 1];
-            let mut bufs: Vec<Vec<u8>> = (0..3).map(|i| vec![0u8; i + 1]).collect();
-            {
-                let mut parts: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
-                c.gatherv_in(Group::Members(col), root, &mine, &mut parts)
-                    .unwrap();
-            }
-            // Back out: member i gets 2·i bytes of value i + 100 (member 0: nothing at all).
-            let outs: Vec<Vec<u8>> = (0..3).map(|i| vec![i as u8 + 100; 2 * i]).collect();
-            let refs: Vec<&[u8]> = outs.iter().map(|b| &b[..]).collect();
-            let mut got = vec![0u8; 2 * idx];
-            if r != root {
-                c.scatterv_in(Group::Members(col), root, &refs, &mut got)
-                    .unwrap();
-            } else {
-                c.scatterv_in(Group::Members(col), root, &refs, &mut [])
-                    .unwrap();
-            }
-            (bufs.concat(), got)
-        });
-        // The root (rank 1) holds rank 3's byte and rank 0's three bytes; its own stays zero.
-        assert_eq!(out[1].0, vec![30, 0, 0, 0, 0, 0]);
-        assert_eq!(out[0].1, vec![102; 4]);
-        assert_eq!(out[3].1, Vec::<u8>::new());
-    }
-
-    #[test]
-    fn every_broadcast_variant_delivers_from_every_root() {
-        let out = ranks(5, 23, |c| {
-            let mut got = Vec::new();
-            // Long enough that "Lng" really scatters (5 pieces of more than 4 KiB).
-            let len = 5 * 4096 + 7;
-            for root in 0..5 {
-                for variant in 0..6 {
-                    let mut b = vec![0u8; len];
-                    if c.rank() == root {
-                        for (i, x) in b.iter_mut().enumerate() {
-                            *x = (i * 31 + root * 7 + variant) as u8;
-                        }
-                    }
-                    let g = Group::All;
-                    match variant {
-                        0 => c.bcast_ring_in(g, root, &mut b),
-                        1 => c.bcast_two_ring_in(g, root, &mut b),
-                        2 => c.bcast_long_in(g, root, &mut b),
-                        3 => c.bcast_modified_in(g, root, &mut b, Comm::bcast_ring_in),
-                        4 => c.bcast_modified_in(g, root, &mut b, Comm::bcast_two_ring_in),
-                        _ => c.bcast_modified_in(g, root, &mut b, Comm::bcast_long_in),
-                    }
-                    .unwrap();
-                    let ok = b
-                        .iter()
-                        .enumerate()
-                        .all(|(i, x)| *x == (i * 31 + root * 7 + variant) as u8);
-                    got.push(ok);
-                }
-            }
-            got
-        });
-        for (r, oks) in out.iter().enumerate() {
-            assert!(oks.iter().all(|o| *o), "rank {r}: {oks:?}");
-        }
-    }
 }

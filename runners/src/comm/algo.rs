@@ -1,0 +1,920 @@
+//! The collectives tensor parallelism and nccl-tests measure (all-reduce, reduce-scatter,
+//! all-gather, broadcast, reduce, all-to-all), each in the algorithms clusters choose between:
+//!
+//! - **ring**: neighbours pass pieces round the ring (all-reduce = reduce-scatter then
+//!   all-gather; broadcast and reduce as a pipelined chain). Every link carries about the
+//!   minimum, with 2(n−1) latency steps: the bandwidth choice (jaccl-ring, NCCL's ring).
+//! - **mesh**: every rank exchanges its share with every other at once: two steps whatever
+//!   the size, the choice on a fully cabled mesh (JACCL's mesh).
+//! - **rd**: recursive doubling for short all-reduces (log2 n whole-vector exchanges), halving
+//!   then doubling (Rabenseifner) for long ones; a size that is not a power of two folds its
+//!   extra ranks in first. Reduce-scatter (recursive halving) and all-gather (recursive
+//!   doubling) need a power-of-two rank count.
+//! - **tree**: binomial trees (broadcast, reduce, and all-reduce as reduce then broadcast).
+//! - **auto**: per op and size, the winner of a measured probe ([`Comm::tune`]) where one
+//!   was run, else the textbook thresholds of [`default_algo`].
+//!
+//! Every algorithm works over any [`Group`] and any count (pieces differ by at most one
+//! element when the count does not divide), reuses one scratch buffer from the transport
+//! (registered once on verbs), and reduces in an order fixed by rank numbers, so every rank
+//! ends with bit-identical results on every run.
+
+use super::element::{as_bytes, as_bytes_mut, as_elements_mut, Element};
+use super::{Comm, Group, ReduceOp};
+use crate::transport::{Buffer, RecvOp, SendOp};
+use anyhow::{bail, Result};
+use std::ops::Range;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Algo {
+    Ring,
+    Mesh,
+    Rd,
+    Tree,
+    Auto,
+}
+
+impl Algo {
+    /// Every algorithm that names one way of running (auto picks among these).
+    pub const EXPLICIT: [Algo; 4] = [Algo::Ring, Algo::Mesh, Algo::Rd, Algo::Tree];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Algo::Ring => "ring",
+            Algo::Mesh => "mesh",
+            Algo::Rd => "rd",
+            Algo::Tree => "tree",
+            Algo::Auto => "auto",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Algo, String> {
+        match s.trim() {
+            "ring" => Ok(Algo::Ring),
+            "mesh" | "direct" => Ok(Algo::Mesh),
+            "rd" => Ok(Algo::Rd),
+            "tree" => Ok(Algo::Tree),
+            "auto" => Ok(Algo::Auto),
+            other => Err(format!(
+                "unknown algorithm '{other}' (use ring, mesh, rd, tree, auto, all, or a comma list)"
+            )),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CollOp {
+    AllReduce,
+    ReduceScatter,
+    AllGather,
+    Broadcast,
+    Reduce,
+    AllToAll,
+}
+
+impl CollOp {
+    pub const ALL: [CollOp; 6] = [
+        CollOp::AllReduce,
+        CollOp::ReduceScatter,
+        CollOp::AllGather,
+        CollOp::Broadcast,
+        CollOp::Reduce,
+        CollOp::AllToAll,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CollOp::AllReduce => "all-reduce",
+            CollOp::ReduceScatter => "reduce-scatter",
+            CollOp::AllGather => "all-gather",
+            CollOp::Broadcast => "broadcast",
+            CollOp::Reduce => "reduce",
+            CollOp::AllToAll => "all-to-all",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<CollOp, String> {
+        let s = s.trim().replace('_', "-");
+        CollOp::ALL
+            .into_iter()
+            .find(|o| o.name() == s || o.name().replace('-', "") == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown collective '{s}' (use all-reduce, reduce-scatter, all-gather, broadcast, reduce, all-to-all, all, or a comma list)"
+                )
+            })
+    }
+
+    /// The algorithms this op has.
+    pub fn algos(self) -> &'static [Algo] {
+        match self {
+            CollOp::AllReduce => &[Algo::Ring, Algo::Mesh, Algo::Rd, Algo::Tree],
+            CollOp::ReduceScatter | CollOp::AllGather => &[Algo::Ring, Algo::Mesh, Algo::Rd],
+            CollOp::Broadcast | CollOp::Reduce => &[Algo::Ring, Algo::Mesh, Algo::Tree],
+            CollOp::AllToAll => &[Algo::Ring, Algo::Mesh],
+        }
+    }
+
+    /// Whether `algo` runs this op on `n` ranks; Err says why not.
+    pub fn supports(self, algo: Algo, n: usize) -> Result<(), String> {
+        if algo == Algo::Auto {
+            return Ok(());
+        }
+        if !self.algos().contains(&algo) {
+            let names: Vec<&str> = self.algos().iter().map(|a| a.name()).collect();
+            return Err(format!(
+                "{} has no {} algorithm (it has {})",
+                self.name(),
+                algo.name(),
+                names.join(", ")
+            ));
+        }
+        if algo == Algo::Rd
+            && matches!(self, CollOp::ReduceScatter | CollOp::AllGather)
+            && !n.is_power_of_two()
+        {
+            return Err(format!(
+                "{} by rd needs a power-of-two rank count, not {n}",
+                self.name()
+            ));
+        }
+        Ok(())
+    }
+
+    /// nccl-tests' bus bandwidth factor: busbw = algbw × factor, the bytes each rank's link
+    /// must carry relative to the array, so figures compare across rank counts.
+    pub fn bus_factor(self, n: usize) -> f64 {
+        let n = n as f64;
+        match self {
+            CollOp::AllReduce => 2.0 * (n - 1.0) / n,
+            CollOp::ReduceScatter | CollOp::AllGather | CollOp::AllToAll => (n - 1.0) / n,
+            CollOp::Broadcast | CollOp::Reduce => 1.0,
+        }
+    }
+}
+
+/// `auto` without a probe: the textbook thresholds MPI libraries ship with (MPICH's defaults
+/// follow the same shape). Recursive doubling (halving-doubling when long) for all-reduce at
+/// every size; rd for short reduce-scatter/all-gather on powers of two, else the ring; a tree
+/// for short broadcasts and reduces, the pipelined chain for long; all-to-all at once.
+pub fn default_algo(op: CollOp, bytes: usize, n: usize) -> Algo {
+    const SHORT: usize = 64 << 10;
+    match op {
+        CollOp::AllReduce => Algo::Rd,
+        CollOp::ReduceScatter | CollOp::AllGather => {
+            if n.is_power_of_two() && bytes <= SHORT {
+                Algo::Rd
+            } else {
+                Algo::Ring
+            }
+        }
+        CollOp::Broadcast | CollOp::Reduce => {
+            if bytes <= 4 * SHORT {
+                Algo::Tree
+            } else {
+                Algo::Ring
+            }
+        }
+        CollOp::AllToAll => Algo::Mesh,
+    }
+}
+
+/// The measured winners `auto` follows: per op, the fastest algorithm at each probed size.
+#[derive(Debug, Clone, Default)]
+pub struct Tuning {
+    pub entries: Vec<(CollOp, Vec<(usize, Algo)>)>,
+}
+
+impl Tuning {
+    /// The winner at the probed size nearest to `bytes` (on a log scale).
+    pub fn pick(&self, op: CollOp, bytes: usize) -> Option<Algo> {
+        let (_, table) = self.entries.iter().find(|(o, _)| *o == op)?;
+        let distance = |s: usize| ((s.max(1) as f64).ln() - (bytes.max(1) as f64).ln()).abs();
+        table
+            .iter()
+            .min_by(|a, b| distance(a.0).total_cmp(&distance(b.0)))
+            .map(|(_, a)| *a)
+    }
+}
+
+/// Pieces of `count` elements over `parts`: piece i is [i·count/parts, (i+1)·count/parts), so
+/// sizes differ by at most one and every rank computes the same bounds.
+fn piece(count: usize, parts: usize, i: usize) -> Range<usize> {
+    (i * count / parts)..((i + 1) * count / parts)
+}
+
+/// A read-only range and a disjoint writable range of one slice.
+fn split<T>(data: &mut [T], read: Range<usize>, write: Range<usize>) -> (&[T], &mut [T]) {
+    if read.is_empty() {
+        return (&[], &mut data[write]);
+    }
+    if write.is_empty() {
+        return (&data[read], &mut []);
+    }
+    if read.end <= write.start {
+        let (a, b) = data.split_at_mut(write.start);
+        (&a[read], &mut b[..write.len()])
+    } else {
+        assert!(write.end <= read.start, "overlapping ranges");
+        let (a, b) = data.split_at_mut(read.start);
+        (&b[..read.len()], &mut a[write])
+    }
+}
+
+/// `data` cut at consecutive boundaries into one writable slice per part.
+fn split_parts<T>(
+    mut data: &mut [T],
+    parts: usize,
+    bounds: impl Fn(usize) -> Range<usize>,
+) -> Vec<&mut [T]> {
+    let mut out = Vec::with_capacity(parts);
+    let mut start = 0;
+    for i in 0..parts {
+        let r = bounds(i);
+        debug_assert_eq!(r.start, start);
+        let (head, tail) = std::mem::take(&mut data).split_at_mut(r.end - start);
+        out.push(head);
+        data = tail;
+        start = r.end;
+    }
+    out
+}
+
+/// Segments for pipelined chains: long enough to keep a link busy, short enough that the
+/// next hop starts early.
+const CHAIN_SEGMENT_BYTES: usize = 256 << 10;
+/// Direct (mesh) reduces land every rank's piece at the root at once; in segments of this
+/// many bytes per rank the root's scratch stays bounded.
+const MESH_REDUCE_SEGMENT_BYTES: usize = 4 << 20;
+/// Recursive doubling sends the whole vector log2 n times; above this, halving-doubling
+/// sends about twice the vector in all (and needs at least 4 ranks to win).
+const RD_LONG_BYTES: usize = 64 << 10;
+
+impl Comm {
+    /// Sets the measured winners `Algo::Auto` follows.
+    pub fn set_tuning(&mut self, tuning: Tuning) {
+        self.tuning = tuning;
+    }
+
+    /// What `algo` means for this op and size: itself, or auto's choice.
+    pub fn resolve(&self, op: CollOp, algo: Algo, bytes: usize, n: usize) -> Algo {
+        if algo != Algo::Auto {
+            return algo;
+        }
+        self.tuning
+            .pick(op, bytes)
+            .filter(|a| op.supports(*a, n).is_ok())
+            .unwrap_or_else(|| default_algo(op, bytes, n))
+    }
+
+    /// One exchange, leaving out empty messages (both ends compute the same sizes, so both
+    /// leave out the same ones).
+    fn post(&mut self, sends: &[(usize, &[u8])], recvs: Vec<(usize, &mut [u8])>) -> Result<()> {
+        let sends: Vec<SendOp> = sends
+            .iter()
+            .filter(|(_, b)| !b.is_empty())
+            .map(|&(peer, buf)| SendOp { peer, buf })
+            .collect();
+        let mut recvs: Vec<RecvOp> = recvs
+            .into_iter()
+            .filter(|(_, b)| !b.is_empty())
+            .map(|(peer, buf)| RecvOp { peer, buf })
+            .collect();
+        if sends.is_empty() && recvs.is_empty() {
+            return Ok(());
+        }
+        self.t.exchange(&sends, &mut recvs)
+    }
+
+    /// The scratch buffer, at least `count` elements of T: kept between calls so the timed
+    /// path does not allocate (and verbs does not register) again.
+    pub(super) fn take_scratch<T: Element>(&mut self, count: usize) -> Result<Buffer> {
+        let bytes = count * std::mem::size_of::<T>();
+        match self.scratch.take() {
+            Some(b) if b.len() >= bytes => Ok(b),
+            old => {
+                drop(old);
+                self.t.alloc(bytes.max(4096))
+            }
+        }
+    }
+
+    /// Frees the scratch buffer (a suite done with large collectives gives its memory back).
+    pub fn release_scratch(&mut self) {
+        self.scratch = None;
+    }
+
+    // ---- all-reduce -------------------------------------------------------------------
+
+    /// Elementwise all-reduce of `data` over `group`; returns the algorithm that ran.
+    pub fn all_reduce_in<T: Element>(
+        &mut self,
+        group: Group,
+        data: &mut [T],
+        op: ReduceOp,
+        algo: Algo,
+    ) -> Result<Algo> {
+        let n = group.len(self.size());
+        let algo = self.resolve(CollOp::AllReduce, algo, std::mem::size_of_val(data), n);
+        if n < 2 || data.is_empty() {
+            return Ok(algo);
+        }
+        match algo {
+            Algo::Ring => self.all_reduce_ring(group, data, op)?,
+            Algo::Mesh => self.all_reduce_mesh(group, data, op)?,
+            Algo::Rd => {
+                if n >= 4 && std::mem::size_of_val(data) > RD_LONG_BYTES && data.len() >= n {
+                    self.all_reduce_halving_doubling(group, data, op)?
+                } else {
+                    self.reduce_all(group, data, |a, b| T::combine(a, b, op))?
+                }
+            }
+            Algo::Tree => {
+                self.reduce_tree(group, 0, data, op)?;
+                self.bcast_in(group, group.rank(0), as_bytes_mut(data))?;
+            }
+            Algo::Auto => unreachable!("resolved above"),
+        }
+        Ok(algo)
+    }
+
+    /// All-reduce over every rank.
+    pub fn all_reduce<T: Element>(
+        &mut self,
+        data: &mut [T],
+        op: ReduceOp,
+        algo: Algo,
+    ) -> Result<Algo> {
+        self.all_reduce_in(Group::All, data, op, algo)
+    }
+
+    fn all_reduce_ring<T: Element>(
+        &mut self,
+        group: Group,
+        data: &mut [T],
+        op: ReduceOp,
+    ) -> Result<()> {
+        let (n, me) = (group.len(self.size()), group.index_of(self.rank())?);
+        let count = data.len();
+        let (right, left) = (group.rank((me + 1) % n), group.rank((me + n - 1) % n));
+        let largest = count.div_ceil(n);
+        let mut scratch = self.take_scratch::<T>(largest)?;
+        let tmp: &mut [T] = as_elements_mut(&mut scratch[..largest * std::mem::size_of::<T>()]);
+        // Reduce-scatter: after step s, piece (me − s − 1) holds s + 2 ranks' sums; at the end
+        // this rank holds piece me + 1 whole.
+        for s in 0..n - 1 {
+            let (send, recv) = (
+                piece(count, n, (me + n - s) % n),
+                piece(count, n, (me + 2 * n - s - 1) % n),
+            );
+            let t = &mut tmp[..recv.len()];
+            self.post(
+                &[(right, as_bytes(&data[send]))],
+                vec![(left, as_bytes_mut(t))],
+            )?;
+            T::combine(&mut data[recv], t, op);
+        }
+        // All-gather: pass the whole pieces on round the ring.
+        for s in 0..n - 1 {
+            let (send, recv) = (
+                piece(count, n, (me + 1 + n - s) % n),
+                piece(count, n, (me + n - s) % n),
+            );
+            let (out, inn) = split(data, send, recv);
+            self.post(&[(right, as_bytes(out))], vec![(left, as_bytes_mut(inn))])?;
+        }
+        self.scratch = Some(scratch);
+        Ok(())
+    }
+
+    fn all_reduce_mesh<T: Element>(
+        &mut self,
+        group: Group,
+        data: &mut [T],
+        op: ReduceOp,
+    ) -> Result<()> {
+        let (n, me) = (group.len(self.size()), group.index_of(self.rank())?);
+        let count = data.len();
+        let mine = piece(count, n, me);
+        self.reduce_scatter_direct(group, data, op, |i| piece(count, n, i))?;
+        // Everyone sends its reduced piece to everyone at once.
+        let mut parts = split_parts(data, n, |i| piece(count, n, i));
+        let (before, rest) = parts.split_at_mut(me);
+        let (own, after) = rest.split_first_mut().expect("own piece");
+        debug_assert_eq!(own.len(), mine.len());
+        let own: &[T] = own;
+        let sends: Vec<(usize, &[u8])> = (0..n)
+            .filter(|&i| i != me)
+            .map(|i| (group.rank(i), as_bytes(own)))
+            .collect();
+        let recvs: Vec<(usize, &mut [u8])> = before
+            .iter_mut()
+            .enumerate()
+            .map(|(i, p)| (group.rank(i), as_bytes_mut(p)))
+            .chain(
+                after
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(i, p)| (group.rank(me + 1 + i), as_bytes_mut(p))),
+            )
+            .collect();
+        self.post(&sends, recvs)
+    }
+
+    /// Every member sends piece i of `data` to member i, all at once, and sums the pieces it
+    /// gets into its own (in member order, so the sum is the same on every run).
+    fn reduce_scatter_direct<T: Element>(
+        &mut self,
+        group: Group,
+        data: &mut [T],
+        op: ReduceOp,
+        bounds: impl Fn(usize) -> Range<usize>,
+    ) -> Result<()> {
+        let (n, me) = (group.len(self.size()), group.index_of(self.rank())?);
+        let mine = bounds(me);
+        let m = mine.len();
+        let mut scratch = self.take_scratch::<T>(m * (n - 1))?;
+        let tmp: &mut [T] = as_elements_mut(&mut scratch[..m * (n - 1) * std::mem::size_of::<T>()]);
+        {
+            let data: &[T] = data;
+            let sends: Vec<(usize, &[u8])> = (0..n)
+                .filter(|&i| i != me)
+                .map(|i| (group.rank(i), as_bytes(&data[bounds(i)])))
+                .collect();
+            let recvs: Vec<(usize, &mut [u8])> = if m == 0 {
+                Vec::new()
+            } else {
+                tmp.chunks_mut(m)
+                    .zip((0..n).filter(|&i| i != me))
+                    .map(|(slot, i)| (group.rank(i), as_bytes_mut(slot)))
+                    .collect()
+            };
+            self.post(&sends, recvs)?;
+        }
+        if m > 0 {
+            for slot in tmp.chunks(m) {
+                T::combine(&mut data[mine.clone()], slot, op);
+            }
+        }
+        self.scratch = Some(scratch);
+        Ok(())
+    }
+
+    /// Rabenseifner: recursive halving leaves each of the largest power-of-two members with
+    /// one piece summed over all, recursive doubling gathers the pieces back. Members past the
+    /// power of two fold into a partner first and get the result from it at the end.
+    fn all_reduce_halving_doubling<T: Element>(
+        &mut self,
+        group: Group,
+        data: &mut [T],
+        op: ReduceOp,
+    ) -> Result<()> {
+        let (n, me) = (group.len(self.size()), group.index_of(self.rank())?);
+        let p2 = 1usize << (usize::BITS - 1 - n.leading_zeros());
+        let count = data.len();
+        if me >= p2 {
+            let partner = group.rank(me - p2);
+            self.t.send(partner, as_bytes(data))?;
+            return self.t.recv(partner, as_bytes_mut(data));
+        }
+        let mut scratch = self.take_scratch::<T>(count)?;
+        let tmp: &mut [T] = as_elements_mut(&mut scratch[..std::mem::size_of_val(data)]);
+        if me + p2 < n {
+            self.t.recv(group.rank(me + p2), as_bytes_mut(tmp))?;
+            T::combine(data, tmp, op);
+        }
+        let blocks =
+            |r: Range<usize>| piece(count, p2, r.start).start..piece(count, p2, r.end - 1).end;
+        self.halve(group, me, p2, data, tmp, op, &blocks)?;
+        self.double(group, me, p2, data, &blocks)?;
+        if me + p2 < n {
+            self.t.send(group.rank(me + p2), as_bytes(data))?;
+        }
+        self.scratch = Some(scratch);
+        Ok(())
+    }
+
+    /// Recursive halving among members 0..p2 (p2 a power of two): each step keeps half of the
+    /// blocks still held, sends the other half to the partner across one bit and adds the
+    /// partner's copy of the kept half. Member i ends holding block i summed over all.
+    #[allow(clippy::too_many_arguments)]
+    fn halve<T: Element>(
+        &mut self,
+        group: Group,
+        me: usize,
+        p2: usize,
+        data: &mut [T],
+        tmp: &mut [T],
+        op: ReduceOp,
+        blocks: &dyn Fn(Range<usize>) -> Range<usize>,
+    ) -> Result<()> {
+        let (mut lo, mut hi) = (0, p2);
+        let mut mask = p2 / 2;
+        while mask >= 1 {
+            let partner = group.rank(me ^ mask);
+            let mid = (lo + hi) / 2;
+            let (keep, give) = if me & mask == 0 {
+                (lo..mid, mid..hi)
+            } else {
+                (mid..hi, lo..mid)
+            };
+            let (k, g) = (blocks(keep.clone()), blocks(give));
+            let t = &mut tmp[..k.len()];
+            self.post(
+                &[(partner, as_bytes(&data[g]))],
+                vec![(partner, as_bytes_mut(t))],
+            )?;
+            T::combine(&mut data[k], t, op);
+            (lo, hi) = (keep.start, keep.end);
+            mask /= 2;
+        }
+        Ok(())
+    }
+
+    /// Recursive doubling among members 0..p2, each starting with block `me`: each step
+    /// swaps everything held with the partner across one bit, so the held range doubles.
+    fn double<T: Element>(
+        &mut self,
+        group: Group,
+        me: usize,
+        p2: usize,
+        data: &mut [T],
+        blocks: &dyn Fn(Range<usize>) -> Range<usize>,
+    ) -> Result<()> {
+        let (mut lo, mut hi) = (me, me + 1);
+        let mut mask = 1;
+        while mask < p2 {
+            let partner = group.rank(me ^ mask);
+            let (plo, phi) = if me & mask == 0 {
+                (hi, hi + mask)
+            } else {
+                (lo - mask, lo)
+            };
+            let (out, inn) = split(data, blocks(lo..hi), blocks(plo..phi));
+            self.post(
+                &[(partner, as_bytes(out))],
+                vec![(partner, as_bytes_mut(inn))],
+            )?;
+            (lo, hi) = (lo.min(plo), hi.max(phi));
+            mask *= 2;
+        }
+        Ok(())
+    }
+
+    // ---- reduce-scatter and all-gather -------------------------------------------------
+
+    /// Reduce-scatter: `data` holds n blocks of `data.len() / n` elements; block `me` ends
+    /// summed over every member (the other blocks are left as scratch). nccl-tests' in-place
+    /// layout, where the output is the rank's own block of the input.
+    pub fn reduce_scatter_in<T: Element>(
+        &mut self,
+        group: Group,
+        data: &mut [T],
+        op: ReduceOp,
+        algo: Algo,
+    ) -> Result<Algo> {
+        let n = group.len(self.size());
+        let algo = self.resolve(CollOp::ReduceScatter, algo, std::mem::size_of_val(data), n);
+        CollOp::ReduceScatter
+            .supports(algo, n)
+            .map_err(anyhow::Error::msg)?;
+        check_blocks(data.len(), n)?;
+        let (me, block) = (group.index_of(self.rank())?, data.len() / n);
+        if n < 2 || block == 0 {
+            return Ok(algo);
+        }
+        let bounds = |i: usize| i * block..(i + 1) * block;
+        match algo {
+            Algo::Ring => {
+                let (right, left) = (group.rank((me + 1) % n), group.rank((me + n - 1) % n));
+                let mut scratch = self.take_scratch::<T>(block)?;
+                let tmp: &mut [T] =
+                    as_elements_mut(&mut scratch[..block * std::mem::size_of::<T>()]);
+                // Shifted by one from the all-reduce ring, so this rank ends on its own block.
+                for s in 0..n - 1 {
+                    let (send, recv) = (
+                        bounds((me + 2 * n - s - 1) % n),
+                        bounds((me + 2 * n - s - 2) % n),
+                    );
+                    self.post(
+                        &[(right, as_bytes(&data[send]))],
+                        vec![(left, as_bytes_mut(tmp))],
+                    )?;
+                    T::combine(&mut data[recv], tmp, op);
+                }
+                self.scratch = Some(scratch);
+            }
+            Algo::Mesh => self.reduce_scatter_direct(group, data, op, bounds)?,
+            Algo::Rd => {
+                let mut scratch = self.take_scratch::<T>(data.len() / 2)?;
+                let tmp: &mut [T] =
+                    as_elements_mut(&mut scratch[..data.len() / 2 * std::mem::size_of::<T>()]);
+                let blocks = |r: Range<usize>| r.start * block..r.end * block;
+                self.halve(group, me, n, data, tmp, op, &blocks)?;
+                self.scratch = Some(scratch);
+            }
+            other => bail!("reduce-scatter has no {} algorithm", other.name()),
+        }
+        Ok(algo)
+    }
+
+    /// All-gather in place: `data` holds n blocks; this member's block `me` is its input, and
+    /// every block ends holding its member's input.
+    pub fn all_gather_in<T: Element>(
+        &mut self,
+        group: Group,
+        data: &mut [T],
+        algo: Algo,
+    ) -> Result<Algo> {
+        let n = group.len(self.size());
+        let algo = self.resolve(CollOp::AllGather, algo, std::mem::size_of_val(data), n);
+        CollOp::AllGather
+            .supports(algo, n)
+            .map_err(anyhow::Error::msg)?;
+        check_blocks(data.len(), n)?;
+        let (me, block) = (group.index_of(self.rank())?, data.len() / n);
+        if n < 2 || block == 0 {
+            return Ok(algo);
+        }
+        let bounds = |i: usize| i * block..(i + 1) * block;
+        match algo {
+            Algo::Ring => {
+                let (right, left) = (group.rank((me + 1) % n), group.rank((me + n - 1) % n));
+                for s in 0..n - 1 {
+                    let (send, recv) = (bounds((me + n - s) % n), bounds((me + 2 * n - s - 1) % n));
+                    let (out, inn) = split(data, send, recv);
+                    self.post(&[(right, as_bytes(out))], vec![(left, as_bytes_mut(inn))])?;
+                }
+            }
+            Algo::Mesh => {
+                let mut parts = split_parts(data, n, bounds);
+                let (before, rest) = parts.split_at_mut(me);
+                let (own, after) = rest.split_first_mut().expect("own block");
+                let own: &[T] = own;
+                let sends: Vec<(usize, &[u8])> = (0..n)
+                    .filter(|&i| i != me)
+                    .map(|i| (group.rank(i), as_bytes(own)))
+                    .collect();
+                let recvs: Vec<(usize, &mut [u8])> = before
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(i, p)| (group.rank(i), as_bytes_mut(p)))
+                    .chain(
+                        after
+                            .iter_mut()
+                            .enumerate()
+                            .map(|(i, p)| (group.rank(me + 1 + i), as_bytes_mut(p))),
+                    )
+                    .collect();
+                self.post(&sends, recvs)?;
+            }
+            Algo::Rd => {
+                let blocks = |r: Range<usize>| r.start * block..r.end * block;
+                self.double(group, me, n, data, &blocks)?;
+            }
+            other => bail!("all-gather has no {} algorithm", other.name()),
+        }
+        Ok(algo)
+    }
+
+    // ---- broadcast and reduce ----------------------------------------------------------
+
+    /// Broadcast of `data` from `root` (a world rank in `group`).
+    pub fn broadcast_in<T: Element>(
+        &mut self,
+        group: Group,
+        root: usize,
+        data: &mut [T],
+        algo: Algo,
+    ) -> Result<Algo> {
+        let n = group.len(self.size());
+        let algo = self.resolve(CollOp::Broadcast, algo, std::mem::size_of_val(data), n);
+        CollOp::Broadcast
+            .supports(algo, n)
+            .map_err(anyhow::Error::msg)?;
+        let (me, root_i) = (group.index_of(self.rank())?, group.index_of(root)?);
+        if n < 2 || data.is_empty() {
+            return Ok(algo);
+        }
+        let buf = as_bytes_mut(data);
+        match algo {
+            Algo::Tree => self.bcast_in(group, root, buf)?,
+            Algo::Mesh => {
+                if me == root_i {
+                    let sends: Vec<(usize, &[u8])> = (0..n)
+                        .filter(|&i| i != me)
+                        .map(|i| (group.rank(i), &buf[..]))
+                        .collect();
+                    self.post(&sends, Vec::new())?;
+                } else {
+                    self.t.recv(root, buf)?;
+                }
+            }
+            Algo::Ring => {
+                // A chain root → root+1 → …, in segments: while a member passes segment k on,
+                // it already receives segment k + 1.
+                let rel = (me + n - root_i) % n;
+                let at = |r: usize| group.rank((r + root_i) % n);
+                let len = buf.len();
+                let segs = len.div_ceil(CHAIN_SEGMENT_BYTES);
+                let seg =
+                    |k: usize| (k * CHAIN_SEGMENT_BYTES)..((k + 1) * CHAIN_SEGMENT_BYTES).min(len);
+                for k in 0..=segs {
+                    let send = if rel + 1 < n && k >= 1 {
+                        seg(k - 1)
+                    } else {
+                        0..0
+                    };
+                    let recv = if rel > 0 && k < segs { seg(k) } else { 0..0 };
+                    let (out, inn) = split(buf, send, recv);
+                    self.post(&[(at(rel + 1), out)], vec![(at(rel + n - 1), inn)])?;
+                }
+            }
+            other => bail!("broadcast has no {} algorithm", other.name()),
+        }
+        Ok(algo)
+    }
+
+    /// Reduce to `root`: its `data` ends holding the result; the others' `data` is left as
+    /// scratch (partial sums).
+    pub fn reduce_in<T: Element>(
+        &mut self,
+        group: Group,
+        root: usize,
+        data: &mut [T],
+        op: ReduceOp,
+        algo: Algo,
+    ) -> Result<Algo> {
+        let n = group.len(self.size());
+        let algo = self.resolve(CollOp::Reduce, algo, std::mem::size_of_val(data), n);
+        CollOp::Reduce
+            .supports(algo, n)
+            .map_err(anyhow::Error::msg)?;
+        let (me, root_i) = (group.index_of(self.rank())?, group.index_of(root)?);
+        if n < 2 || data.is_empty() {
+            return Ok(algo);
+        }
+        let count = data.len();
+        let rel = (me + n - root_i) % n;
+        let at = |r: usize| group.rank((r % n + root_i) % n);
+        match algo {
+            Algo::Tree => self.reduce_tree(group, root_i, data, op)?,
+            Algo::Mesh => {
+                // Everyone sends to the root at once, in segments that bound its scratch.
+                let seg = (MESH_REDUCE_SEGMENT_BYTES / std::mem::size_of::<T>()).max(1);
+                let mut scratch = if rel == 0 {
+                    Some(self.take_scratch::<T>(seg.min(count) * (n - 1))?)
+                } else {
+                    None
+                };
+                for start in (0..count).step_by(seg) {
+                    let r = start..(start + seg).min(count);
+                    if let Some(s) = scratch.as_mut() {
+                        let m = r.len();
+                        let tmp: &mut [T] =
+                            as_elements_mut(&mut s[..m * (n - 1) * std::mem::size_of::<T>()]);
+                        let recvs = tmp
+                            .chunks_mut(m)
+                            .enumerate()
+                            .map(|(i, slot)| (at(i + 1), as_bytes_mut(slot)))
+                            .collect();
+                        self.post(&[], recvs)?;
+                        for slot in tmp.chunks(m) {
+                            T::combine(&mut data[r.clone()], slot, op);
+                        }
+                    } else {
+                        self.post(&[(root, as_bytes(&data[r]))], Vec::new())?;
+                    }
+                }
+                if let Some(s) = scratch {
+                    self.scratch = Some(s);
+                }
+            }
+            Algo::Ring => {
+                // A chain from root−1 down to the root, each member adding its own in, in
+                // segments: while it sends segment k − 1 on it receives segment k.
+                let seg_len = (CHAIN_SEGMENT_BYTES / std::mem::size_of::<T>()).max(1);
+                let segs = count.div_ceil(seg_len);
+                let seg = |k: usize| (k * seg_len)..((k + 1) * seg_len).min(count);
+                // Upstream is rel + 1 (the chain's far end is rel n − 1), downstream rel − 1.
+                let mut scratch = self.take_scratch::<T>(seg_len.min(count))?;
+                let tmp: &mut [T] =
+                    as_elements_mut(&mut scratch[..seg_len.min(count) * std::mem::size_of::<T>()]);
+                for k in 0..=segs {
+                    let send = if rel > 0 && k >= 1 { seg(k - 1) } else { 0..0 };
+                    let recv = if rel + 1 < n && k < segs {
+                        seg(k)
+                    } else {
+                        0..0
+                    };
+                    let t = &mut tmp[..recv.len()];
+                    self.post(
+                        &[(at(rel + n - 1), as_bytes(&data[send]))],
+                        vec![(at(rel + 1), as_bytes_mut(t))],
+                    )?;
+                    if !recv.is_empty() {
+                        T::combine(&mut data[recv], t, op);
+                    }
+                }
+                self.scratch = Some(scratch);
+            }
+            other => bail!("reduce has no {} algorithm", other.name()),
+        }
+        Ok(algo)
+    }
+
+    /// Binomial-tree reduce to member `root_i`: the mirror of the binomial broadcast.
+    fn reduce_tree<T: Element>(
+        &mut self,
+        group: Group,
+        root_i: usize,
+        data: &mut [T],
+        op: ReduceOp,
+    ) -> Result<()> {
+        let (n, me) = (group.len(self.size()), group.index_of(self.rank())?);
+        let rel = (me + n - root_i) % n;
+        let at = |r: usize| group.rank((r + root_i) % n);
+        let mut scratch = self.take_scratch::<T>(data.len())?;
+        let tmp: &mut [T] = as_elements_mut(&mut scratch[..std::mem::size_of_val(data)]);
+        let mut mask = 1;
+        while mask < n {
+            if rel & mask != 0 {
+                self.t.send(at(rel - mask), as_bytes(data))?;
+                break;
+            }
+            if rel + mask < n {
+                self.t.recv(at(rel + mask), as_bytes_mut(tmp))?;
+                T::combine(data, tmp, op);
+            }
+            mask <<= 1;
+        }
+        self.scratch = Some(scratch);
+        Ok(())
+    }
+
+    // ---- all-to-all --------------------------------------------------------------------
+
+    /// All-to-all: block j of `send` goes to member j, and block j of `recv` comes from it.
+    pub fn all_to_all_in<T: Element>(
+        &mut self,
+        group: Group,
+        send: &[T],
+        recv: &mut [T],
+        algo: Algo,
+    ) -> Result<Algo> {
+        let n = group.len(self.size());
+        let algo = self.resolve(CollOp::AllToAll, algo, std::mem::size_of_val(send), n);
+        CollOp::AllToAll
+            .supports(algo, n)
+            .map_err(anyhow::Error::msg)?;
+        check_blocks(send.len(), n)?;
+        anyhow::ensure!(
+            send.len() == recv.len(),
+            "all-to-all: {} elements to send, {} to receive",
+            send.len(),
+            recv.len()
+        );
+        let (me, block) = (group.index_of(self.rank())?, send.len() / n);
+        let bounds = |i: usize| i * block..(i + 1) * block;
+        recv[bounds(me)].copy_from_slice(&send[bounds(me)]);
+        if n < 2 || block == 0 {
+            return Ok(algo);
+        }
+        match algo {
+            Algo::Mesh => {
+                let sends: Vec<(usize, &[u8])> = (0..n)
+                    .filter(|&i| i != me)
+                    .map(|i| (group.rank(i), as_bytes(&send[bounds(i)])))
+                    .collect();
+                let recvs = split_parts(recv, n, bounds)
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(i, _)| *i != me)
+                    .map(|(i, p)| (group.rank(i), as_bytes_mut(p)))
+                    .collect();
+                self.post(&sends, recvs)?;
+            }
+            Algo::Ring => {
+                // Pairwise exchange: at step s, send to the member s ahead, receive from the
+                // member s behind, so every rank sends and receives one block per step.
+                for s in 1..n {
+                    let (to, from) = ((me + s) % n, (me + n - s) % n);
+                    self.post(
+                        &[(group.rank(to), as_bytes(&send[bounds(to)]))],
+                        vec![(group.rank(from), as_bytes_mut(&mut recv[bounds(from)]))],
+                    )?;
+                }
+            }
+            other => bail!("all-to-all has no {} algorithm", other.name()),
+        }
+        Ok(algo)
+    }
+}
+
+/// Reduce-scatter, all-gather and all-to-all move n equal blocks.
+fn check_blocks(len: usize, n: usize) -> Result<()> {
+    if !len.is_multiple_of(n) {
+        bail!("{len} elements do not split into {n} equal blocks");
+    }
+    Ok(())
+}

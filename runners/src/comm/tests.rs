@@ -1,0 +1,342 @@
+use super::*;
+use crate::transport::shm::{create_segment, ShmTransport};
+use crate::transport::PeerName;
+use std::time::Duration;
+
+/// `n` ranks as threads, each with its own shm transport, running `body`.
+fn ranks<T: Send + 'static>(n: usize, token: u8, body: fn(&mut Comm) -> T) -> Vec<T> {
+    let token = [token; 16];
+    create_segment(&token, n).unwrap();
+    let handles: Vec<_> = (0..n)
+        .map(|rank| {
+            std::thread::spawn(move || {
+                let names = (0..n)
+                    .map(|rank| PeerName {
+                        rank,
+                        host: "test".into(),
+                    })
+                    .collect();
+                let t =
+                    ShmTransport::attach(rank, n, &token, names, Duration::from_secs(20)).unwrap();
+                body(&mut Comm::new(Box::new(t)))
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+#[test]
+fn world_collectives_agree_on_every_rank() {
+    let out = ranks(4, 21, |c| {
+        let r = c.rank() as f64;
+        c.barrier().unwrap();
+        let mut b = if c.rank() == 2 { [7u8, 8, 9] } else { [0u8; 3] };
+        c.bcast(2, &mut b).unwrap();
+        let mut v = [r, -r, 0.1 * r];
+        c.allreduce_f64(&mut v, ReduceOp::Sum).unwrap();
+        let mut m = [r, -r];
+        c.allreduce_f64(&mut m, ReduceOp::Max).unwrap();
+        // Ranks 1 and 3 tie on |value| 5; the smaller index (10) wins.
+        let (value, index) = match c.rank() {
+            1 => (5.0, 30),
+            3 => (5.0, 10),
+            _ => (r, r as u64),
+        };
+        let loc = c.allreduce_maxloc(value, index).unwrap();
+        let all = c.allgather_f64(&[r, r * 10.0]).unwrap();
+        (b, v, m, loc, all)
+    });
+    for (b, v, m, loc, all) in &out {
+        assert_eq!(*b, [7, 8, 9]);
+        assert_eq!(v[0], 6.0);
+        assert_eq!(v[1], -6.0);
+        assert_eq!(m, &[3.0, 0.0]);
+        assert_eq!(*loc, (5.0, 10));
+        assert_eq!(all, &vec![0.0, 0.0, 1.0, 10.0, 2.0, 20.0, 3.0, 30.0]);
+    }
+    // Fixed trees: every rank holds bit-identical sums.
+    assert!(out
+        .iter()
+        .all(|o| o.1[2].to_bits() == out[0].1[2].to_bits()));
+}
+
+/// Recursive doubling on every size up to 7 (powers of two and the folded ones): sums
+/// whose order matters in the last bits, max and maxloc, bit-identical on every rank.
+#[test]
+fn all_reduce_agrees_bit_for_bit_on_any_size() {
+    fn body(c: &mut Comm) -> ([f64; 3], [f64; 1], (f64, u64)) {
+        let r = c.rank() as f64;
+        let mut v = [0.1 * (r + 1.0), 1e16 + r, 1.0 / (r + 3.0)];
+        c.allreduce_f64(&mut v, ReduceOp::Sum).unwrap();
+        let mut m = [-(r - 2.0).abs()];
+        c.allreduce_f64(&mut m, ReduceOp::Max).unwrap();
+        let loc = c
+            .allreduce_maxloc((r % 2.0) * 4.0, 100 - c.rank() as u64)
+            .unwrap();
+        // Partners must agree even on values plain comparisons cannot order.
+        let odd = match c.rank() % 3 {
+            0 => f64::NAN,
+            1 => -0.0,
+            _ => 0.0,
+        };
+        let odd_loc = c.allreduce_maxloc(odd, c.rank() as u64).unwrap();
+        assert!(odd_loc.0.is_nan() && odd_loc.1 == 0, "{odd_loc:?}");
+        (v, m, loc)
+    }
+    for (n, token) in [(2usize, 31u8), (3, 32), (4, 33), (5, 34), (6, 35), (7, 36)] {
+        let out = ranks(n, token, body);
+        let want: f64 = (0..n).map(|r| 0.1 * (r as f64 + 1.0)).sum();
+        for (v, m, loc) in &out {
+            assert!((v[0] - want).abs() < 1e-12, "{n} ranks: {} vs {want}", v[0]);
+            assert_eq!(v[0].to_bits(), out[0].0[0].to_bits(), "{n} ranks");
+            assert_eq!(v[2].to_bits(), out[0].0[2].to_bits(), "{n} ranks");
+            assert_eq!(m[0], if n > 2 { 0.0 } else { -1.0 }, "{n} ranks");
+            // Odd ranks carry 4.0; the highest odd rank has the smallest index.
+            let last_odd = if n % 2 == 0 { n - 1 } else { n - 2 };
+            assert_eq!(*loc, (4.0, 100 - last_odd as u64), "{n} ranks");
+        }
+    }
+}
+
+#[test]
+fn group_collectives_stay_inside_the_group() {
+    let out = ranks(4, 22, |c| {
+        let r = c.rank();
+        // Two groups at once, as the rows of a 2x2 grid: {0,1} and {2,3}.
+        let row: &[usize] = if r < 2 { &[0, 1] } else { &[2, 3] };
+        let mut v = [r as f64];
+        c.allreduce_f64_in(Group::Members(row), &mut v, ReduceOp::Sum)
+            .unwrap();
+        let mut b = [r as u8];
+        c.bcast_in(Group::Members(row), row[1], &mut b).unwrap();
+        let loc = c
+            .allreduce_maxloc_in(Group::Members(row), -(r as f64), r as u64)
+            .unwrap();
+        (v[0], b[0], loc)
+    });
+    assert_eq!(out[0], (1.0, 1, (-0.0, 0)));
+    assert_eq!(out[1], (1.0, 1, (-0.0, 0)));
+    assert_eq!(out[2], (5.0, 3, (-2.0, 2)));
+    assert_eq!(out[3], (5.0, 3, (-2.0, 2)));
+}
+
+#[test]
+fn group_gather_and_scatter_of_known_sizes_reach_every_member() {
+    let out = ranks(4, 24, |c| {
+        let r = c.rank();
+        // The column {3, 1, 0} of some grid, rooted at its middle member; rank 2 idles.
+        let col: &[usize] = &[3, 1, 0];
+        if r == 2 {
+            return (Vec::new(), Vec::new());
+        }
+        let root = 1;
+        // Member i sends i + 1 bytes of value 10·rank; member 1 (the root) keeps its own.
+        let idx = col.iter().position(|x| *x == r).unwrap();
+        let mine = vec![10 * r as u8; idx + 1];
+        let mut bufs: Vec<Vec<u8>> = (0..3).map(|i| vec![0u8; i + 1]).collect();
+        {
+            let mut parts: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
+            c.gatherv_in(Group::Members(col), root, &mine, &mut parts)
+                .unwrap();
+        }
+        // Back out: member i gets 2·i bytes of value i + 100 (member 0: nothing at all).
+        let outs: Vec<Vec<u8>> = (0..3).map(|i| vec![i as u8 + 100; 2 * i]).collect();
+        let refs: Vec<&[u8]> = outs.iter().map(|b| &b[..]).collect();
+        let mut got = vec![0u8; 2 * idx];
+        if r != root {
+            c.scatterv_in(Group::Members(col), root, &refs, &mut got)
+                .unwrap();
+        } else {
+            c.scatterv_in(Group::Members(col), root, &refs, &mut [])
+                .unwrap();
+        }
+        (bufs.concat(), got)
+    });
+    // The root (rank 1) holds rank 3's byte and rank 0's three bytes; its own stays zero.
+    assert_eq!(out[1].0, vec![30, 0, 0, 0, 0, 0]);
+    assert_eq!(out[0].1, vec![102; 4]);
+    assert_eq!(out[3].1, Vec::<u8>::new());
+}
+
+#[test]
+fn every_broadcast_variant_delivers_from_every_root() {
+    let out = ranks(5, 23, |c| {
+        let mut got = Vec::new();
+        // Long enough that "Lng" really scatters (5 pieces of more than 4 KiB).
+        let len = 5 * 4096 + 7;
+        for root in 0..5 {
+            for variant in 0..6 {
+                let mut b = vec![0u8; len];
+                if c.rank() == root {
+                    for (i, x) in b.iter_mut().enumerate() {
+                        *x = (i * 31 + root * 7 + variant) as u8;
+                    }
+                }
+                let g = Group::All;
+                match variant {
+                    0 => c.bcast_ring_in(g, root, &mut b),
+                    1 => c.bcast_two_ring_in(g, root, &mut b),
+                    2 => c.bcast_long_in(g, root, &mut b),
+                    3 => c.bcast_modified_in(g, root, &mut b, Comm::bcast_ring_in),
+                    4 => c.bcast_modified_in(g, root, &mut b, Comm::bcast_two_ring_in),
+                    _ => c.bcast_modified_in(g, root, &mut b, Comm::bcast_long_in),
+                }
+                .unwrap();
+                let ok = b
+                    .iter()
+                    .enumerate()
+                    .all(|(i, x)| *x == (i * 31 + root * 7 + variant) as u8);
+                got.push(ok);
+            }
+        }
+        got
+    });
+    for (r, oks) in out.iter().enumerate() {
+        assert!(oks.iter().all(|o| *o), "rank {r}: {oks:?}");
+    }
+}
+
+/// A small integer from rank and index: sums of a few of them are exact in every dtype, so
+/// results compare exactly whatever order an algorithm adds in.
+fn input(rank: usize, i: usize) -> f64 {
+    ((rank * 7 + i * 13) % 5) as f64 - 2.0
+}
+
+/// Every op by every algorithm it has, on 1 to 5 ranks (so non-powers of two and counts that
+/// do not divide), checked element by element on every rank.
+fn every_op_and_algorithm<T: Element>(c: &mut Comm) -> Vec<String> {
+    let (me, n) = (c.rank(), c.size());
+    let mut wrong = Vec::new();
+    let mut check = |what: String, got: &[T], want: &dyn Fn(usize) -> f64| {
+        if let Some(i) = (0..got.len()).find(|&i| got[i].to_f64() != want(i)) {
+            wrong.push(format!(
+                "{what} on {n} ranks, rank {me}: element {i} is {} not {}",
+                got[i].to_f64(),
+                want(i)
+            ));
+        }
+    };
+    let sum = |i: usize| (0..n).map(|r| input(r, i)).sum::<f64>();
+    for &count in &[1usize, 7, 1000, 70_001] {
+        for algo in CollOp::AllReduce.algos().iter().chain([&Algo::Auto]) {
+            for op in [ReduceOp::Sum, ReduceOp::Max] {
+                let mut d: Vec<T> = (0..count).map(|i| T::from_f64(input(me, i))).collect();
+                let ran = c.all_reduce(&mut d, op, *algo).unwrap();
+                let want = |i: usize| match op {
+                    ReduceOp::Sum => sum(i),
+                    _ => (0..n).map(|r| input(r, i)).fold(f64::MIN, f64::max),
+                };
+                check(
+                    format!(
+                        "all-reduce {op:?} {} ({}) count {count}",
+                        algo.name(),
+                        ran.name()
+                    ),
+                    &d,
+                    &want,
+                );
+            }
+        }
+        let block = count.div_ceil(n);
+        for algo in [Algo::Ring, Algo::Mesh, Algo::Rd, Algo::Auto] {
+            if CollOp::ReduceScatter.supports(algo, n).is_err() {
+                continue;
+            }
+            let mut d: Vec<T> = (0..block * n).map(|i| T::from_f64(input(me, i))).collect();
+            c.reduce_scatter_in(Group::All, &mut d, ReduceOp::Sum, algo)
+                .unwrap();
+            check(
+                format!("reduce-scatter {} count {count}", algo.name()),
+                &d[me * block..(me + 1) * block],
+                &|i| sum(me * block + i),
+            );
+            let mut d: Vec<T> = vec![T::default(); block * n];
+            for i in 0..block {
+                d[me * block + i] = T::from_f64(input(me, i));
+            }
+            c.all_gather_in(Group::All, &mut d, algo).unwrap();
+            check(
+                format!("all-gather {} count {count}", algo.name()),
+                &d,
+                &|i| input(i / block, i % block),
+            );
+        }
+        for root in [0, n - 1] {
+            for algo in [Algo::Ring, Algo::Mesh, Algo::Tree, Algo::Auto] {
+                let mut d: Vec<T> = (0..count)
+                    .map(|i| T::from_f64(if me == root { input(root, i) } else { 0.0 }))
+                    .collect();
+                c.broadcast_in(Group::All, root, &mut d, algo).unwrap();
+                check(
+                    format!("broadcast {} root {root} count {count}", algo.name()),
+                    &d,
+                    &|i| input(root, i),
+                );
+                let mut d: Vec<T> = (0..count).map(|i| T::from_f64(input(me, i))).collect();
+                c.reduce_in(Group::All, root, &mut d, ReduceOp::Sum, algo)
+                    .unwrap();
+                if me == root {
+                    check(
+                        format!("reduce {} root {root} count {count}", algo.name()),
+                        &d,
+                        &sum,
+                    );
+                }
+            }
+        }
+        for algo in [Algo::Ring, Algo::Mesh] {
+            let send: Vec<T> = (0..block * n).map(|i| T::from_f64(input(me, i))).collect();
+            let mut recv = vec![T::default(); block * n];
+            c.all_to_all_in(Group::All, &send, &mut recv, algo).unwrap();
+            check(
+                format!("all-to-all {} count {count}", algo.name()),
+                &recv,
+                &|i| input(i / block, me * block + i % block),
+            );
+        }
+    }
+    wrong
+}
+
+#[test]
+fn every_collective_and_algorithm_is_exact_on_one_to_five_ranks() {
+    for (n, token) in [(1usize, 41u8), (2, 42), (3, 43), (4, 44), (5, 45)] {
+        let f32s = ranks(n, token, every_op_and_algorithm::<f32>);
+        let wrong: Vec<&String> = f32s.iter().flatten().collect();
+        assert!(wrong.is_empty(), "f32: {wrong:#?}");
+    }
+    for (n, token) in [(3usize, 46u8), (4, 47)] {
+        for wrong in [
+            ranks(n, token, every_op_and_algorithm::<f64>),
+            ranks(n, token + 10, every_op_and_algorithm::<half::f16>),
+            ranks(n, token + 20, every_op_and_algorithm::<half::bf16>),
+        ] {
+            let wrong: Vec<&String> = wrong.iter().flatten().collect();
+            assert!(wrong.is_empty(), "{wrong:#?}");
+        }
+    }
+}
+
+/// Sums whose order matters in the last bits still come out bit-identical on every rank, by
+/// every all-reduce algorithm (the decode compares ranks' logits bit for bit).
+#[test]
+fn every_all_reduce_algorithm_gives_every_rank_the_same_bits() {
+    for (n, token) in [(3usize, 71u8), (4, 72), (5, 73)] {
+        let out = ranks(n, token, |c| {
+            let r = c.rank() as f32;
+            Algo::EXPLICIT
+                .iter()
+                .map(|a| {
+                    let mut v: Vec<f32> = (0..100_000)
+                        .map(|i| 0.1 * (r + 1.0) + 1e-3 * i as f32 / (r + 3.0))
+                        .collect();
+                    c.all_reduce(&mut v, ReduceOp::Sum, *a).unwrap();
+                    v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>()
+                })
+                .collect::<Vec<_>>()
+        });
+        for o in &out {
+            assert!(o == &out[0], "{n} ranks: ranks disagree");
+        }
+    }
+}

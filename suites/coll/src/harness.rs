@@ -1,0 +1,355 @@
+//! The sweep's one row: buffers, the checked run, warm-up, timed iterations (each the slowest
+//! rank's time), bandwidths; and the probe `auto` follows.
+
+use crate::input::Input;
+use crate::ops::{
+    AllGather, AllReduce, AllToAll, Broadcast, Call, Collective, Reduce, ReduceScatter,
+};
+use crate::{redop_str, CollConfig, Probe, Row};
+use anyhow::{bail, Result};
+use std::time::Instant;
+use tbbench_runners::comm::element::as_elements_mut;
+use tbbench_runners::comm::{Algo, CollOp, Comm, Dtype, Element, ReduceOp, Tuning};
+use tbbench_runners::suite::Context;
+use tbbench_runners::units::format_size;
+use tbbench_schema::{Percentiles, Summary};
+
+/// `auto`'s probe stops here: above it every link is in its bandwidth regime and the winner
+/// no longer changes with size.
+const PROBE_MAX_BYTES: u64 = 16 << 20;
+const PROBE_SIZES: usize = 5;
+const PROBE_WARMUP: usize = 2;
+const PROBE_ITERS: usize = 5;
+
+/// Elements per rank as nccl-tests counts them, for an array of `size` bytes.
+fn count_for(op: CollOp, size: u64, elt: usize, n: usize) -> usize {
+    let elements = (size / elt as u64) as usize;
+    match op {
+        CollOp::ReduceScatter | CollOp::AllGather => elements / n,
+        CollOp::AllToAll => elements / n * n,
+        _ => elements,
+    }
+}
+
+/// The bytes of the array the figures are per (the whole array for reduce-scatter and
+/// all-gather, count × ranks).
+fn array_bytes(op: CollOp, count: usize, elt: usize, n: usize) -> u64 {
+    let elements = match op {
+        CollOp::ReduceScatter | CollOp::AllGather => count * n,
+        _ => count,
+    };
+    (elements * elt) as u64
+}
+
+/// Measures one row; None where the size holds no whole element per rank.
+pub fn measure(
+    op: CollOp,
+    algo: Algo,
+    size: u64,
+    config: &CollConfig,
+    ctx: &mut Context,
+    ceiling_gbps: Option<f64>,
+) -> Result<Option<Row>> {
+    let input = Input::new(ctx.size(), config.dtype);
+    let run = Run {
+        op,
+        call: Call {
+            algo,
+            redop: config.redop,
+            root: config.root,
+            in_place: config.in_place,
+        },
+        size,
+        warmup: config.warmup,
+        iters: config.iters,
+        check: true,
+    };
+    let Some(m) = by_dtype(config.dtype, &run, &input, &mut ctx.comm)? else {
+        return Ok(None);
+    };
+    let n = ctx.size();
+    let time_us = Summary::of(&m.times_us, Percentiles::P999);
+    let algbw = if time_us.median > 0.0 {
+        m.size_bytes as f64 / (time_us.median * 1e-6) / 1e9
+    } else {
+        0.0
+    };
+    let busbw = algbw * op.bus_factor(n);
+    let reduces = matches!(
+        op,
+        CollOp::AllReduce | CollOp::ReduceScatter | CollOp::Reduce
+    );
+    let rooted = matches!(op, CollOp::Broadcast | CollOp::Reduce);
+    Ok(Some(Row {
+        op: op.name(),
+        algo: m.ran.name(),
+        requested: algo.name(),
+        dtype: config.dtype.name(),
+        redop: reduces.then(|| redop_str(config.redop)),
+        root: rooted.then_some(config.root),
+        in_place: config.in_place,
+        size_bytes: m.size_bytes,
+        count: m.count as u64,
+        iters: config.iters,
+        warmup: config.warmup,
+        time_us,
+        algbw_gbps: algbw,
+        busbw_gbps: busbw,
+        percent_of_ceiling: ceiling_gbps.filter(|c| *c > 0.0).map(|c| busbw / c * 100.0),
+        wrong: m.wrong,
+    }))
+}
+
+/// What one row (or one probe) runs.
+struct Run {
+    op: CollOp,
+    call: Call,
+    size: u64,
+    warmup: usize,
+    iters: usize,
+    /// Check every output element (rows); probes only time.
+    check: bool,
+}
+
+struct Measured {
+    ran: Algo,
+    count: usize,
+    size_bytes: u64,
+    /// Per iteration, the slowest rank's time.
+    times_us: Vec<f64>,
+    /// Wrong elements over all ranks.
+    wrong: u64,
+}
+
+fn by_dtype(dtype: Dtype, run: &Run, input: &Input, comm: &mut Comm) -> Result<Option<Measured>> {
+    match dtype {
+        Dtype::F32 => by_op::<f32>(run, input, comm),
+        Dtype::F64 => by_op::<f64>(run, input, comm),
+        Dtype::F16 => by_op::<half::f16>(run, input, comm),
+        Dtype::Bf16 => by_op::<half::bf16>(run, input, comm),
+    }
+}
+
+fn by_op<T: Element>(run: &Run, input: &Input, comm: &mut Comm) -> Result<Option<Measured>> {
+    match run.op {
+        CollOp::AllReduce => timed::<T, AllReduce>(run, input, comm),
+        CollOp::ReduceScatter => timed::<T, ReduceScatter>(run, input, comm),
+        CollOp::AllGather => timed::<T, AllGather>(run, input, comm),
+        CollOp::Broadcast => timed::<T, Broadcast>(run, input, comm),
+        CollOp::Reduce => timed::<T, Reduce>(run, input, comm),
+        CollOp::AllToAll => timed::<T, AllToAll>(run, input, comm),
+    }
+}
+
+/// Buffers from the transport (registered once on verbs, outside the timed loop), the
+/// checked run, warm-up, then barrier + call per timed iteration.
+///
+/// Out of place, the input stays intact, so the last timed iteration's output is checked.
+/// In place, each call overwrites its input, so a first run on fresh input is checked and
+/// the timed iterations run on what it left.
+fn timed<T: Element, C: Collective>(
+    run: &Run,
+    input: &Input,
+    comm: &mut Comm,
+) -> Result<Option<Measured>> {
+    let (n, me) = (comm.size(), comm.rank());
+    let elt = std::mem::size_of::<T>();
+    let count = count_for(C::OP, run.size, elt, n);
+    if count == 0 {
+        return Ok(None);
+    }
+    let (send_len, recv_len) = C::lengths(count, n);
+    let mut send_buf = comm.alloc(send_len * elt)?;
+    let mut recv_buf = comm.alloc(recv_len * elt)?;
+    let send: &mut [T] = as_elements_mut(&mut send_buf[..]);
+    let recv: &mut [T] = as_elements_mut(&mut recv_buf[..]);
+    let call = &run.call;
+    C::fill(input, me, count, call, send, recv);
+    let mut wrong = 0u64;
+    let mut ran = call.algo;
+    if run.check && call.in_place {
+        ran = C::run(comm, count, call, send, recv)?;
+        wrong = count_wrong::<T, C>(input, me, n, count, call, recv);
+    }
+    for _ in 0..run.warmup {
+        ran = C::run(comm, count, call, send, recv)?;
+    }
+    let mut times_us = Vec::with_capacity(run.iters);
+    for _ in 0..run.iters {
+        comm.barrier()?;
+        let t = Instant::now();
+        ran = C::run(comm, count, call, send, recv)?;
+        times_us.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    if run.check && !call.in_place {
+        wrong = count_wrong::<T, C>(input, me, n, count, call, recv);
+    }
+    // Each iteration is as slow as its slowest rank; wrong elements add up over ranks.
+    comm.all_reduce(&mut times_us, ReduceOp::Max, Algo::Rd)?;
+    let mut w = [wrong as f64];
+    comm.all_reduce(&mut w, ReduceOp::Sum, Algo::Rd)?;
+    Ok(Some(Measured {
+        ran,
+        count,
+        size_bytes: array_bytes(C::OP, count, elt, n),
+        times_us,
+        wrong: w[0] as u64,
+    }))
+}
+
+fn count_wrong<T: Element, C: Collective>(
+    input: &Input,
+    rank: usize,
+    n: usize,
+    count: usize,
+    call: &Call,
+    recv: &[T],
+) -> u64 {
+    C::checked(rank, n, count, call)
+        .filter(|&i| recv[i].to_f64() != C::expected(input, rank, n, count, call, i))
+        .count() as u64
+}
+
+/// `auto`'s probe: each algorithm of each op at a few sizes across the sweep (up to 16 MiB),
+/// a short timed loop each; the fastest by median wins its size. Every rank ends with the
+/// same table (times are the slowest rank's, the same everywhere).
+pub fn tune(config: &CollConfig, ctx: &mut Context) -> Result<Vec<Probe>> {
+    let n = ctx.size();
+    let input = Input::new(n, config.dtype);
+    let mut tuning = Tuning::default();
+    let mut probes = Vec::new();
+    for &op in &config.ops {
+        let mut table = Vec::new();
+        for size in probe_sizes(&config.sizes) {
+            let mut times = serde_json::Map::new();
+            let mut winner: Option<(Algo, f64)> = None;
+            for &algo in op.algos() {
+                if op.supports(algo, n).is_err() {
+                    continue;
+                }
+                let run = Run {
+                    op,
+                    call: Call {
+                        algo,
+                        redop: config.redop,
+                        root: config.root,
+                        in_place: config.in_place,
+                    },
+                    size,
+                    warmup: PROBE_WARMUP,
+                    iters: PROBE_ITERS,
+                    check: false,
+                };
+                let Some(m) = by_dtype(config.dtype, &run, &input, &mut ctx.comm)? else {
+                    continue;
+                };
+                let median = Summary::of(&m.times_us, Percentiles::P999).median;
+                times.insert(algo.name().into(), median.into());
+                if winner.is_none_or(|(_, t)| median < t) {
+                    winner = Some((algo, median));
+                }
+            }
+            if let Some((algo, _)) = winner {
+                table.push((size as usize, algo));
+                probes.push(Probe {
+                    op: op.name(),
+                    size_bytes: size,
+                    time_us: times,
+                    winner: algo.name(),
+                });
+            }
+        }
+        tuning.entries.push((op, table));
+    }
+    if ctx.rank() == 0 && !probes.is_empty() {
+        let picks: Vec<String> = probes
+            .iter()
+            .map(|p| format!("{} {} {}", p.op, format_size(p.size_bytes), p.winner))
+            .collect();
+        println!("# auto: probed {}", picks.join(", "));
+    }
+    ctx.comm.set_tuning(tuning);
+    Ok(probes)
+}
+
+/// Up to five sizes spread evenly (by position) over the sweep's sizes up to the probe's cap.
+fn probe_sizes(sizes: &[u64]) -> Vec<u64> {
+    let mut s: Vec<u64> = sizes
+        .iter()
+        .copied()
+        .filter(|&x| x <= PROBE_MAX_BYTES)
+        .collect();
+    s.sort_unstable();
+    s.dedup();
+    if s.is_empty() {
+        // Every size is above the cap: probe at the cap.
+        return vec![PROBE_MAX_BYTES];
+    }
+    if s.len() <= PROBE_SIZES {
+        return s;
+    }
+    (0..PROBE_SIZES)
+        .map(|k| s[k * (s.len() - 1) / (PROBE_SIZES - 1)])
+        .collect()
+}
+
+/// Refuses, before any buffer is allocated, sizes this host's free memory cannot hold for its
+/// ranks (send and receive buffers and the scratch, about three arrays each), naming the
+/// largest that fits.
+pub fn check_memory(config: &CollConfig, ctx: &Context) -> Result<()> {
+    let Some(host) = ctx.my_host() else {
+        return Ok(());
+    };
+    if host.memory_available_bytes == 0 {
+        return Ok(());
+    }
+    let Some(&largest) = config.sizes.iter().max() else {
+        return Ok(());
+    };
+    let ranks_here = ctx.ranks_on_my_host() as u64;
+    let budget = host.memory_available_bytes / 10 * 8 / ranks_here;
+    let need = |s: u64| s.saturating_mul(3);
+    if need(largest) > budget {
+        let fits = (0..63)
+            .map(|i| 1u64 << i)
+            .take_while(|&s| need(s) <= budget)
+            .last()
+            .unwrap_or(0);
+        bail!(
+            "a {} collective needs about {} per rank, but {} has {} available for {} rank(s); the largest power of two that fits is {}",
+            format_size(largest),
+            format_size(need(largest)),
+            host.hostname,
+            format_size(host.memory_available_bytes),
+            ranks_here,
+            format_size(fits)
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probe_sizes_spread_over_the_sweep_and_stop_at_the_cap() {
+        let sweep = crate::default_sizes();
+        let p = probe_sizes(&sweep);
+        assert_eq!(p.len(), 5);
+        assert_eq!(p[0], 8);
+        assert_eq!(*p.last().unwrap(), 16 << 20);
+        assert_eq!(probe_sizes(&[1 << 30]), vec![16 << 20]);
+        assert_eq!(probe_sizes(&[64, 8]), vec![8, 64]);
+    }
+
+    #[test]
+    fn counts_follow_nccl_tests() {
+        // 4 ranks, f32: reduce-scatter of a 1000-byte array is 62 elements per rank.
+        assert_eq!(count_for(CollOp::ReduceScatter, 1000, 4, 4), 62);
+        assert_eq!(array_bytes(CollOp::ReduceScatter, 62, 4, 4), 992);
+        assert_eq!(count_for(CollOp::AllReduce, 1000, 4, 4), 250);
+        assert_eq!(count_for(CollOp::AllToAll, 1000, 4, 3), 249);
+        assert_eq!(count_for(CollOp::AllGather, 8, 4, 4), 0);
+    }
+}

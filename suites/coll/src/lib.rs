@@ -1,0 +1,297 @@
+//! `tbbench coll`: collectives (all-reduce, reduce-scatter, all-gather, broadcast, reduce,
+//! all-to-all) per algorithm, element type and size, every output element checked, with
+//! nccl-tests' figures: time, algorithm bandwidth, bus bandwidth.
+
+pub mod cli;
+mod harness;
+pub mod input;
+pub mod ops;
+mod table;
+
+use anyhow::{bail, Result};
+use serde::{Serialize, Serializer};
+use std::path::PathBuf;
+use tbbench_runners::comm::{Algo, CollOp, Dtype, ReduceOp};
+use tbbench_runners::suite::{Context, Suite, SuiteOutput};
+use tbbench_runners::units::format_size;
+use tbbench_schema::{Check, Summary};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CollConfig {
+    #[serde(serialize_with = "op_names")]
+    pub ops: Vec<CollOp>,
+    #[serde(serialize_with = "algo_names")]
+    pub algos: Vec<Algo>,
+    #[serde(serialize_with = "dtype_name")]
+    pub dtype: Dtype,
+    #[serde(serialize_with = "redop_name")]
+    pub redop: ReduceOp,
+    /// The root of broadcast and reduce.
+    pub root: usize,
+    /// Sizes in bytes: the whole array (for reduce-scatter and all-gather, all ranks' blocks).
+    pub sizes: Vec<u64>,
+    pub iters: usize,
+    pub warmup: usize,
+    pub in_place: bool,
+    /// The link's ceiling in bit/s, when given on the command line.
+    pub ceiling_bits_per_s: Option<f64>,
+    /// Where the rows also go as CSV.
+    pub csv: Option<PathBuf>,
+}
+
+impl Default for CollConfig {
+    fn default() -> Self {
+        CollConfig {
+            ops: vec![CollOp::AllReduce],
+            algos: vec![Algo::Auto],
+            dtype: Dtype::F32,
+            redop: ReduceOp::Sum,
+            root: 0,
+            sizes: default_sizes(),
+            iters: 20,
+            warmup: 5,
+            in_place: false,
+            ceiling_bits_per_s: None,
+            csv: None,
+        }
+    }
+}
+
+/// 8 B to 256 MiB by factors of two, nccl-tests' usual sweep.
+pub fn default_sizes() -> Vec<u64> {
+    (3..=28).map(|i| 1u64 << i).collect()
+}
+
+fn op_names<S: Serializer>(v: &[CollOp], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(v.iter().map(|o| o.name()))
+}
+fn algo_names<S: Serializer>(v: &[Algo], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(v.iter().map(|a| a.name()))
+}
+fn dtype_name<S: Serializer>(d: &Dtype, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(d.name())
+}
+fn redop_name<S: Serializer>(r: &ReduceOp, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(redop_str(*r))
+}
+
+pub fn redop_str(r: ReduceOp) -> &'static str {
+    match r {
+        ReduceOp::Sum => "sum",
+        ReduceOp::Max => "max",
+        ReduceOp::Min => "min",
+    }
+}
+
+pub fn parse_redop(s: &str) -> Result<ReduceOp, String> {
+    match s.trim() {
+        "sum" => Ok(ReduceOp::Sum),
+        "max" => Ok(ReduceOp::Max),
+        "min" => Ok(ReduceOp::Min),
+        other => Err(format!("unknown reduction '{other}' (use sum, max or min)")),
+    }
+}
+
+/// One measured row: an op by one algorithm at one size.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub op: &'static str,
+    /// The algorithm that ran.
+    pub algo: &'static str,
+    /// What was asked for: the same, or "auto".
+    pub requested: &'static str,
+    pub dtype: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redop: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub root: Option<usize>,
+    pub in_place: bool,
+    /// The array: for reduce-scatter and all-gather all ranks' blocks together.
+    pub size_bytes: u64,
+    /// Elements, as nccl-tests counts them (per rank for reduce-scatter and all-gather).
+    pub count: u64,
+    pub iters: usize,
+    pub warmup: usize,
+    /// Per iteration, the slowest rank's time, microseconds.
+    pub time_us: Summary,
+    /// size / median time, 10^9 bytes/s.
+    pub algbw_gbps: f64,
+    /// algbw × nccl-tests' factor for the op and rank count.
+    pub busbw_gbps: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub percent_of_ceiling: Option<f64>,
+    /// Output elements that differ from the expected value, over all ranks.
+    pub wrong: u64,
+}
+
+/// The fastest algorithm for one op and size.
+#[derive(Debug, Clone, Serialize)]
+pub struct Best {
+    pub op: &'static str,
+    pub size_bytes: u64,
+    pub algo: &'static str,
+    pub time_us: f64,
+    pub busbw_gbps: f64,
+}
+
+/// One size of `auto`'s probe: every algorithm's median time and the winner.
+#[derive(Debug, Clone, Serialize)]
+pub struct Probe {
+    pub op: &'static str,
+    pub size_bytes: u64,
+    pub time_us: serde_json::Map<String, serde_json::Value>,
+    pub winner: &'static str,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CollResults {
+    pub ranks: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ceiling_gbps: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ceiling_source: Option<&'static str>,
+    /// What `auto` followed, where it ran.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tuning: Vec<Probe>,
+    pub rows: Vec<Row>,
+    pub best: Vec<Best>,
+}
+
+pub struct CollSuite;
+
+impl Suite for CollSuite {
+    const NAME: &'static str = "coll";
+    type Config = CollConfig;
+
+    fn run(config: &CollConfig, ctx: &mut Context) -> Result<Option<SuiteOutput>> {
+        let n = ctx.size();
+        if config.root >= n {
+            bail!(
+                "--root {} is not a rank of this run (ranks 0..{})",
+                config.root,
+                n - 1
+            );
+        }
+        for op in &config.ops {
+            for algo in &config.algos {
+                if let Err(e) = op.supports(*algo, n) {
+                    if config.algos.len() == 1 {
+                        bail!("{e}");
+                    }
+                }
+            }
+        }
+        harness::check_memory(config, ctx)?;
+        // Bus bandwidth against the link: GB/s from the interface's Gbit/s (or the flag).
+        let (ceiling, source) = match (config.ceiling_bits_per_s, ctx.network.nominal_gbit_per_s) {
+            (Some(bits), _) => (Some(bits / 8e9), Some("flag")),
+            (None, Some(g)) => (Some(g / 8.0), Some("interface")),
+            (None, None) => (None, None),
+        };
+        let mut results = CollResults {
+            ranks: n,
+            ceiling_gbps: ceiling,
+            ceiling_source: source,
+            tuning: Vec::new(),
+            rows: Vec::new(),
+            best: Vec::new(),
+        };
+        if config.algos.contains(&Algo::Auto) && n > 1 {
+            results.tuning = harness::tune(config, ctx)?;
+        }
+        for &op in &config.ops {
+            if ctx.rank() == 0 {
+                table::header(op, config, ctx, ceiling, source);
+            }
+            let mut shown = Vec::new();
+            for &size in &config.sizes {
+                for &algo in &config.algos {
+                    if op.supports(algo, n).is_err() {
+                        continue;
+                    }
+                    let Some(row) = harness::measure(op, algo, size, config, ctx, ceiling)? else {
+                        continue;
+                    };
+                    // Sizes that round to the same array (blocks of whole elements) once.
+                    if shown.contains(&(row.size_bytes, algo)) {
+                        continue;
+                    }
+                    shown.push((row.size_bytes, algo));
+                    if ctx.rank() == 0 {
+                        table::row(&row);
+                        results.rows.push(row);
+                    }
+                }
+            }
+            if ctx.rank() == 0 {
+                let best = best_per_size(&results.rows, op);
+                table::crossover(&best);
+                results.best.extend(best);
+            }
+        }
+        ctx.comm.release_scratch();
+        if ctx.rank() != 0 {
+            return Ok(None);
+        }
+        if let Some(path) = &config.csv {
+            table::write_csv(path, &results.rows)?;
+        }
+        let wrong: u64 = results.rows.iter().map(|r| r.wrong).sum();
+        let checks = vec![Check {
+            name: "collective results".into(),
+            passed: wrong == 0,
+            detail: if wrong == 0 {
+                format!(
+                    "every element of {} rows matched its expected value",
+                    results.rows.len()
+                )
+            } else {
+                let bad: Vec<String> = results
+                    .rows
+                    .iter()
+                    .filter(|r| r.wrong > 0)
+                    .take(5)
+                    .map(|r| {
+                        format!(
+                            "{} {} {} ({} wrong)",
+                            r.op,
+                            r.algo,
+                            format_size(r.size_bytes),
+                            r.wrong
+                        )
+                    })
+                    .collect();
+                format!("{wrong} wrong elements: {}", bad.join("; "))
+            },
+        }];
+        let mut warnings = Vec::new();
+        if let Some(w) = ctx.oversubscribed() {
+            warnings.push(w);
+        }
+        Ok(Some(SuiteOutput {
+            results: serde_json::to_value(&results)?,
+            checks,
+            warnings,
+        }))
+    }
+}
+
+/// The fastest algorithm at each size of one op (by median time).
+fn best_per_size(rows: &[Row], op: CollOp) -> Vec<Best> {
+    let mut best: Vec<Best> = Vec::new();
+    for r in rows.iter().filter(|r| r.op == op.name()) {
+        let entry = Best {
+            op: r.op,
+            size_bytes: r.size_bytes,
+            algo: r.algo,
+            time_us: r.time_us.median,
+            busbw_gbps: r.busbw_gbps,
+        };
+        match best.iter_mut().find(|b| b.size_bytes == r.size_bytes) {
+            Some(b) if entry.time_us < b.time_us => *b = entry,
+            Some(_) => {}
+            None => best.push(entry),
+        }
+    }
+    best
+}

@@ -1,0 +1,138 @@
+//! The terminal table, nccl-tests' columns (size, count, type, redop, root, time, algbw,
+//! busbw, #wrong) with the algorithm, the p99 and the share of the link's ceiling beside them;
+//! the crossover line; the CSV export.
+
+use crate::{Best, CollConfig, Row};
+use anyhow::Result;
+use std::path::Path;
+use tbbench_runners::comm::CollOp;
+use tbbench_runners::suite::Context;
+use tbbench_runners::units::format_size;
+
+pub fn header(
+    op: CollOp,
+    config: &CollConfig,
+    ctx: &Context,
+    ceiling: Option<f64>,
+    source: Option<&str>,
+) {
+    let net = &ctx.network;
+    let place = if config.in_place {
+        "in place"
+    } else {
+        "out of place"
+    };
+    println!(
+        "# {}: {} ranks, {}, {place}, {} over {}",
+        op.name(),
+        ctx.size(),
+        config.dtype.name(),
+        net.transport,
+        net.interface.as_deref().unwrap_or(&net.label)
+    );
+    match ceiling {
+        Some(c) => println!(
+            "# busbw against the link's ceiling of {c:.2} GB/s ({})",
+            source.unwrap_or("?")
+        ),
+        None => println!("# no link ceiling known (--ceiling 80Gbit sets one)"),
+    }
+    println!(
+        "{:>10} {:>11} {:>5} {:>5} {:>4} {:>5} {:>10} {:>10} {:>9} {:>9} {:>6} {:>7}",
+        "size",
+        "count",
+        "type",
+        "redop",
+        "root",
+        "algo",
+        "time(us)",
+        "p99(us)",
+        "algbw",
+        "busbw",
+        "%ceil",
+        "#wrong"
+    );
+    println!(
+        "{:>10} {:>11} {:>5} {:>5} {:>4} {:>5} {:>10} {:>10} {:>9} {:>9} {:>6} {:>7}",
+        "", "(elements)", "", "", "", "", "median", "", "(GB/s)", "(GB/s)", "", ""
+    );
+}
+
+pub fn row(r: &Row) {
+    let algo = if r.requested == "auto" {
+        format!("{}*", r.algo)
+    } else {
+        r.algo.to_string()
+    };
+    println!(
+        "{:>10} {:>11} {:>5} {:>5} {:>4} {:>5} {:>10.2} {:>10.2} {:>9.3} {:>9.3} {:>6} {:>7}",
+        format_size(r.size_bytes),
+        r.count,
+        r.dtype,
+        r.redop.unwrap_or("none"),
+        r.root.map_or("-1".to_string(), |x| x.to_string()),
+        algo,
+        r.time_us.median,
+        r.time_us.p99,
+        r.algbw_gbps,
+        r.busbw_gbps,
+        r.percent_of_ceiling
+            .map_or("-".to_string(), |p| format!("{p:.1}")),
+        r.wrong
+    );
+}
+
+/// The winner per size, as runs of sizes: "8 B..64 KiB rd, 128 KiB..256 MiB ring".
+pub fn crossover(best: &[Best]) {
+    let mut runs: Vec<(u64, u64, &str)> = Vec::new();
+    for b in best {
+        match runs.last_mut() {
+            Some(last) if last.2 == b.algo => last.1 = b.size_bytes,
+            _ => runs.push((b.size_bytes, b.size_bytes, b.algo)),
+        }
+    }
+    let parts: Vec<String> = runs
+        .iter()
+        .map(|(lo, hi, a)| {
+            if lo == hi {
+                format!("{} {a}", format_size(*lo))
+            } else {
+                format!("{}..{} {a}", format_size(*lo), format_size(*hi))
+            }
+        })
+        .collect();
+    if !parts.is_empty() {
+        println!("# fastest: {}", parts.join(", "));
+    }
+    println!("# (* auto's choice)");
+    println!();
+}
+
+pub fn write_csv(path: &Path, rows: &[Row]) -> Result<()> {
+    let mut out = String::from(
+        "op,algo,requested,dtype,redop,root,in_place,size_bytes,count,iters,time_us_median,time_us_p99,algbw_gbps,busbw_gbps,percent_of_ceiling,wrong\n",
+    );
+    for r in rows {
+        out.push_str(&format!(
+            "{},{},{},{},{},{},{},{},{},{},{:.3},{:.3},{:.4},{:.4},{},{}\n",
+            r.op,
+            r.algo,
+            r.requested,
+            r.dtype,
+            r.redop.unwrap_or(""),
+            r.root.map_or(String::new(), |x| x.to_string()),
+            r.in_place,
+            r.size_bytes,
+            r.count,
+            r.iters,
+            r.time_us.median,
+            r.time_us.p99,
+            r.algbw_gbps,
+            r.busbw_gbps,
+            r.percent_of_ceiling
+                .map_or(String::new(), |p| format!("{p:.2}")),
+            r.wrong
+        ));
+    }
+    tbbench_schema::write::write_atomic(path, out.as_bytes())
+}

@@ -1,0 +1,287 @@
+//! `tbbench coll` end to end: real rank processes over real sockets and shared memory, every
+//! output element checked by the ranks themselves, real result and CSV files, real bad input.
+
+#[path = "../../../runners/tests/support.rs"]
+mod support;
+
+use serde_json::Value;
+use std::time::{Duration, Instant};
+use support::*;
+
+fn coll(args: &[&str], out: &std::path::Path) -> (std::process::Output, Value) {
+    let mut all = vec!["coll", "--out", out.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let o = run(&all, Duration::from_secs(120));
+    assert!(
+        o.status.success(),
+        "{all:?}: {}\n{}",
+        text(&o.stderr),
+        text(&o.stdout)
+    );
+    let r = read_json(out);
+    (o, r)
+}
+
+/// Every op by every algorithm it has, in every dtype, on 1 to 5 ranks over tcp and shm, in
+/// and out of place, at sizes whose counts do not divide by the ranks: every element right.
+#[test]
+fn every_op_algorithm_and_dtype_is_exact_on_one_to_five_ranks() {
+    let dir = tmpdir("coll-matrix");
+    let mut failures = Vec::new();
+    for nodes in 1..=5usize {
+        for transport in ["tcp", "shm"] {
+            for (d, dtype) in ["f32", "f64", "f16", "bf16"].iter().enumerate() {
+                // In and out of place alternate over the dtypes, the other way round on the
+                // other transport, so both placements meet every dtype and rank count.
+                let in_place = (d + nodes + (transport == "shm") as usize) % 2 == 0;
+                let out = dir.join(format!("{nodes}-{transport}-{dtype}-{in_place}.json"));
+                let n = nodes.to_string();
+                let mut args = vec![
+                    "--nodes",
+                    &n,
+                    "-t",
+                    transport,
+                    "--op",
+                    "all",
+                    "--algo",
+                    "all,auto",
+                    "--dtype",
+                    dtype,
+                    "--sizes",
+                    "8,1000,70004",
+                    "--iters",
+                    "2",
+                    "--warmup",
+                    "1",
+                    "--root",
+                    "0",
+                ];
+                if in_place {
+                    args.push("--in-place");
+                }
+                let (_, r) = coll(&args, &out);
+                let rows = r["results"]["rows"].as_array().unwrap();
+                // Every algorithm of the 6 ops and auto for each at the largest size at least;
+                // reduce-scatter and all-gather have no rd on 3 and 5 ranks.
+                let per_size = if nodes.is_power_of_two() { 24 } else { 22 };
+                assert!(
+                    rows.len() >= per_size,
+                    "{nodes} ranks {transport} {dtype}: {} rows",
+                    rows.len()
+                );
+                for row in rows {
+                    assert_eq!(row["dtype"], *dtype);
+                    assert_eq!(row["in_place"], in_place);
+                    if row["wrong"] != 0 {
+                        failures.push(format!("{nodes} ranks {transport} {dtype}: {row}"));
+                    }
+                }
+                assert_eq!(r["verification"]["passed"], true, "{}", r["verification"]);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// The result keys users read, nccl-tests' bandwidth factors, auto's record, the table's
+/// columns, and the CSV.
+#[test]
+fn result_rows_carry_nccl_tests_figures_and_the_winners() {
+    let dir = tmpdir("coll-keys");
+    let out = dir.join("r.json");
+    let csv = dir.join("rows.csv");
+    let (o, r) = coll(
+        &[
+            "--nodes",
+            "3",
+            "--op",
+            "all-reduce,all-gather,broadcast",
+            "--algo",
+            "ring,mesh,auto",
+            "--sizes",
+            "8,64k",
+            "--iters",
+            "5",
+            "--csv",
+            csv.to_str().unwrap(),
+        ],
+        &out,
+    );
+    let stdout = text(&o.stdout);
+    for col in [
+        "size", "count", "type", "redop", "root", "time(us)", "algbw", "busbw", "#wrong",
+    ] {
+        assert!(stdout.contains(col), "column {col} missing:\n{stdout}");
+    }
+    assert!(stdout.contains("# fastest:"), "{stdout}");
+    assert_eq!(r["suite"], "coll");
+    assert_eq!(r["params"]["dtype"], "f32");
+    assert_eq!(
+        r["params"]["algos"],
+        serde_json::json!(["ring", "mesh", "auto"])
+    );
+    let res = &r["results"];
+    assert_eq!(res["ranks"], 3);
+    let rows = res["rows"].as_array().unwrap();
+    for row in rows {
+        for key in [
+            "op",
+            "algo",
+            "dtype",
+            "size_bytes",
+            "count",
+            "time_us",
+            "algbw_gbps",
+            "busbw_gbps",
+            "wrong",
+        ] {
+            assert!(row.get(key).is_some(), "row lacks {key}: {row}");
+        }
+        let t = &row["time_us"];
+        assert!(
+            t["median"].as_f64().unwrap() > 0.0
+                && t["p99"].as_f64().unwrap() >= t["median"].as_f64().unwrap()
+        );
+        let (alg, bus) = (
+            row["algbw_gbps"].as_f64().unwrap(),
+            row["busbw_gbps"].as_f64().unwrap(),
+        );
+        let factor = match row["op"].as_str().unwrap() {
+            "all-reduce" => 2.0 * 2.0 / 3.0,
+            "all-gather" => 2.0 / 3.0,
+            "broadcast" => 1.0,
+            other => panic!("unexpected op {other}"),
+        };
+        assert!((bus - alg * factor).abs() <= 1e-9 * alg.max(1.0), "{row}");
+        let algbw = row["size_bytes"].as_f64().unwrap() / (t["median"].as_f64().unwrap() * 1e3);
+        assert!((alg - algbw).abs() <= 1e-9 * algbw.max(1.0), "{row}");
+        // auto names what it ran.
+        if row["requested"] == "auto" {
+            assert_ne!(row["algo"], "auto", "{row}");
+        }
+    }
+    // all-gather's size is the whole array: 64 KiB over 3 ranks is 5461 f32 per rank.
+    let ag = rows
+        .iter()
+        .find(|r| r["op"] == "all-gather" && r["count"] == 5461)
+        .expect("all-gather of 64 KiB");
+    assert_eq!(ag["size_bytes"], 5461 * 3 * 4);
+    // Best: one per op and size, the fastest there.
+    let best = res["best"].as_array().unwrap();
+    for b in best {
+        let fastest = rows
+            .iter()
+            .filter(|r| r["op"] == b["op"] && r["size_bytes"] == b["size_bytes"])
+            .map(|r| r["time_us"]["median"].as_f64().unwrap())
+            .fold(f64::MAX, f64::min);
+        assert_eq!(b["time_us"].as_f64().unwrap(), fastest, "{b}");
+    }
+    // 3 ops at 2 sizes, less all-gather at 8 B (no whole f32 per rank on 3 ranks).
+    assert_eq!(best.len(), 5, "{best:?}");
+    // auto's probe is recorded with a winner per probed size.
+    let tuning = res["tuning"].as_array().unwrap();
+    assert!(!tuning.is_empty());
+    assert!(tuning.iter().all(|p| p["winner"].is_string()));
+    let csv_text = std::fs::read_to_string(&csv).unwrap();
+    assert_eq!(csv_text.lines().count(), rows.len() + 1, "{csv_text}");
+    assert!(csv_text.starts_with("op,algo,"));
+}
+
+/// Mistakes a user can make end in one line naming the cause, before any rank starts where
+/// the flags alone show it.
+#[test]
+fn bad_input_is_refused_in_one_line() {
+    let dir = tmpdir("coll-bad");
+    let out = dir.join("r.json");
+    let cases: &[(&[&str], &str)] = &[
+        (&["--op", "allreduse"], "unknown collective"),
+        (&["--algo", "butterfly"], "unknown algorithm"),
+        (&["--dtype", "int8"], "unknown dtype"),
+        (&["--sizes", "0"], "at least 1 byte"),
+        (&["-b", "1MiB", "-e", "8"], "larger than"),
+        (&["--root", "5"], "--root 5"),
+        (
+            &["--nodes", "3", "--op", "reduce-scatter", "--algo", "rd"],
+            "power-of-two",
+        ),
+        (
+            &["--op", "all-to-all", "--algo", "tree"],
+            "no tree algorithm",
+        ),
+        (&["--csv", "/dev/null"], "--csv"),
+        (&["--sizes", "1TiB"], "largest power of two that fits"),
+    ];
+    for (args, want) in cases {
+        let mut all = vec!["coll", "--out", out.to_str().unwrap()];
+        all.extend_from_slice(args);
+        let o = run(&all, Duration::from_secs(60));
+        let err = text(&o.stderr);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert!(err.contains(want), "{args:?}: wanted '{want}' in:\n{err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(
+            err.trim().lines().count(),
+            1,
+            "{args:?}: not one line:\n{err}"
+        );
+        assert!(!out.exists(), "{args:?} wrote a result");
+    }
+}
+
+/// A rank killed in the middle of a long collective ends the run, on every rank, within ten
+/// seconds, with no result file.
+#[test]
+fn killed_rank_mid_collective_ends_the_run_within_ten_seconds() {
+    for transport in ["tcp", "shm"] {
+        let dir = tmpdir(&format!("coll-kill-{transport}"));
+        let out = dir.join("r.json");
+        let child = spawn(&[
+            "coll",
+            "--nodes",
+            "3",
+            "-t",
+            transport,
+            "--algo",
+            "ring",
+            "--sizes",
+            "4MiB",
+            "--iters",
+            "100000",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        let launcher = child.id();
+        let start = Instant::now();
+        let ranks = loop {
+            let r = ranks_of(launcher);
+            if r.len() == 3 {
+                std::thread::sleep(Duration::from_millis(1500));
+                break r;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "ranks did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let victim = ranks.iter().find(|r| r.1 == 1).unwrap().0;
+        let killed_at = Instant::now();
+        assert!(std::process::Command::new("kill")
+            .args(["-KILL", &victim.to_string()])
+            .status()
+            .unwrap()
+            .success());
+        let (o, _) = finish(child, Duration::from_secs(30));
+        let took = killed_at.elapsed();
+        assert!(
+            took < Duration::from_secs(10),
+            "{transport}: run took {took:?} to end"
+        );
+        assert!(!o.status.success());
+        let err = text(&o.stderr);
+        assert!(err.contains("rank 1"), "{transport}: {err}");
+        assert!(!err.contains("panicked"), "{transport}: {err}");
+        assert!(!out.exists(), "{transport}: a result was written");
+        assert_ranks_gone(&ranks, Duration::from_secs(5), "a killed rank");
+    }
+}
