@@ -1,5 +1,6 @@
 //! tbbench: the binary. Builds the command line from the commands that are not suites
-//! (cli.rs) and the suites' registrations (registry.rs), then runs what was asked for.
+//! (cli.rs) and the suites' registrations (registry.rs), installs the suites' report views,
+//! then runs what was asked for.
 
 mod cli;
 mod env;
@@ -106,7 +107,15 @@ fn main() {
     // `--over` prints the networks side by side with the report's own key figures.
     tbbench_runners::launch::set_side_by_side(tbbench_reports::report::network_table);
     use clap::{CommandFactory, FromArgMatches};
-    let suites = registry::suites();
+    // The report, compare, `run --quick`'s report and `--over`'s table read results through
+    // the suites' views: installed before any command runs.
+    let mut suites = Vec::new();
+    let mut views = Vec::new();
+    for entry in registry::suites() {
+        suites.push(entry.registration);
+        views.extend(entry.views);
+    }
+    tbbench_reports::views::install(views);
     // Suites first in help, in the registry's order; then the other commands.
     let others: Vec<String> = Cli::command()
         .get_subcommands()

@@ -32,6 +32,7 @@ fn json_bytes(v: &serde_json::Value) -> Result<Vec<u8>> {
 
 /// Returns the exit code: 0, or 1 with --strict when an input was left out.
 pub fn run_report(o: &ReportOptions) -> Result<i32> {
+    crate::views::require_installed()?;
     crate::write::check_writable(&o.html)?;
     if let Some(j) = &o.json {
         crate::write::check_writable(j)?;
@@ -89,6 +90,7 @@ pub struct CompareOptions {
 
 /// Exit code: 0 no regression, 1 at least one, 2 when nothing could be compared.
 pub fn run_compare(o: &CompareOptions) -> Result<i32> {
+    crate::views::require_installed()?;
     if let Some(j) = &o.json {
         crate::write::check_writable(j)?;
     }
@@ -131,5 +133,36 @@ pub fn parse_threshold(s: &str) -> Result<f64, String> {
         _ => Err(format!(
             "threshold '{s}' is not a percentage (e.g. 5% or 2.5)"
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // No test in this crate installs views (the suites' crates bring them), so this holds
+    // whichever test runs first.
+    #[test]
+    fn report_and_compare_without_installed_views_fail_in_one_line() {
+        let report = run_report(&ReportOptions {
+            inputs: vec![PathBuf::from("results")],
+            html: PathBuf::from("report.html"),
+            json: None,
+            strict: false,
+            threshold_pct: 5.0,
+            exports: vec![],
+            export_dir: PathBuf::from("."),
+            generator: "test".into(),
+        });
+        let compare = run_compare(&CompareOptions {
+            base: PathBuf::from("base.json"),
+            new: PathBuf::from("new.json"),
+            threshold_pct: 5.0,
+            json: None,
+            strict: false,
+        });
+        for result in [report, compare] {
+            assert_eq!(result.unwrap_err().to_string(), "no suite views installed");
+        }
     }
 }

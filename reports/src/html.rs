@@ -17,7 +17,8 @@ pub fn escape(s: &str) -> String {
     out
 }
 
-/// A table cell: text is escaped; `Html` is trusted markup built by this crate.
+/// A table cell: text is escaped; `Html` is trusted markup (such as [`verdict`]'s), never text
+/// from a result file.
 pub enum Cell {
     Text(String),
     Num(String),

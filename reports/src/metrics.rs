@@ -1,6 +1,7 @@
 //! Key figures of a run, the common currency of `compare`, history charts and the exports.
-//! Each suite's view (views/) says which figures its result holds and which way is better;
-//! everything downstream works on [`Metric`]s only, so a new suite brings its own list.
+//! Each suite's view ([`crate::views::SuiteView`]) says which figures its result holds and
+//! which way is better; everything downstream works on [`Metric`]s only, so a new suite brings
+//! its own list.
 
 use serde::Serialize;
 

@@ -7,7 +7,7 @@ use crate::compare::{judge, Verdict};
 use crate::html::{self, escape, Cell};
 use crate::load::{load_paths, Loaded, Problem, NOT_A_RESULT_MARKER};
 use crate::metrics::Metric;
-use crate::views::{self, hpl::short_time, network_id};
+use crate::views::{self, network_id, short_time};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -1,17 +1,18 @@
-//! One view per suite: how the report reads that suite's `results` record, which figures are
-//! its key metrics, and the section it contributes. Views read result files only, never a
-//! suite's crate. A new suite adds one file here and one line in [`registry`].
-
-pub mod decode;
-pub mod hpl;
-pub mod infer;
-pub mod link;
+//! The seam between the report and the suites: a [`SuiteView`] says how the report reads one
+//! suite's `results` record, which figures are its key metrics, and the section it
+//! contributes. Each suite's crate brings its own views (`suites/NAME/src/view.rs`); the
+//! report never imports a suite, so the program that has both hands the views in once at start
+//! ([`install`]), and [`registry`], [`view_for`] and [`known_suites`] read that set. Views read
+//! result files only, and build on the helpers here and the report's `chart`, `html` and
+//! `metrics`.
 
 use crate::load::Loaded;
 use crate::metrics::Metric;
 use crate::ResultFile;
+use std::sync::OnceLock;
 
-pub trait SuiteView {
+/// Send + Sync: the installed views live in a static the whole program reads.
+pub trait SuiteView: Send + Sync {
     /// The `suite` field of the results this view reads.
     fn suite(&self) -> &'static str;
     /// Section heading.
@@ -25,21 +26,37 @@ pub trait SuiteView {
     fn section(&self, runs: &[&Loaded]) -> (String, serde_json::Value);
 }
 
-pub fn registry() -> Vec<Box<dyn SuiteView>> {
-    vec![
-        Box::new(link::LinkView),
-        Box::new(hpl::HplView),
-        Box::new(infer::InferView),
-        Box::new(decode::DecodeView),
-    ]
+static INSTALLED: OnceLock<Vec<Box<dyn SuiteView>>> = OnceLock::new();
+
+/// Sets the views the report, compare and exports read, in the order the report shows their
+/// sections; the first call wins (the set is fixed for the program's life).
+pub fn install(views: Vec<Box<dyn SuiteView>>) {
+    let _ = INSTALLED.set(views);
+}
+
+/// The installed views; none before [`install`].
+pub fn registry() -> &'static [Box<dyn SuiteView>] {
+    INSTALLED.get().map(Vec::as_slice).unwrap_or_default()
+}
+
+/// Err (one line) when no view is installed: then no result file could be read, and every
+/// input would be left out as an unknown suite.
+pub fn require_installed() -> anyhow::Result<()> {
+    if registry().is_empty() {
+        anyhow::bail!("no suite views installed");
+    }
+    Ok(())
 }
 
 pub fn known_suites() -> Vec<&'static str> {
     registry().iter().map(|v| v.suite()).collect()
 }
 
-pub fn view_for(suite: &str) -> Option<Box<dyn SuiteView>> {
-    registry().into_iter().find(|v| v.suite() == suite)
+pub fn view_for(suite: &str) -> Option<&'static dyn SuiteView> {
+    registry()
+        .iter()
+        .find(|v| v.suite() == suite)
+        .map(|v| v.as_ref())
 }
 
 /// The newest run of each network (and host set), in the order networks first appear: what
@@ -79,4 +96,13 @@ pub fn series_names(runs: &[&Loaded]) -> Vec<String> {
             }
         })
         .collect()
+}
+
+/// "2026-12-02 15:21" from an RFC 3339 stamp; the stamp itself when it is not one.
+pub fn short_time(rfc3339: &str) -> String {
+    if rfc3339.len() >= 16 && rfc3339.as_bytes().get(10) == Some(&b'T') {
+        format!("{} {}", &rfc3339[..10], &rfc3339[11..16])
+    } else {
+        rfc3339.to_string()
+    }
 }

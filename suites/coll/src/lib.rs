@@ -7,6 +7,7 @@ mod harness;
 pub mod input;
 pub mod ops;
 mod table;
+pub mod view;
 
 use anyhow::{bail, Result};
 use serde::{Serialize, Serializer};

@@ -5,7 +5,8 @@
 //! matrix, `grid` holds the block-cyclic index maths, `matrix` a rank's share, `factor` the
 //! driver (broadcasts, update and back substitution), `panel` the panel factorization (PFACT,
 //! RFACT), `swap` the row interchanges (SWAP), `swap_solve` the swaps and U12's solve fused
-//! for one process row, `kernels` the local dense kernels, `check` HPL's residual test, `suite` the runs and their results.
+//! for one process row, `kernels` the local dense kernels, `check` HPL's residual test, `suite`
+//! the runs and their results, `view` how the report shows them.
 
 pub mod check;
 pub mod cli;
@@ -22,5 +23,6 @@ mod swap;
 pub mod swap_solve;
 #[cfg(test)]
 mod tests;
+pub mod view;
 
 pub use suite::{HplConfig, HplSuite};

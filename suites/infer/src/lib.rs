@@ -18,6 +18,7 @@ pub mod prompt;
 pub mod request;
 pub mod sse;
 mod table;
+pub mod view;
 
 pub use openai::Api;
 use serde::Serialize;

@@ -7,6 +7,7 @@ mod harness;
 pub mod pattern;
 pub mod payload;
 mod table;
+pub mod view;
 
 use anyhow::{bail, Result};
 use serde::Serialize;

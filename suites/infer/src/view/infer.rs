@@ -2,14 +2,14 @@
 //! endpoints and networks side by side. Key figures per level: TTFT p50 and TPOT p50 (lower
 //! is better) and aggregate output tokens/s (higher is better).
 
-use super::{newest_per_network, series_names, SuiteView};
-use crate::chart::{self, LineChart, Series, XAxis};
-use crate::html::{self, num, opt_num, Cell};
-use crate::load::Loaded;
-use crate::metrics::{median_and_half_iqr, Better, Metric};
-use crate::{ResultFile, Summary};
 use serde::Deserialize;
 use serde_json::json;
+use tbbench_reports::chart::{self, LineChart, Series, XAxis};
+use tbbench_reports::html::{self, num, opt_num, Cell};
+use tbbench_reports::load::Loaded;
+use tbbench_reports::metrics::{median_and_half_iqr, Better, Metric};
+use tbbench_reports::views::{newest_per_network, series_names, short_time, SuiteView};
+use tbbench_schema::{ResultFile, Summary};
 
 pub struct InferView;
 
@@ -171,7 +171,7 @@ impl SuiteView for InferView {
         for ((l, x), name) in shown.iter().zip(&parsed).zip(&names) {
             for lv in &x.levels {
                 rows.push(vec![
-                    Cell::from(super::hpl::short_time(&l.result.started_at)),
+                    Cell::from(short_time(&l.result.started_at)),
                     Cell::from(name.as_str()),
                     Cell::from(lv.name()),
                     Cell::Num(format!("{}/{}", lv.ok, lv.requests)),

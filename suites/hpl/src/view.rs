@@ -1,15 +1,20 @@
 //! The HPL suite's view: Gflops per run with PASSED/FAILED up front, efficiency against the
 //! DGEMM rate, where the time went (communication vs computation), and scaling with ranks.
 
-use super::{series_names, SuiteView};
-use crate::chart::{self, BarChart, LineChart, Series, XAxis};
-use crate::html::{self, num, opt_num, verdict, Cell};
-use crate::load::Loaded;
-use crate::metrics::{Better, Metric};
-use crate::ResultFile;
 use serde::Deserialize;
 use serde_json::json;
 use std::collections::BTreeMap;
+use tbbench_reports::chart::{self, BarChart, LineChart, Series, XAxis};
+use tbbench_reports::html::{self, num, opt_num, verdict, Cell};
+use tbbench_reports::load::Loaded;
+use tbbench_reports::metrics::{Better, Metric};
+use tbbench_reports::views::{series_names, short_time, SuiteView};
+use tbbench_schema::ResultFile;
+
+/// The report views of the results this crate writes (suite "hpl").
+pub fn views() -> Vec<Box<dyn SuiteView>> {
+    vec![Box::new(HplView)]
+}
 
 pub struct HplView;
 
@@ -342,15 +347,6 @@ impl SuiteView for HplView {
             body,
             json!({ "runs": data_runs, "failed": failed, "total": total }),
         )
-    }
-}
-
-/// "2026-12-02 15:21" from an RFC 3339 stamp; the stamp itself when it is not one.
-pub fn short_time(rfc3339: &str) -> String {
-    if rfc3339.len() >= 16 && rfc3339.as_bytes().get(10) == Some(&b'T') {
-        format!("{} {}", &rfc3339[..10], &rfc3339[11..16])
-    } else {
-        rfc3339.to_string()
     }
 }
 

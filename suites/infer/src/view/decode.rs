@@ -1,14 +1,14 @@
 //! The built-in decode's view (`tbbench infer --gguf`, suite "decode"): token rates of a model
 //! split over ranks, per network and split, with whether the tokens matched the 1-rank run.
 
-use super::{series_names, SuiteView};
-use crate::chart::{self, BarChart};
-use crate::html::{self, num, verdict, Cell};
-use crate::load::Loaded;
-use crate::metrics::{Better, Metric};
-use crate::{ResultFile, Summary};
 use serde::Deserialize;
 use serde_json::json;
+use tbbench_reports::chart::{self, BarChart};
+use tbbench_reports::html::{self, num, verdict, Cell};
+use tbbench_reports::load::Loaded;
+use tbbench_reports::metrics::{Better, Metric};
+use tbbench_reports::views::{series_names, short_time, SuiteView};
+use tbbench_schema::{ResultFile, Summary};
 
 pub struct DecodeView;
 
@@ -102,7 +102,7 @@ impl SuiteView for DecodeView {
         let mut data = Vec::new();
         for ((l, d), net) in runs.iter().zip(&parsed).zip(&names) {
             rows.push(vec![
-                Cell::from(super::hpl::short_time(&l.result.started_at)),
+                Cell::from(short_time(&l.result.started_at)),
                 Cell::from(net.as_str()),
                 Cell::from(d.model.name.as_str()),
                 Cell::from(d.parallel.as_str()),

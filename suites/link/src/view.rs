@@ -1,13 +1,18 @@
 //! The link suite's view: latency and bandwidth against message size, networks as series.
 
-use super::{newest_per_network, series_names, SuiteView};
-use crate::chart::{self, size_label, BarChart, LineChart, Series, XAxis};
-use crate::html::{self, opt_num, Cell};
-use crate::load::Loaded;
-use crate::metrics::{median_and_half_iqr, Better, Metric};
-use crate::{ResultFile, Summary};
 use serde::Deserialize;
 use serde_json::json;
+use tbbench_reports::chart::{self, size_label, BarChart, LineChart, Series, XAxis};
+use tbbench_reports::html::{self, opt_num, Cell};
+use tbbench_reports::load::Loaded;
+use tbbench_reports::metrics::{median_and_half_iqr, Better, Metric};
+use tbbench_reports::views::{newest_per_network, series_names, SuiteView};
+use tbbench_schema::{ResultFile, Summary};
+
+/// The report views of the results this crate writes (suite "link").
+pub fn views() -> Vec<Box<dyn SuiteView>> {
+    vec![Box::new(LinkView)]
+}
 
 pub struct LinkView;
 
