@@ -41,7 +41,7 @@ if [ -z "${TBBENCH_BIN:-}" ]; then
 fi
 [ -x "$bin" ] || { echo "faults: $bin is missing" >&2; exit 2; }
 
-suites=(link hpl)
+suites=(link coll hpl)
 if "$bin" infer --gguf --nodes 1 --max-tokens 1 --no-verify --out /dev/null 2>&1 | grep -q "not installed"; then
   echo "faults: the decode is left out: no model installed (scripts/setup.sh installs SmolLM2-135M)"
 else
@@ -56,6 +56,7 @@ trap 'rm -rf "$work"' EXIT
 args_for() { # suite -> the run's arguments: long enough that a fault lands mid-run
   case $1 in
     link) echo "link --sizes 1..4MiB --iters 300" ;;
+    coll) echo "coll --op all --algo all --sizes 8..16MiB --iters 20" ;;
     hpl) echo "hpl --n 5000 --no-dgemm-probe" ;;
     decode) echo "infer --gguf --parallel pp --max-tokens 48 --no-verify" ;;
   esac

@@ -42,6 +42,10 @@ pub struct InferArgs {
     /// feed-forward columns per rank, two all-reduces per layer).
     #[arg(long, default_value = "pp", value_parser = ["pp", "tp"])]
     pub parallel: String,
+    /// The tensor-parallel all-reduce's algorithm: ring, mesh, rd, tree or auto (as `tbbench
+    /// coll --algo`; auto picks by size).
+    #[arg(long, default_value = "auto", value_parser = tbbench_runners::comm::Algo::parse)]
+    pub algo: tbbench_runners::comm::Algo,
     /// The prompt for --gguf (wrapped in the model's chat turn).
     #[arg(
         long,
@@ -121,6 +125,7 @@ impl InferArgs {
             max_tokens: self.max_tokens as usize,
             verify: !self.no_verify,
             threads: self.threads.map(|t| t as usize),
+            algo: self.algo,
         })
     }
 
@@ -187,7 +192,7 @@ fn refuse_unused_flags(args: &InferArgs, m: &clap::ArgMatches) -> Result<(), Str
         "seed",
     ];
     // What only the built-in decode reads.
-    const DECODE_FLAGS: &[&str] = &["parallel", "prompt", "no_verify", "threads"];
+    const DECODE_FLAGS: &[&str] = &["parallel", "prompt", "no_verify", "threads", "algo"];
     let given = |ids: &[&str]| -> Vec<String> {
         ids.iter()
             .filter(|id| m.value_source(id) == Some(clap::parser::ValueSource::CommandLine))
@@ -207,11 +212,16 @@ fn refuse_unused_flags(args: &InferArgs, m: &clap::ArgMatches) -> Result<(), Str
             given(ENDPOINT_FLAGS),
         )
     };
-    if unused.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("{mode} does not use {}", unused.join(", ")))
+    if !unused.is_empty() {
+        return Err(format!("{mode} does not use {}", unused.join(", ")));
     }
+    if args.endpoint.is_none() && args.parallel != "tp" && !given(&["algo"]).is_empty() {
+        return Err(
+            "--algo picks the tensor-parallel all-reduce's algorithm; --parallel pp does not all-reduce (add --parallel tp)"
+                .into(),
+        );
+    }
+    Ok(())
 }
 
 /// The infer suite as the binary lists it: the built-in decode runs on ranks; a run against a

