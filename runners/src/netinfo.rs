@@ -1066,116 +1066,10 @@ mod tests {
 
     /// A Mac Studio on macOS 15: 10GbE, Wi-Fi, the Thunderbolt Bridge over two Thunderbolt
     /// ports, and a USB Ethernet adapter.
-    const PORTS_MACOS15: &str = "
-Hardware Port: Ethernet
-Device: en0
-Ethernet Address: 1c:1d:d3:e0:12:34
+    const PORTS_MACOS15: &str =
+        include_str!("../../fixtures/os/macos15-networksetup-listallhardwareports.txt");
 
-Hardware Port: Wi-Fi
-Device: en1
-Ethernet Address: 1c:1d:d3:e0:12:35
-
-Hardware Port: Thunderbolt Bridge
-Device: bridge0
-Ethernet Address: 36:a1:b2:c3:d4:00
-
-Hardware Port: Thunderbolt 1
-Device: en2
-Ethernet Address: 36:a1:b2:c3:d4:00
-
-Hardware Port: Thunderbolt 2
-Device: en3
-Ethernet Address: 36:a1:b2:c3:d4:04
-
-Hardware Port: USB 10/100/1000 LAN
-Device: en6
-Ethernet Address: 00:e0:4c:68:01:02
-
-Hardware Port: iPhone USB
-Device: en7
-Ethernet Address: N/A
-
-VLAN Configurations
-===================
-";
-
-    const IFCONFIG_MACOS15: &str = "\
-lo0: flags=8049<UP,LOOPBACK,RUNNING,MULTICAST> mtu 16384
-\toptions=1203<RXCSUM,TXCSUM,TXSTATUS,SW_TIMESTAMP>
-\tinet 127.0.0.1 netmask 0xff000000
-\tinet6 ::1 prefixlen 128 
-\tinet6 fe80::1%lo0 prefixlen 64 scopeid 0x1 
-\tnd6 options=201<PERFORMNUD,DAD>
-gif0: flags=8010<POINTOPOINT,MULTICAST> mtu 1280
-stf0: flags=0<> mtu 1280
-anpi0: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500
-\toptions=400<CHANNEL_IO>
-\tether 6e:7e:67:aa:bb:cc
-\tmedia: none
-\tstatus: inactive
-en0: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 9000
-\toptions=50b<RXCSUM,TXCSUM,VLAN_HWTAGGING,AV,CHANNEL_IO>
-\tether 1c:1d:d3:e0:12:34
-\tinet6 fe80::10c1:2b3c:4d5e:6f70%en0 prefixlen 64 secured scopeid 0xb 
-\tinet 192.168.1.20 netmask 0xffffff00 broadcast 192.168.1.255
-\tnd6 options=201<PERFORMNUD,DAD>
-\tmedia: autoselect (10Gbase-T <full-duplex,flow-control>)
-\tstatus: active
-en1: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500
-\toptions=6460<TSO4,TSO6,CHANNEL_IO,PARTIAL_CSUM,ZEROINVERT_CSUM>
-\tether 1c:1d:d3:e0:12:35
-\tnd6 options=201<PERFORMNUD,DAD>
-\tmedia: autoselect
-\tstatus: inactive
-en2: flags=8963<UP,BROADCAST,SMART,RUNNING,PROMISC,SIMPLEX,MULTICAST> mtu 1500
-\toptions=460<TSO4,TSO6,CHANNEL_IO>
-\tether 36:a1:b2:c3:d4:00
-\tmedia: autoselect <full-duplex>
-\tstatus: active
-en3: flags=8963<UP,BROADCAST,SMART,RUNNING,PROMISC,SIMPLEX,MULTICAST> mtu 1500
-\toptions=460<TSO4,TSO6,CHANNEL_IO>
-\tether 36:a1:b2:c3:d4:04
-\tmedia: autoselect <full-duplex>
-\tstatus: inactive
-en6: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500
-\toptions=6467<RXCSUM,TXCSUM,VLAN_MTU,TSO4,TSO6,CHANNEL_IO,PARTIAL_CSUM,ZEROINVERT_CSUM>
-\tether 00:e0:4c:68:01:02
-\tinet 192.168.2.7 netmask 0xffffff00 broadcast 192.168.2.255
-\tmedia: autoselect (2500Base-T <full-duplex>)
-\tstatus: active
-bridge0: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500
-\toptions=63<RXCSUM,TXCSUM,TSO4,TSO6>
-\tether 36:a1:b2:c3:d4:00
-\tConfiguration:
-\t\tid 0:0:0:0:0:0 priority 0 hellotime 0 fwddelay 0
-\t\tmaxage 0 holdcnt 0 proto stp maxaddr 100 timeout 1200
-\t\troot id 0:0:0:0:0:0 priority 0 ifcost 0 port 0
-\t\tipfilter disabled flags 0x0
-\tmember: en2 flags=3<LEARNING,DISCOVER>
-\t        ifmaxaddr 0 port 10 priority 0 path cost 0
-\tmember: en3 flags=3<LEARNING,DISCOVER>
-\t        ifmaxaddr 0 port 11 priority 0 path cost 0
-\tnd6 options=201<PERFORMNUD,DAD>
-\tinet 10.0.0.1 netmask 0xffffff00 broadcast 10.0.0.255
-\tmedia: <unknown type>
-\tstatus: active
-ap1: flags=8843<UP,BROADCAST,RUNNING,SIMPLEX,MULTICAST> mtu 1500
-\toptions=6460<TSO4,TSO6,CHANNEL_IO,PARTIAL_CSUM,ZEROINVERT_CSUM>
-\tether 1e:1d:d3:e0:12:35
-\tnd6 options=201<PERFORMNUD,DAD>
-\tmedia: autoselect
-\tstatus: inactive
-awdl0: flags=8843<UP,BROADCAST,RUNNING,SIMPLEX,MULTICAST> mtu 1500
-\toptions=6460<TSO4,TSO6,CHANNEL_IO,PARTIAL_CSUM,ZEROINVERT_CSUM>
-\tether 2a:3b:4c:5d:6e:7f
-\tinet6 fe80::283b:4cff:fe5d:6e7f%awdl0 prefixlen 64 scopeid 0xe 
-\tnd6 options=201<PERFORMNUD,DAD>
-\tmedia: autoselect
-\tstatus: active
-utun0: flags=8051<UP,POINTOPOINT,RUNNING,MULTICAST> mtu 1380
-\tinet6 fe80::a1b2:c3d4:e5f6:1%utun0 prefixlen 64 scopeid 0x12 
-\tnd6 options=201<PERFORMNUD,DAD>
-";
+    const IFCONFIG_MACOS15: &str = include_str!("../../fixtures/os/macos15-ifconfig.txt");
 
     fn macos15_raw() -> Vec<RawIf> {
         vec![
@@ -1405,83 +1299,10 @@ en0: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500
     /// macOS 26 on a Mac Studio cabled point-to-point over Thunderbolt 5 without the bridge:
     /// en2 taken out of bridge0 and given its own address and jumbo MTU. networksetup here
     /// prints the bridge's address as N/A and lists the ports in another order.
-    const PORTS_MACOS26: &str = "
-Hardware Port: Thunderbolt Bridge
-Device: bridge0
-Ethernet Address: N/A
+    const PORTS_MACOS26: &str =
+        include_str!("../../fixtures/os/macos26-networksetup-listallhardwareports.txt");
 
-Hardware Port: Ethernet
-Device: en0
-Ethernet Address: 5c:e9:1e:a0:b1:c2
-
-Hardware Port: Wi-Fi
-Device: en1
-Ethernet Address: 5c:e9:1e:a0:b1:c3
-
-Hardware Port: Thunderbolt 1
-Device: en2
-Ethernet Address: 36:f0:11:22:33:40
-
-Hardware Port: Thunderbolt 2
-Device: en3
-Ethernet Address: 36:f0:11:22:33:44
-
-Hardware Port: Thunderbolt 3
-Device: en4
-Ethernet Address: 36:f0:11:22:33:48
-
-VLAN Configurations
-===================
-";
-
-    const IFCONFIG_MACOS26: &str = "\
-lo0: flags=8049<UP,LOOPBACK,RUNNING,MULTICAST> mtu 16384
-\toptions=1203<RXCSUM,TXCSUM,TXSTATUS,SW_TIMESTAMP>
-\tinet 127.0.0.1 netmask 0xff000000
-\tinet6 ::1 prefixlen 128
-\tinet6 fe80::1%lo0 prefixlen 64 scopeid 0x1
-\tnd6 options=201<PERFORMNUD,DAD>
-en0: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500
-\toptions=50b<RXCSUM,TXCSUM,VLAN_HWTAGGING,AV,CHANNEL_IO>
-\tether 5c:e9:1e:a0:b1:c2
-\tinet 192.168.1.31 netmask 0xffffff00 broadcast 192.168.1.255
-\tnd6 options=201<PERFORMNUD,DAD>
-\tmedia: autoselect (1000baseT <full-duplex,energy-efficient-ethernet>)
-\tstatus: active
-en2: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 9000
-\toptions=460<TSO4,TSO6,CHANNEL_IO>
-\tether 36:f0:11:22:33:40
-\tinet6 fe80::34f0:11ff:fe22:3340%en2 prefixlen 64 scopeid 0x10
-\tinet 10.10.0.1 netmask 0xfffffffc broadcast 10.10.0.3
-\tnd6 options=201<PERFORMNUD,DAD>
-\tmedia: autoselect <full-duplex>
-\tstatus: active
-en3: flags=8963<UP,BROADCAST,SMART,RUNNING,PROMISC,SIMPLEX,MULTICAST> mtu 1500
-\toptions=460<TSO4,TSO6,CHANNEL_IO>
-\tether 36:f0:11:22:33:44
-\tmedia: autoselect <full-duplex>
-\tstatus: inactive
-en4: flags=8963<UP,BROADCAST,SMART,RUNNING,PROMISC,SIMPLEX,MULTICAST> mtu 1500
-\toptions=460<TSO4,TSO6,CHANNEL_IO>
-\tether 36:f0:11:22:33:48
-\tmedia: autoselect <full-duplex>
-\tstatus: inactive
-bridge0: flags=8822<BROADCAST,SMART,SIMPLEX,MULTICAST> mtu 1500
-\toptions=63<RXCSUM,TXCSUM,TSO4,TSO6>
-\tether 36:f0:11:22:33:40
-\tConfiguration:
-\t\tid 0:0:0:0:0:0 priority 0 hellotime 0 fwddelay 0
-\t\tmaxage 0 holdcnt 0 proto stp maxaddr 100 timeout 1200
-\t\troot id 0:0:0:0:0:0 priority 0 ifcost 0 port 0
-\t\tipfilter disabled flags 0x0
-\tmember: en3 flags=3<LEARNING,DISCOVER>
-\t        ifmaxaddr 0 port 11 priority 0 path cost 0
-\tmember: en4 flags=3<LEARNING,DISCOVER>
-\t        ifmaxaddr 0 port 12 priority 0 path cost 0
-\tnd6 options=201<PERFORMNUD,DAD>
-\tmedia: <unknown type>
-\tstatus: inactive
-";
+    const IFCONFIG_MACOS26: &str = include_str!("../../fixtures/os/macos26-ifconfig.txt");
 
     #[test]
     fn macos26_thunderbolt5_point_to_point() {
