@@ -17,7 +17,7 @@ use anyhow::{anyhow, bail, Context as _, Result};
 use std::io::{BufRead, Read};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::time::Duration;
-use tbbench_schema::{Host, Network, ResultFile, Tool, Verification, SCHEMA_VERSION};
+use tbbench_schema::{Host, Network, ResultFile, RunRecord, Tool};
 
 /// True in a process started by a launcher (or by hand) as one rank.
 pub fn is_rank_process() -> bool {
@@ -426,27 +426,26 @@ fn run_suite<S: Suite>(
     if let Some(w) = ctx.oversubscribed() {
         warnings.insert(0, w);
     }
-    let verification = Verification::from_checks(output.checks);
     let mut params = serde_json::to_value(opts)?;
     if let (Some(p), serde_json::Value::Object(suite)) =
         (params.as_object_mut(), serde_json::to_value(config)?)
     {
         p.extend(suite);
     }
-    let result = ResultFile {
-        schema_version: SCHEMA_VERSION,
-        suite: S::NAME.to_string(),
-        tool: tool.clone(),
-        started_at: tbbench_schema::write::rfc3339(started),
-        finished_at: tbbench_schema::write::rfc3339(time::OffsetDateTime::now_utc()),
-        params,
-        hosts: ctx.hosts.clone(),
-        ranks: ctx.rank_hosts.clone(),
-        network: ctx.network.clone(),
-        results: output.results,
-        verification,
-        warnings,
-    };
+    let result = ResultFile::finished(
+        tool,
+        started,
+        RunRecord {
+            suite: S::NAME.to_string(),
+            params,
+            hosts: ctx.hosts.clone(),
+            ranks: ctx.rank_hosts.clone(),
+            network: ctx.network.clone(),
+            results: output.results,
+            checks: output.checks,
+            warnings,
+        },
+    );
     if launched {
         println!(
             "{PROTOCOL_PREFIX}RESULT {}",
@@ -520,25 +519,18 @@ fn describe_network(
                 .iter()
                 .map(|i| i.data_ip.clone().unwrap_or_default())
                 .collect();
-            let (interface, kind, speed, mtu) = match &iface {
-                Some(i) => (
-                    Some(i.name.clone()),
-                    i.kind.as_str().to_string(),
-                    i.speed_gbit_per_s,
-                    i.mtu,
-                ),
-                None => (None, "unknown".to_string(), None, None),
-            };
-            let label = format!("tcp/{} ({kind})", interface.as_deref().unwrap_or("?"));
+            let base = netinfo::network_of(iface.as_ref());
+            let label = format!(
+                "tcp/{} ({})",
+                base.interface.as_deref().unwrap_or("?"),
+                base.link_kind
+            );
             Network {
                 transport: "tcp".into(),
-                interface,
-                link_kind: kind,
-                nominal_gbit_per_s: speed,
-                mtu,
                 addresses,
                 streams: Some(opts.streams),
                 label,
+                ..base
             }
         }
     }

@@ -81,6 +81,25 @@ pub fn interfaces() -> anyhow::Result<Vec<Interface>> {
     Ok(describe(raw_interfaces()?))
 }
 
+/// A result's network record as far as the interface goes (its name, link kind, speed and
+/// MTU, as the OS reports them; link kind "unknown" where no interface was found), for the
+/// caller to complete with the transport, label and addresses.
+pub fn network_of(iface: Option<&Interface>) -> tbbench_schema::Network {
+    match iface {
+        Some(i) => tbbench_schema::Network {
+            interface: Some(i.name.clone()),
+            link_kind: i.kind.as_str().to_string(),
+            nominal_gbit_per_s: i.speed_gbit_per_s,
+            mtu: i.mtu,
+            ..Default::default()
+        },
+        None => tbbench_schema::Network {
+            link_kind: "unknown".into(),
+            ..Default::default()
+        },
+    }
+}
+
 /// The interface called `name`; the error lists the names that exist, since a typo in a
 /// `--interface` flag is the usual cause.
 pub fn interface_by_name(name: &str) -> anyhow::Result<Interface> {

@@ -32,6 +32,41 @@ pub struct ResultFile {
     pub warnings: Vec<String>,
 }
 
+/// A finished run's records, as the suite and its runner know them; [`ResultFile::finished`]
+/// adds the bookkeeping every result file shares.
+pub struct RunRecord {
+    pub suite: String,
+    pub params: Value,
+    pub hosts: Vec<Host>,
+    pub ranks: Vec<String>,
+    pub network: Network,
+    pub results: Value,
+    pub checks: Vec<Check>,
+    pub warnings: Vec<String>,
+}
+
+impl ResultFile {
+    /// The result file of a run that started at `started` and ends now. The one place a
+    /// result file is put together (the ranks' driver and `infer --endpoint` both come here):
+    /// the schema version, the times, and the verification from the checks.
+    pub fn finished(tool: &Tool, started: time::OffsetDateTime, run: RunRecord) -> ResultFile {
+        ResultFile {
+            schema_version: SCHEMA_VERSION,
+            suite: run.suite,
+            tool: tool.clone(),
+            started_at: crate::write::rfc3339(started),
+            finished_at: crate::write::rfc3339(time::OffsetDateTime::now_utc()),
+            params: run.params,
+            hosts: run.hosts,
+            ranks: run.ranks,
+            network: run.network,
+            results: run.results,
+            verification: Verification::from_checks(run.checks),
+            warnings: run.warnings,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Tool {
     pub name: String,

@@ -13,7 +13,7 @@ use anyhow::{anyhow, bail, Context as _, Result};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 use tbbench_runners::{netinfo, sysinfo};
-use tbbench_schema::{Check, Network, ResultFile, Tool, Verification, SCHEMA_VERSION};
+use tbbench_schema::{Check, Network, ResultFile, RunRecord, Tool};
 
 fn validate(c: &InferConfig) -> Result<()> {
     if c.prompt_tokens == 0 || c.max_tokens == 0 || c.requests == 0 {
@@ -106,29 +106,18 @@ fn describe_network(url: &Url, probe: &Record) -> Network {
             ..Default::default()
         };
     };
-    let iface = netinfo::interface_for_addr(local.ip());
-    let (name, kind, speed, mtu) = match &iface {
-        Some(i) => (
-            Some(i.name.clone()),
-            i.kind.as_str().to_string(),
-            i.speed_gbit_per_s,
-            i.mtu,
-        ),
-        None => (None, "unknown".to_string(), None, None),
-    };
+    let base = netinfo::network_of(netinfo::interface_for_addr(local.ip()).as_ref());
     Network {
         transport: "http".into(),
         label: format!(
-            "http {} via {} ({kind})",
+            "http {} via {} ({})",
             url.authority(),
-            name.as_deref().unwrap_or("?")
+            base.interface.as_deref().unwrap_or("?"),
+            base.link_kind
         ),
-        interface: name,
-        link_kind: kind,
-        nominal_gbit_per_s: speed,
-        mtu,
         addresses: vec![local.ip().to_string(), peer.to_string()],
         streams: None,
+        ..base
     }
 }
 
@@ -328,20 +317,20 @@ pub fn run(config: &InferConfig, tool: &Tool) -> Result<i32> {
     }
     let mut host = sysinfo::this_host();
     host.ranks = vec![0];
-    let result = ResultFile {
-        schema_version: SCHEMA_VERSION,
-        suite: "infer".into(),
-        tool: tool.clone(),
-        started_at: tbbench_schema::write::rfc3339(started),
-        finished_at: tbbench_schema::write::rfc3339(time::OffsetDateTime::now_utc()),
-        params,
-        ranks: vec![host.hostname.clone()],
-        hosts: vec![host],
-        network,
-        results,
-        verification: Verification::from_checks(checks),
-        warnings: warnings.clone(),
-    };
+    let result = ResultFile::finished(
+        tool,
+        started,
+        RunRecord {
+            suite: "infer".into(),
+            params,
+            ranks: vec![host.hostname.clone()],
+            hosts: vec![host],
+            network,
+            results,
+            checks,
+            warnings: warnings.clone(),
+        },
+    );
     for w in &warnings {
         eprintln!("tbbench: warning: {w}");
     }
