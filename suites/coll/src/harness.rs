@@ -19,7 +19,15 @@ use tbbench_schema::{Percentiles, Summary};
 const PROBE_MAX_BYTES: u64 = 16 << 20;
 const PROBE_SIZES: usize = 5;
 const PROBE_WARMUP: usize = 2;
-const PROBE_ITERS: usize = 5;
+/// Timed iterations per probe: many where each is microseconds (a median of a few is at the
+/// mercy of one scheduler hiccup), few where each moves megabytes.
+fn probe_iters(size: u64) -> usize {
+    if size <= 64 << 10 {
+        30
+    } else {
+        5
+    }
+}
 
 /// Elements per rank as nccl-tests counts them, for an array of `size` bytes.
 fn count_for(op: CollOp, size: u64, elt: usize, n: usize) -> usize {
@@ -237,7 +245,7 @@ pub fn tune(config: &CollConfig, ctx: &mut Context) -> Result<Vec<Probe>> {
                     },
                     size,
                     warmup: PROBE_WARMUP,
-                    iters: PROBE_ITERS,
+                    iters: probe_iters(size),
                     check: false,
                 };
                 let Some(m) = by_dtype(config.dtype, &run, &input, &mut ctx.comm)? else {
