@@ -99,7 +99,10 @@ fn result_rows_carry_nccl_tests_figures_and_the_winners() {
             "--algo",
             "ring,mesh,auto",
             "--sizes",
-            "8,64k",
+            "8,64k,3MiB",
+            // Every peer's messages striped over two connections from 256 KiB up.
+            "--conns",
+            "2",
             "--iters",
             "5",
             "--csv",
@@ -176,8 +179,9 @@ fn result_rows_carry_nccl_tests_figures_and_the_winners() {
             .fold(f64::MAX, f64::min);
         assert_eq!(b["time_us"].as_f64().unwrap(), fastest, "{b}");
     }
-    // 3 ops at 2 sizes, less all-gather at 8 B (no whole f32 per rank on 3 ranks).
-    assert_eq!(best.len(), 5, "{best:?}");
+    // 3 ops at 3 sizes, less all-gather at 8 B (no whole f32 per rank on 3 ranks).
+    assert_eq!(best.len(), 8, "{best:?}");
+    assert_eq!(r["network"]["streams"], 2);
     // auto's probe is recorded with a winner per probed size.
     let tuning = res["tuning"].as_array().unwrap();
     assert!(!tuning.is_empty());

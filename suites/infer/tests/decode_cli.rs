@@ -10,30 +10,34 @@ use support::*;
 #[test]
 fn synthetic_shapes_split_over_ranks_give_the_1_rank_tokens() {
     let dir = tmpdir("decode-shape");
-    // A pipeline needs a layer per stage.
-    for (nodes, parallel, layers) in [("2", "tp", "1"), ("2", "pp", "2")] {
+    // A pipeline needs a layer per stage; tensor parallelism's all-reduce by ring here (the
+    // same tokens whatever the algorithm: every one gives every rank the same sums).
+    for (nodes, parallel, layers, algo) in [("2", "tp", "1", "ring"), ("2", "pp", "2", "")] {
         let out = dir.join(format!("{parallel}.json"));
-        let o = run(
-            &[
-                "infer",
-                "--shape",
-                "llama-3.2-3b",
-                "--layers",
-                layers,
-                "--nodes",
-                nodes,
-                "--parallel",
-                parallel,
-                "--max-tokens",
-                "4",
-                "--out",
-                out.to_str().unwrap(),
-            ],
-            Duration::from_secs(300),
-        );
+        let mut args = vec![
+            "infer",
+            "--shape",
+            "llama-3.2-3b",
+            "--layers",
+            layers,
+            "--nodes",
+            nodes,
+            "--parallel",
+            parallel,
+            "--max-tokens",
+            "4",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        if !algo.is_empty() {
+            args.extend(["--algo", algo]);
+        }
+        let o = run(&args, Duration::from_secs(300));
         assert!(o.status.success(), "{parallel}: {}", text(&o.stderr));
         let r = read_json(&out);
         assert_eq!(r["suite"], "decode");
+        let want_algo = if algo.is_empty() { "auto" } else { algo };
+        assert_eq!(r["params"]["algo"], want_algo);
         assert_eq!(r["results"]["model"]["synthetic"], true);
         assert_eq!(r["results"]["model"]["layers"].to_string(), layers);
         assert_eq!(r["results"]["model"]["dim"], 3072);
