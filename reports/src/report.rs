@@ -247,9 +247,11 @@ fn history(loaded: &[Loaded], threshold_pct: f64) -> (String, Vec<Value>) {
                 series: vec![Series {
                     name: format!("{} {}", proto.measure, proto.subject),
                     points: points.iter().map(|p| (p.0 as f64, p.1)).collect(),
+                    // Every figure tbbench tracks (times, rates, Gflops) is positive: a spread
+                    // wider than the value stops the band at zero, not below it.
                     band: points
                         .iter()
-                        .map(|p| (p.0 as f64, p.1 - p.2, p.1 + p.2))
+                        .map(|p| (p.0 as f64, (p.1 - p.2).max(0.0), p.1 + p.2))
                         .collect(),
                     marks,
                     colour: None,
