@@ -300,12 +300,13 @@ impl SuiteView for HplView {
             }));
         }
 
-        // Scaling with the number of ranks, per network, where several counts exist.
-        let mut by_net: BTreeMap<String, BTreeMap<u64, f64>> = BTreeMap::new();
+        // Scaling with the number of ranks, per network and matrix size N, where several
+        // counts exist: a line across different N would mix problem sizes with rank counts.
+        let mut by_net: BTreeMap<(String, u64), BTreeMap<u64, f64>> = BTreeMap::new();
         for ((l, h), _) in runs.iter().zip(&parsed).zip(&names) {
             let net = l.result.network.label.clone();
             for x in h.runs.iter().filter(|x| x.passed) {
-                let e = by_net.entry(net.clone()).or_default();
+                let e = by_net.entry((net.clone(), x.n)).or_default();
                 let best = e.entry(x.p * x.q).or_insert(0.0);
                 *best = best.max(x.gflops);
             }
@@ -313,15 +314,15 @@ impl SuiteView for HplView {
         let scaling: Vec<Series> = by_net
             .iter()
             .filter(|(_, pts)| pts.len() > 1)
-            .flat_map(|(net, pts)| {
+            .flat_map(|((net, n), pts)| {
                 let (r0, g0) = pts.iter().next().map(|(r, g)| (*r as f64, *g)).unwrap();
                 let measured = Series {
-                    name: format!("{net} (best Gflops)"),
+                    name: format!("{net}, N={n} (best Gflops)"),
                     points: pts.iter().map(|(r, g)| (*r as f64, *g)).collect(),
                     ..Default::default()
                 };
                 let linear = Series {
-                    name: format!("{net}: linear from {r0} rank(s)"),
+                    name: format!("{net}, N={n}: linear from {r0} rank(s)"),
                     points: pts
                         .keys()
                         .map(|&r| (r as f64, g0 * r as f64 / r0))
@@ -334,7 +335,7 @@ impl SuiteView for HplView {
         if !scaling.is_empty() {
             body.push_str("<h3>Scaling with ranks</h3>\n");
             body.push_str(&chart::line_chart(&LineChart {
-                title: "Gflops vs number of ranks (P×Q)".into(),
+                title: "Gflops vs number of ranks (P×Q), per matrix size N".into(),
                 x_label: "ranks".into(),
                 y_label: "Gflops".into(),
                 x: XAxis::Count,
