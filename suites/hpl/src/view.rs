@@ -91,6 +91,15 @@ impl Run {
     }
 }
 
+/// "0.18 s", "1057 s": a solve's time for a label.
+fn short_seconds(s: f64) -> String {
+    if s < 10.0 {
+        format!("{s:.2} s")
+    } else {
+        format!("{s:.0} s")
+    }
+}
+
 fn parse(r: &ResultFile) -> Result<HplResults, String> {
     HplResults::deserialize(&r.results).map_err(|e| format!("hpl results unreadable: {e}"))
 }
@@ -267,23 +276,34 @@ impl SuiteView for HplView {
                 stacked: false,
             }));
 
-            // Where the time went, slowest rank of each shown solve.
+            // Where the time went, slowest rank of each shown solve, as shares of its time:
+            // solves of 0.2 s and of 1000 s side by side, each bar whole (its seconds are in
+            // its label).
             let shown: Vec<&(String, String)> = order.iter().collect();
+            let splits: Vec<Split> = shown.iter().map(|k| newest[*k].1.slowest()).collect();
             let cats: Vec<String> = shown
                 .iter()
-                .map(|k| {
-                    if nets.len() > 1 {
+                .zip(&splits)
+                .map(|(k, sp)| {
+                    let name = if nets.len() > 1 {
                         format!("{} · {}", k.1, k.0)
                     } else {
                         k.1.clone()
-                    }
+                    };
+                    format!("{name} ({})", short_seconds(sp.total()))
                 })
                 .collect();
-            let splits: Vec<Split> = shown.iter().map(|k| newest[*k].1.slowest()).collect();
-            let part = |f: fn(&Split) -> f64| splits.iter().map(|s| Some(f(s))).collect();
+            let part = |f: fn(&Split) -> f64| {
+                splits
+                    .iter()
+                    .map(|s| (s.total() > 0.0).then(|| 100.0 * f(s) / s.total()))
+                    .collect()
+            };
             body.push_str(&chart::bar_chart(&BarChart {
-                title: "Time split of the slowest rank: communication vs computation".into(),
-                y_label: "seconds".into(),
+                title:
+                    "Time split of the slowest rank: communication vs computation (% of its time)"
+                        .into(),
+                y_label: "% of the slowest rank's time".into(),
                 categories: cats,
                 series: vec![
                     ("update (DTRSM+DGEMM)".into(), part(|s| s.update)),
