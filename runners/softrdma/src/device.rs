@@ -167,9 +167,12 @@ pub struct Qp {
     /// Signalled when a receive is posted or the state changes.
     pub cv: Condvar,
     pub destroyed: AtomicBool,
-    /// Held while a thread reads or writes the application's memory for this queue pair, so
-    /// destroying it waits until none does.
-    pub io: Mutex<()>,
+    /// Held while the reader writes (`rx`) or the sender reads (`tx`) the application's
+    /// memory for this queue pair, so destroying it waits until neither does. Two locks: a
+    /// queue pair sends and receives at once, and with one lock two peers each writing a
+    /// large message to the other would each wait for the other's reader.
+    pub io_rx: Mutex<()>,
+    pub io_tx: Mutex<()>,
     pub sender: Mutex<Option<(mpsc::Sender<Job>, JoinHandle<()>)>>,
 }
 
@@ -559,7 +562,7 @@ fn on_frame(dev: &Arc<Dev>, s: &mut impl Read, h: &Header, scratch: &mut [u8]) -
             let fits =
                 h.len <= r.total && (!dev.rules.frame_rule || frames(h.len) == frames(r.total));
             let status = if fits {
-                let _io = lock(&qp.io);
+                let _io = lock(&qp.io_rx);
                 if qp.destroyed.load(Ordering::SeqCst) {
                     return drain(s, h.len, scratch, &stop);
                 }
@@ -592,7 +595,7 @@ fn on_frame(dev: &Arc<Dev>, s: &mut impl Read, h: &Header, scratch: &mut [u8]) -
                 return drain(s, h.len, scratch, &stop);
             }
             {
-                let _io = lock(&qp.io);
+                let _io = lock(&qp.io_rx);
                 if qp.destroyed.load(Ordering::SeqCst) {
                     return drain(s, h.len, scratch, &stop);
                 }
@@ -659,7 +662,8 @@ impl Qp {
             drop(tx);
             let _ = h.join();
         }
-        drop(lock(&self.io));
+        drop(lock(&self.io_tx));
+        drop(lock(&self.io_rx));
     }
 
     pub fn start_sender(self: &Arc<Self>) -> io::Result<()> {
@@ -773,7 +777,7 @@ fn sender(qp: Arc<Qp>, rx: mpsc::Receiver<Job>) {
             IBV_WC_WR_FLUSH_ERR
         } else {
             let sent = {
-                let _io = lock(&qp.io);
+                let _io = lock(&qp.io_tx);
                 send_frame(&qp, &mut conn, &job)
             };
             match sent {

@@ -524,7 +524,8 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut IbvPd, init: *mut IbvQpInitAttr)
                 }),
                 cv: Condvar::new(),
                 destroyed: AtomicBool::new(false),
-                io: Mutex::new(()),
+                io_rx: Mutex::new(()),
+                io_tx: Mutex::new(()),
                 sender: Mutex::new(None),
             });
             qps.insert(qpn, qp.clone());
