@@ -1137,9 +1137,13 @@ impl VerbsTransport {
                     self.flush_ctl(p)?;
                 }
             }
-            self.poll(&mut data)?;
+            let n = self.poll(&mut data)?;
             if !data.is_empty() {
                 bail!("transport verbs: data arrived before the queue pairs were connected");
+            }
+            if n == 0 {
+                // Greetings go out every 5 ms; nothing to spin for in between.
+                std::thread::sleep(Duration::from_micros(100));
             }
             if start.elapsed() > self.timeout {
                 let who: Vec<String> = waiting.iter().map(|p| self.names[*p].to_string()).collect();
@@ -1181,6 +1185,25 @@ impl VerbsTransport {
         )?;
         self.staging = Some(Staging { mr, buf });
         Ok(())
+    }
+}
+
+/// Polls spent spinning before a waiting rank gives up its core.
+const SPIN_POLLS: u32 = 2048;
+
+/// How a rank waits once nothing has completed for a while: it spins first (an answer over
+/// RDMA comes within microseconds), then yields the core, and after a millisecond without
+/// progress (a peer computing, or gone) sleeps briefly between polls, so a rank that waits
+/// uses a fraction of a core instead of all of it, and the threads of a software device
+/// sharing the cores get to run.
+fn idle_wait(idle_polls: u32, last_progress: Instant) {
+    if idle_polls < SPIN_POLLS {
+        return;
+    }
+    if last_progress.elapsed() > Duration::from_millis(1) {
+        std::thread::sleep(Duration::from_micros(50));
+    } else {
+        std::thread::yield_now();
     }
 }
 
@@ -1395,6 +1418,7 @@ impl Transport for VerbsTransport {
                     waits.join(", ")
                 );
             }
+            idle_wait(idle_polls, last_progress);
         }
         for (op, at) in recvs.iter_mut().zip(&recv_at) {
             if let Err(off) = at {
