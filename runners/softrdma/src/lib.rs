@@ -855,11 +855,17 @@ unsafe fn post_one_send(q: &Arc<Qp>, w: &IbvSendWr) -> c_int {
             (Vec::new(), 0, Some(IBV_WC_LOC_PROT_ERR))
         }
     };
+    let cost = d.rules.cost(len);
+    // A message larger than the whole granted depth can never be posted (Apple's rules
+    // count frames): ENOMEM, as a full queue gives.
+    if cost > q.cap.max_send_wr {
+        d.c.refused_over_depth.fetch_add(1, Ordering::Relaxed);
+        return libc::ENOMEM;
+    }
     if len > d.rules.max_msg {
         d.c.refused_over_depth.fetch_add(1, Ordering::Relaxed);
         return libc::EINVAL;
     }
-    let cost = d.rules.cost(len);
     {
         let mut st = lock(&q.st);
         if st.send_out + cost > q.cap.max_send_wr {
