@@ -250,7 +250,8 @@ fn every_collective_and_algorithm_over_both_devices() {
 #[test]
 fn over_tcp_and_the_apple_device_in_one_run() {
     let dir = tmpdir("sr-over");
-    let sd = dir.join("stats");
+    // Beside the results folder, which the report reads whole.
+    let sd = tmpdir("sr-over-stats");
     let o = run_soft(
         &[
             "link",
@@ -289,6 +290,26 @@ fn over_tcp_and_the_apple_device_in_one_run() {
         .collect();
     assert!(kinds.contains(&"rdma-emulated".to_string()), "{kinds:?}");
     assert!(kinds.contains(&"loopback".to_string()), "{kinds:?}");
+    // The report names the device's figures emulated wherever it shows them.
+    let html = dir.join("report.html");
+    let o = run(
+        &[
+            "report",
+            dir.to_str().unwrap(),
+            "-o",
+            html.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let page = std::fs::read_to_string(&html).unwrap();
+    // Every label (file names aside) of the device's network.
+    let named = page.matches(&format!("{APPLE} (")).count();
+    let emulated = page.matches(&format!("{APPLE} (emulated)")).count();
+    assert!(
+        named > 0 && named == emulated,
+        "{named} mentions, {emulated} say emulated"
+    );
 }
 
 #[test]

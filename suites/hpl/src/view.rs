@@ -303,7 +303,7 @@ impl SuiteView for HplView {
         // Scaling with the number of ranks, per network, where several counts exist.
         let mut by_net: BTreeMap<String, BTreeMap<u64, f64>> = BTreeMap::new();
         for ((l, h), _) in runs.iter().zip(&parsed).zip(&names) {
-            let net = l.result.network.label.clone();
+            let net = tbbench_reports::views::network_label(&l.result.network);
             for x in h.runs.iter().filter(|x| x.passed) {
                 let e = by_net.entry(net.clone()).or_default();
                 let best = e.entry(x.p * x.q).or_insert(0.0);
