@@ -250,6 +250,42 @@ fn every_collective_and_algorithm_over_both_devices() {
 }
 
 #[test]
+fn decode_split_by_tensor_and_pipeline_gives_the_1_rank_tokens() {
+    for (parallel, layers) in [("tp", "1"), ("pp", "2")] {
+        let dir = tmpdir(&format!("sr-decode-{parallel}"));
+        let out = dir.join("r.json");
+        let sd = dir.join("stats");
+        let o = run_soft(
+            &[
+                "infer",
+                "--shape",
+                "llama-3.2-3b",
+                "--layers",
+                layers,
+                "--nodes",
+                "2",
+                "--parallel",
+                parallel,
+                "--max-tokens",
+                "4",
+                "--transport",
+                "verbs",
+                "--rdma-device",
+                APPLE,
+                "--timeout",
+                "20s",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            &sd,
+            Duration::from_secs(300),
+        );
+        check_clean(&o, &out, &sd, 2);
+        assert_eq!(read_json(&out)["results"]["matched"], true, "{parallel}");
+    }
+}
+
+#[test]
 fn over_tcp_and_the_apple_device_in_one_run() {
     let dir = tmpdir("sr-over");
     // Beside the results folder, which the report reads whole.
