@@ -903,3 +903,51 @@ fn connectx_rules_allow_rc_and_rdma_write_with_immediate() {
         assert_eq!((d.lib.close_device)(d.ctx), 0);
     }
 }
+
+/// A C program compiled against the installed verbs.h (rdma-core's own inline functions and
+/// struct layouts) runs a SEND and its RECV on the device.
+#[test]
+fn a_program_built_against_verbs_h_runs_on_the_device() {
+    let header = Path::new("/usr/include/infiniband/verbs.h");
+    if !header.exists() {
+        println!(
+            "skipped: {} is missing (Debian: apt-get install libibverbs-dev)",
+            header.display()
+        );
+        return;
+    }
+    let dir = tmpdir("sr-verbs-h");
+    let src = dir.join("t.c");
+    let exe = dir.join("t");
+    std::fs::write(&src, include_str!("softrdma_verbs_h.c")).unwrap();
+    let lib = so();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let built = match std::process::Command::new(&cc)
+        .args(["-O2", "-Wall"])
+        .arg(&src)
+        .arg(&lib)
+        .arg(format!("-Wl,-rpath,{}", lib.parent().unwrap().display()))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            println!("skipped: no C compiler ({cc}: {e})");
+            return;
+        }
+    };
+    assert!(built.status.success(), "{}", text(&built.stderr));
+    let o = run_with_limit(&exe, Duration::from_secs(30));
+    assert_eq!(text(&o.stdout).trim(), "ok", "{}", text(&o.stderr));
+}
+
+fn run_with_limit(exe: &Path, limit: Duration) -> std::process::Output {
+    let child = std::process::Command::new(exe)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    finish(child, limit).0
+}
