@@ -392,6 +392,50 @@ fn hostfile_run_across_network_namespaces() {
     );
 }
 
+/// The device fails one receive (`TBBENCH_SOFTRDMA_FAIL_RECV`): tbbench reports the error
+/// status in one line and writes no result, never using the buffer as data.
+#[test]
+fn a_completion_with_an_error_status_ends_the_run_in_one_line() {
+    let dir = tmpdir("sr-fail");
+    let out = dir.join("r.json");
+    let child = std::process::Command::new(bin())
+        .args([
+            "link",
+            "--nodes",
+            "2",
+            "--transport",
+            "verbs",
+            "--rdma-device",
+            APPLE,
+            "--sizes",
+            "64k",
+            "--iters",
+            "20",
+            "--timeout",
+            "10s",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .env("TBBENCH_VERBS_LIB", so())
+        .env("TBBENCH_SOFTRDMA_FAIL_RECV", "60")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (o, took) = finish(child, Duration::from_secs(60));
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    let errors: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(errors.len(), 1, "{err}");
+    assert!(
+        errors[0].contains("failed: local length error"),
+        "names the status: {err}"
+    );
+    assert!(took < Duration::from_secs(30), "{took:?}");
+    assert!(!out.exists(), "no result from a failed run");
+}
+
 #[test]
 fn too_many_ranks_for_apples_ten_queue_pairs_is_one_clear_line() {
     let dir = tmpdir("sr-qps");

@@ -186,6 +186,10 @@ pub struct Dev {
     pub next_key: AtomicU32,
     pub c: Counters,
     pub threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Fault injection for tests (`TBBENCH_SOFTRDMA_FAIL_RECV=N`): the Nth receive this
+    /// device completes gets an error status instead of its data.
+    pub fail_recv: Option<u64>,
+    pub recvs_done: AtomicU64,
 }
 
 /// The host's IPv4 addresses, the one to put first at GID index 1 leading: a chosen one
@@ -281,6 +285,10 @@ impl Dev {
             next_key: AtomicU32::new(u32::from_le_bytes(seed) | 1),
             c: Counters::default(),
             threads: Mutex::new(Vec::new()),
+            fail_recv: std::env::var("TBBENCH_SOFTRDMA_FAIL_RECV")
+                .ok()
+                .and_then(|v| v.parse().ok()),
+            recvs_done: AtomicU64::new(0),
         });
         let d = dev.clone();
         let h = std::thread::Builder::new()
@@ -561,7 +569,11 @@ fn on_frame(dev: &Arc<Dev>, s: &mut impl Read, h: &Header, scratch: &mut [u8]) -
             };
             let fits =
                 h.len <= r.total && (!dev.rules.frame_rule || frames(h.len) == frames(r.total));
-            let status = if fits {
+            let nth = dev.recvs_done.fetch_add(1, Ordering::Relaxed) + 1;
+            let status = if dev.fail_recv == Some(nth) {
+                drain(s, h.len, scratch, &stop)?;
+                IBV_WC_LOC_LEN_ERR
+            } else if fits {
                 let _io = lock(&qp.io_rx);
                 if qp.destroyed.load(Ordering::SeqCst) {
                     return drain(s, h.len, scratch, &stop);
