@@ -94,6 +94,17 @@ pub fn parse_transport(s: &str) -> Result<TransportKind, String> {
     TransportKind::parse(s).map_err(|e| e.to_string())
 }
 
+/// A library path with a directory in it, made absolute, so ranks started elsewhere (over
+/// ssh, in the home directory) load the same file; a bare name stays as it is, for dlopen's
+/// search of the library path.
+fn absolute_lib(p: PathBuf) -> PathBuf {
+    if p.components().count() > 1 {
+        std::fs::canonicalize(&p).unwrap_or(p)
+    } else {
+        p
+    }
+}
+
 impl RunArgs {
     pub fn options(&self) -> RunOptions {
         RunOptions {
@@ -108,7 +119,8 @@ impl RunArgs {
             verbs_lib: self
                 .verbs_lib
                 .clone()
-                .or_else(|| std::env::var_os(crate::options::ENV_VERBS_LIB).map(PathBuf::from)),
+                .or_else(|| std::env::var_os(crate::options::ENV_VERBS_LIB).map(PathBuf::from))
+                .map(absolute_lib),
             subnet: None,
             over: self.over.clone().map(|n| n.0).unwrap_or_default(),
             network_index: None,

@@ -437,6 +437,20 @@ fn a_completion_with_an_error_status_ends_the_run_in_one_line() {
 }
 
 #[test]
+fn env_lists_the_devices_as_software_stand_ins() {
+    let o = run_soft(&["env"], &tmpdir("sr-env"), Duration::from_secs(60));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    for d in [APPLE, LINUX] {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(d) && l.contains("software stand-in")),
+            "{out}"
+        );
+    }
+}
+
+#[test]
 fn too_many_ranks_for_apples_ten_queue_pairs_is_one_clear_line() {
     let dir = tmpdir("sr-qps");
     let out = dir.join("r.json");
