@@ -340,6 +340,10 @@ impl Dev {
         for t in threads {
             let _ = t.join();
         }
+        // Queue pairs hold the device; dropping them here lets it go once the caller's
+        // last handle does.
+        lock(&self.qps).clear();
+        lock(&self.mrs).clear();
         if let Some(dir) = std::env::var_os("TBBENCH_SOFTRDMA_STATS") {
             let dir = std::path::PathBuf::from(dir);
             let _ = std::fs::create_dir_all(&dir);
