@@ -490,7 +490,18 @@ fn too_many_ranks_for_apples_ten_queue_pairs_is_one_clear_line() {
 
 #[test]
 fn a_rank_killed_mid_transfer_ends_every_rank_within_ten_seconds() {
-    let dir = tmpdir("sr-kill");
+    // UC: the survivors' sends go on without an error; the heartbeats notice.
+    killed_rank(APPLE);
+}
+
+#[test]
+fn a_rank_killed_mid_transfer_on_rc_ends_every_rank_within_ten_seconds() {
+    // RC: a send to the dead peer may complete with retry-exceeded first; still one line.
+    killed_rank(LINUX);
+}
+
+fn killed_rank(device: &str) {
+    let dir = tmpdir(&format!("sr-kill-{device}"));
     let out = dir.join("r.json");
     let child = std::process::Command::new(bin())
         .args([
@@ -500,7 +511,7 @@ fn a_rank_killed_mid_transfer_ends_every_rank_within_ten_seconds() {
             "--transport",
             "verbs",
             "--rdma-device",
-            APPLE,
+            device,
             "--buffer",
             "4MiB",
             "--mode",
@@ -549,6 +560,11 @@ fn a_rank_killed_mid_transfer_ends_every_rank_within_ten_seconds() {
     assert!(!o.status.success());
     let err = text(&o.stderr);
     assert!(err.contains("rank 1"), "names the dead rank: {err}");
+    assert_eq!(
+        err.lines().filter(|l| l.contains("error")).count(),
+        1,
+        "one error line: {err}"
+    );
     assert_ranks_gone(&ranks, Duration::from_secs(1), "the run");
     assert!(!out.exists());
 }
