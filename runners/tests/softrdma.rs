@@ -436,6 +436,52 @@ fn a_completion_with_an_error_status_ends_the_run_in_one_line() {
     assert!(!out.exists(), "no result from a failed run");
 }
 
+/// What a small message costs in device operations, counted by the device (time on a
+/// software device means nothing): today a ready notice from the receiver and the data SEND,
+/// two SENDs a message; the eager path for small messages would bring it to one.
+#[test]
+fn a_small_message_costs_two_sends_on_the_apple_device() {
+    let dir = tmpdir("sr-ops");
+    let out = dir.join("r.json");
+    let sd = dir.join("stats");
+    let (iters, warmup) = (200u64, 10u64);
+    let o = run_soft(
+        &[
+            "link",
+            "--nodes",
+            "2",
+            "--transport",
+            "verbs",
+            "--rdma-device",
+            APPLE,
+            "--buffer",
+            "64",
+            "--mode",
+            "latency",
+            "--iters",
+            &iters.to_string(),
+            "--warmup",
+            &warmup.to_string(),
+            "--timeout",
+            "20s",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &sd,
+        Duration::from_secs(60),
+    );
+    check_clean(&o, &out, &sd, 2);
+    let s = stats(&sd);
+    // A ping-pong iteration moves two messages, one each way.
+    let messages = 2 * (iters + warmup);
+    let per_message = sum(&s, "sends_posted") as f64 / messages as f64;
+    println!("{per_message:.2} SENDs per 64-byte message");
+    assert!(
+        (1.9..2.2).contains(&per_message),
+        "{per_message:.2} SENDs per message: {s:?}"
+    );
+}
+
 #[test]
 fn env_lists_the_devices_as_software_stand_ins() {
     let o = run_soft(&["env"], &tmpdir("sr-env"), Duration::from_secs(60));
