@@ -4,7 +4,9 @@
 //! C entry points tbbench calls.
 //!
 //! The library is built by `cargo build`/`cargo test` at the workspace root (a default
-//! member); the tests find it beside the tbbench binary.
+//! member); the tests find it beside the tbbench binary. Linux only: they read /proc and use
+//! network namespaces.
+#![cfg(target_os = "linux")]
 
 mod netlab;
 mod support;
@@ -22,7 +24,12 @@ const LINUX: &str = "softrdma_linux0";
 /// dev-dependency (target/<profile>/deps) and the one `cargo build` puts beside the binary.
 fn so() -> PathBuf {
     let dir = Path::new(bin()).parent().unwrap();
-    let name = "libtbbench_softrdma.so";
+    let name = format!(
+        "{}tbbench_softrdma{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    );
+    let name = name.as_str();
     let newest = [dir.join("deps").join(name), dir.join(name)]
         .into_iter()
         .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))

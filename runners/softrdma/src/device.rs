@@ -207,7 +207,7 @@ fn host_ipv4s() -> Vec<Ipv4Addr> {
                 let e = &*p;
                 if !e.ifa_addr.is_null()
                     && (*e.ifa_addr).sa_family as i32 == libc::AF_INET
-                    && e.ifa_flags & libc::IFF_UP as u32 != 0
+                    && e.ifa_flags as u64 & libc::IFF_UP as u64 != 0
                 {
                     let sin = &*(e.ifa_addr as *const libc::sockaddr_in);
                     let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
@@ -271,9 +271,14 @@ impl Dev {
         let listener = TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0))?;
         listener.set_nonblocking(true)?;
         let port = listener.local_addr()?.port();
-        let mut seed = [0u8; 4];
-        // SAFETY: getrandom writes at most 4 bytes into seed.
-        unsafe { libc::getrandom(seed.as_mut_ptr() as *mut _, 4, 0) };
+        // Keys start at a point that differs per process and device, so a stale key from
+        // another run rarely matches (no randomness needed beyond that).
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0)
+            ^ (std::process::id() << 8)
+            ^ port as u32;
         let dev = Arc::new(Dev {
             rules,
             gids: gid_table(),
@@ -281,8 +286,7 @@ impl Dev {
             stop: AtomicBool::new(false),
             mrs: Mutex::new(HashMap::new()),
             qps: Mutex::new(HashMap::new()),
-            // Keys start at a random point so a stale key from another run rarely matches.
-            next_key: AtomicU32::new(u32::from_le_bytes(seed) | 1),
+            next_key: AtomicU32::new(seed | 1),
             c: Counters::default(),
             threads: Mutex::new(Vec::new()),
             fail_recv: std::env::var("TBBENCH_SOFTRDMA_FAIL_RECV")

@@ -32,7 +32,14 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 fn set_errno(e: c_int) {
     // SAFETY: the thread's errno.
-    unsafe { *libc::__errno_location() = e };
+    #[cfg(target_os = "linux")]
+    unsafe {
+        *libc::__errno_location() = e
+    };
+    #[cfg(not(target_os = "linux"))]
+    unsafe {
+        *libc::__error() = e
+    };
 }
 
 /// Runs `f`, turning a panic into `fail` (and one line on stderr) instead of unwinding into C.
