@@ -212,7 +212,7 @@ fn print_text(e: &Env) {
             for d in &e.rdma.devices {
                 for p in &d.ports {
                     println!(
-                        "{} port {}: {}, {} link layer, active MTU {}{}",
+                        "{} port {}: {}, {} link layer, active MTU {}{}{}",
                         d.name,
                         p.port,
                         p.state,
@@ -221,7 +221,12 @@ fn print_text(e: &Env) {
                         d.interface
                             .as_ref()
                             .map(|i| format!(", interface {i}"))
-                            .unwrap_or_default()
+                            .unwrap_or_default(),
+                        if d.emulated {
+                            " (software stand-in, not RDMA hardware)"
+                        } else {
+                            ""
+                        }
                     );
                 }
             }
@@ -284,6 +289,7 @@ mod tests {
             devices: vec![DeviceInfo {
                 name: "rdma_en3".into(),
                 interface: Some("en3".into()),
+                emulated: false,
                 ports: vec![devices::PortInfo {
                     port: 1,
                     state: "down".into(),

@@ -48,9 +48,13 @@ impl Metric {
         headline: bool,
     ) -> Metric {
         Metric {
-            key: format!("{} · {} · {measure} · {subject}", r.suite, r.network.label),
+            key: format!(
+                "{} · {} · {measure} · {subject}",
+                r.suite,
+                crate::views::network_label(&r.network)
+            ),
             suite: r.suite.clone(),
-            network: r.network.label.clone(),
+            network: crate::views::network_label(&r.network),
             measure: measure.into(),
             subject: subject.into(),
             unit: unit.into(),

@@ -55,7 +55,7 @@ pub fn build(paths: &[PathBuf], threshold_pct: f64, generator: &str, now: &str) 
         .collect();
     let mut nets: Vec<String> = loaded
         .iter()
-        .map(|l| l.result.network.label.clone())
+        .map(|l| views::network_label(&l.result.network))
         .collect();
     nets.sort();
     nets.dedup();
@@ -305,7 +305,7 @@ fn environment(loaded: &[Loaded]) -> String {
                     r.tool.version,
                     r.tool.git_commit.chars().take(10).collect::<String>()
                 )),
-                Cell::from(r.network.label.as_str()),
+                Cell::from(views::network_label(&r.network)),
                 Cell::from(h.hostname.as_str()),
                 Cell::from(format!("{} · {} · {}", h.os_version, h.kernel, h.arch)),
                 Cell::from(h.cpu_model.as_str()),
@@ -391,7 +391,7 @@ pub fn network_table(paths: &[PathBuf]) -> String {
     }
     let nets: Vec<String> = loaded
         .iter()
-        .map(|l| l.result.network.label.clone())
+        .map(|l| views::network_label(&l.result.network))
         .collect();
     let per_run: Vec<Vec<Metric>> = loaded.iter().map(metrics_of).collect();
     let mut rows: Vec<(String, String)> = Vec::new();

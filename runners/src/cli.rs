@@ -35,6 +35,10 @@ pub struct RunArgs {
     /// RDMA device for --transport verbs (rdma_en3, mlx5_0); mapped from --iface when not given.
     #[arg(long, value_name = "NAME")]
     pub rdma_device: Option<String>,
+    /// The verbs library to load instead of the system's (libibverbs.so.1, librdma.dylib),
+    /// e.g. the software device target/release/libtbbench_softrdma.so; also TBBENCH_VERBS_LIB.
+    #[arg(long, value_name = "PATH")]
+    pub verbs_lib: Option<PathBuf>,
     /// Run once per network and put them side by side: TRANSPORT[:WHERE],... where WHERE is an
     /// interface, an address, an IPv4 subnet (a.b.c.d/n, each host its own address in it) or
     /// an RDMA device (tcp:eth0,tcp:en3,verbs:rdma_en3). With it, --out names a folder.
@@ -90,6 +94,17 @@ pub fn parse_transport(s: &str) -> Result<TransportKind, String> {
     TransportKind::parse(s).map_err(|e| e.to_string())
 }
 
+/// A library path with a directory in it, made absolute, so ranks started elsewhere (over
+/// ssh, in the home directory) load the same file; a bare name stays as it is, for dlopen's
+/// search of the library path.
+fn absolute_lib(p: PathBuf) -> PathBuf {
+    if p.components().count() > 1 {
+        std::fs::canonicalize(&p).unwrap_or(p)
+    } else {
+        p
+    }
+}
+
 impl RunArgs {
     pub fn options(&self) -> RunOptions {
         RunOptions {
@@ -101,6 +116,11 @@ impl RunArgs {
             addr: self.addr,
             iface: self.iface.clone(),
             rdma_device: self.rdma_device.clone(),
+            verbs_lib: self
+                .verbs_lib
+                .clone()
+                .or_else(|| std::env::var_os(crate::options::ENV_VERBS_LIB).map(PathBuf::from))
+                .map(absolute_lib),
             subnet: None,
             over: self.over.clone().map(|n| n.0).unwrap_or_default(),
             network_index: None,

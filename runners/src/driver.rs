@@ -199,7 +199,10 @@ fn rank_main<S: Suite>(
                     _ => None,
                 },
                 timeout: opts.timeout,
-                library: None,
+                library: opts
+                    .verbs_lib
+                    .as_ref()
+                    .map(|p| p.to_string_lossy().into_owned()),
             },
         )),
         _ => None,
@@ -497,7 +500,12 @@ fn describe_network(
                     verbs_info.map(|v| v.link_layer).unwrap_or("rdma")
                 ),
                 interface,
-                link_kind: "rdma".into(),
+                // Never counted as RDMA: the software device's figures measure its TCP.
+                link_kind: if verbs_info.is_some_and(|v| v.emulated) {
+                    "rdma-emulated".into()
+                } else {
+                    "rdma".into()
+                },
                 nominal_gbit_per_s: speed,
                 mtu: verbs_info.map(|v| v.mtu_bytes),
                 addresses,

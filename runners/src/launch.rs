@@ -207,6 +207,14 @@ fn rank_command(
     if let Some(i) = opts.network_index {
         env.push((ENV_NETWORK, i.to_string()));
     }
+    // From the flag or the launcher's environment: ranks on other hosts see neither otherwise
+    // (an ssh session does not carry the environment).
+    if let Some(lib) = &opts.verbs_lib {
+        env.push((
+            crate::options::ENV_VERBS_LIB,
+            lib.to_string_lossy().into_owned(),
+        ));
+    }
     let Some(host) = &p.host else {
         let mut c = Command::new(exe);
         c.args(&args);

@@ -6,6 +6,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// Names the verbs library, as `--verbs-lib` does; the launcher hands it on to every rank.
+pub const ENV_VERBS_LIB: &str = "TBBENCH_VERBS_LIB";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TransportKind {
@@ -49,6 +52,8 @@ pub struct RunOptions {
     /// RDMA device for `--transport verbs` (`rdma_en3`, `mlx5_0`); mapped from `iface` when
     /// not given.
     pub rdma_device: Option<String>,
+    /// The verbs library to load (`--verbs-lib`, `TBBENCH_VERBS_LIB`); the system's when None.
+    pub verbs_lib: Option<PathBuf>,
     /// An IPv4 subnet each rank binds its data to (its own address inside it): one spelling
     /// of a network that works on every host, whatever its interfaces are called.
     #[serde(serialize_with = "subnet_str")]
@@ -229,6 +234,7 @@ impl Default for RunOptions {
             over: Vec::new(),
             network_index: None,
             rdma_device: None,
+            verbs_lib: None,
             streams: 1,
             sockbuf: None,
             timeout: Duration::from_secs(30),

@@ -73,11 +73,22 @@ pub fn newest_per_network<'a>(runs: &[&'a Loaded]) -> Vec<&'a Loaded> {
     out
 }
 
+/// The network's name wherever figures show. A software stand-in for RDMA (link kind
+/// `rdma-emulated`, tbbench's softrdma device) always says "(emulated)", even where a result
+/// file's label does not, so its figures are never read as RDMA measurements.
+pub fn network_label(n: &tbbench_schema::Network) -> String {
+    if n.link_kind == "rdma-emulated" && !n.label.contains("(emulated)") {
+        format!("{} (emulated)", n.label)
+    } else {
+        n.label.clone()
+    }
+}
+
 /// What makes two runs "the same network" for side-by-side tables: the label and the hosts.
 pub fn network_id(r: &ResultFile) -> (String, Vec<String>) {
     let mut hosts: Vec<String> = r.hosts.iter().map(|h| h.hostname.clone()).collect();
     hosts.sort();
-    (r.network.label.clone(), hosts)
+    (network_label(&r.network), hosts)
 }
 
 /// Series names for runs shown side by side: the network label, with the hosts added only
@@ -85,9 +96,10 @@ pub fn network_id(r: &ResultFile) -> (String, Vec<String>) {
 pub fn series_names(runs: &[&Loaded]) -> Vec<String> {
     runs.iter()
         .map(|r| {
-            let label = &r.result.network.label;
+            let label = &network_label(&r.result.network);
             let shared = runs.iter().any(|o| {
-                &o.result.network.label == label && network_id(&o.result) != network_id(&r.result)
+                &network_label(&o.result.network) == label
+                    && network_id(&o.result) != network_id(&r.result)
             });
             if shared {
                 format!("{label} on {}", network_id(&r.result).1.join(","))
@@ -104,5 +116,33 @@ pub fn short_time(rfc3339: &str) -> String {
         format!("{} {}", &rfc3339[..10], &rfc3339[11..16])
     } else {
         rfc3339.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::network_label;
+    use tbbench_schema::Network;
+
+    #[test]
+    fn emulated_rdma_is_always_labelled_emulated() {
+        let net = |kind: &str, label: &str| Network {
+            link_kind: kind.into(),
+            label: label.into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            network_label(&net("rdma-emulated", "verbs/softrdma_apple0 (thunderbolt)")),
+            "verbs/softrdma_apple0 (thunderbolt) (emulated)"
+        );
+        assert_eq!(
+            network_label(&net("rdma-emulated", "verbs/softrdma_apple0 (emulated)")),
+            "verbs/softrdma_apple0 (emulated)",
+            "said once"
+        );
+        assert_eq!(
+            network_label(&net("rdma", "verbs/mlx5_0 (roce)")),
+            "verbs/mlx5_0 (roce)"
+        );
     }
 }

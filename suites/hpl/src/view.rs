@@ -324,7 +324,7 @@ impl SuiteView for HplView {
         // counts exist: a line across different N would mix problem sizes with rank counts.
         let mut by_net: BTreeMap<(String, u64), BTreeMap<u64, f64>> = BTreeMap::new();
         for ((l, h), _) in runs.iter().zip(&parsed).zip(&names) {
-            let net = l.result.network.label.clone();
+            let net = tbbench_reports::views::network_label(&l.result.network);
             for x in h.runs.iter().filter(|x| x.passed) {
                 let e = by_net.entry((net.clone(), x.n)).or_default();
                 let best = e.entry(x.p * x.q).or_insert(0.0);

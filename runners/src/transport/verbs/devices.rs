@@ -11,6 +11,9 @@ pub struct DeviceInfo {
     /// The interface this device carries (macOS `rdma_en3` → `en3`; Linux from sysfs).
     pub interface: Option<String>,
     pub ports: Vec<PortInfo>,
+    /// A software stand-in (tbbench's softrdma device), not RDMA hardware.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub emulated: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -39,7 +42,9 @@ pub fn port_state(s: u32) -> String {
 /// `--transport verbs` gives).
 pub fn list_devices() -> Result<Vec<DeviceInfo>, String> {
     let platform = Platform::this_host();
-    let path = default_library();
+    // The library runs use (TBBENCH_VERBS_LIB, e.g. the software device), else the system's.
+    let chosen = std::env::var(crate::options::ENV_VERBS_LIB).ok();
+    let path = chosen.as_deref().unwrap_or(default_library());
     let lib = Lib::open(path).map_err(|e| super::no_device(&e).to_string())?;
     let mut out = Vec::new();
     // SAFETY: plain library calls; every context opened here is closed, the list freed.
@@ -85,6 +90,7 @@ pub fn list_devices() -> Result<Vec<DeviceInfo>, String> {
                 interface: profile::iface_for_device(platform, &name),
                 name,
                 ports,
+                emulated: lib.emulated.is_some(),
             });
         }
         (lib.free_device_list)(list);

@@ -334,6 +334,9 @@ pub struct Lib {
     pub query_qp:
         unsafe extern "C" fn(*mut IbvQp, *mut IbvQpAttr, c_int, *mut IbvQpInitAttr) -> c_int,
     pub wc_status_str: unsafe extern "C" fn(u32) -> *const c_char,
+    /// What `softrdma_version` says, where the library exports it: the library is tbbench's
+    /// software device (runners/softrdma), a stand-in whose figures are not RDMA's.
+    pub emulated: Option<String>,
 }
 
 // The handle and function pointers are process-wide and immutable once loaded.
@@ -412,6 +415,14 @@ impl Lib {
                 modify_qp: f!("ibv_modify_qp"),
                 query_qp: f!("ibv_query_qp"),
                 wc_status_str: f!("ibv_wc_status_str"),
+                emulated: sym("softrdma_version").ok().map(|p| {
+                    // SAFETY: softrdma_version is `const char *(void)` returning a static
+                    // string.
+                    unsafe {
+                        let f: unsafe extern "C" fn() -> *const c_char = std::mem::transmute(p);
+                        CStr::from_ptr(f()).to_string_lossy().into_owned()
+                    }
+                }),
             })
         })();
         if lib.is_err() {

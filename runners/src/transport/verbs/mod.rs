@@ -95,6 +95,8 @@ pub struct VerbsInfo {
     pub mtu_bytes: u32,
     pub link_layer: &'static str,
     pub profile: &'static str,
+    /// The device is tbbench's software stand-in: its figures are never RDMA measurements.
+    pub emulated: bool,
 }
 
 fn one_line(s: &str) -> String {
@@ -316,8 +318,7 @@ fn warn_if_bridged(platform: Platform, iface: Option<&str>) {
 
 /// Opens the device and makes the queue pairs. Any failure is one line saying what is missing.
 pub fn prepare(rank: usize, size: usize, opts: &VerbsOptions) -> Result<Prepared> {
-    let platform = Platform::this_host();
-    let profile = Profile::for_platform(platform);
+    let host = Platform::this_host();
     let path = opts
         .library
         .clone()
@@ -347,7 +348,7 @@ pub fn prepare(rank: usize, size: usize, opts: &VerbsOptions) -> Result<Prepared
         let wanted = opts.device.clone().or_else(|| {
             opts.iface
                 .as_deref()
-                .and_then(|i| profile::device_for_iface(platform, i))
+                .and_then(|i| profile::device_for_iface(host, i))
         });
         let pick = match &wanted {
             Some(w) => match names.iter().position(|n| n == w) {
@@ -375,6 +376,22 @@ pub fn prepare(rank: usize, size: usize, opts: &VerbsOptions) -> Result<Prepared
         }
         (ctx, names[pick].clone())
     };
+    // The software device's names say whose rules it follows; a real device follows this
+    // host's.
+    let platform = match &lib.emulated {
+        Some(_) => profile::platform_of_emulated(&dev_name),
+        None => host,
+    };
+    let profile = Profile::for_platform(platform);
+    if let (Some(version), 0) = (&lib.emulated, rank) {
+        eprintln!(
+            "tbbench: note: {dev_name} is a software stand-in for an RDMA device ({version}, loaded from {path}) with {} rules; it moves bytes over TCP, so its figures are labelled emulated and are not RDMA measurements",
+            match platform {
+                Platform::MacOs => "Apple's",
+                Platform::Linux => "ConnectX's",
+            }
+        );
+    }
     // SAFETY: ctx is open.
     let pd = unsafe { (lib.alloc_pd)(ctx) };
     if pd.is_null() {
@@ -412,8 +429,8 @@ pub fn prepare(rank: usize, size: usize, opts: &VerbsOptions) -> Result<Prepared
     let iface = opts
         .iface
         .clone()
-        .or_else(|| profile::iface_for_device(platform, &dev_name));
-    warn_if_bridged(platform, iface.as_deref());
+        .or_else(|| profile::iface_for_device(host, &dev_name));
+    warn_if_bridged(host, iface.as_deref());
     let want_ip = opts.ip.or_else(|| {
         iface
             .as_deref()
@@ -432,7 +449,9 @@ pub fn prepare(rank: usize, size: usize, opts: &VerbsOptions) -> Result<Prepared
         })
         .collect();
     let gid_index: Option<u8> = if profile.gid_must_be_ipv4 || roce {
-        if profile.gid_must_be_ipv4 && want_ip.is_none() {
+        // Without an interface to take the address from, the first IPv4-mapped GID serves
+        // (the software device's, or a device run on one host over loopback).
+        if profile.gid_must_be_ipv4 && want_ip.is_none() && iface.is_some() {
             bail!("transport verbs: {dev_name} needs the IPv4 address of its interface for its GID; give --iface (e.g. en3) or --rdma-device rdma_enX of an interface that has one");
         }
         let i = profile::select_gid(&gids, want_ip)
@@ -514,11 +533,13 @@ pub fn prepare(rank: usize, size: usize, opts: &VerbsOptions) -> Result<Prepared
         iface,
         mtu_bytes: profile::mtu_bytes(profile::path_mtu(&profile, hello.mtu, hello.mtu)),
         link_layer: match (platform, roce) {
+            _ if lib.emulated.is_some() => "emulated",
             (Platform::MacOs, _) => "thunderbolt",
             (Platform::Linux, true) => "roce",
             (Platform::Linux, false) => "infiniband",
         },
         profile: profile.name(),
+        emulated: lib.emulated.is_some(),
     };
     Ok(Prepared {
         rank,
@@ -1116,9 +1137,13 @@ impl VerbsTransport {
                     self.flush_ctl(p)?;
                 }
             }
-            self.poll(&mut data)?;
+            let n = self.poll(&mut data)?;
             if !data.is_empty() {
                 bail!("transport verbs: data arrived before the queue pairs were connected");
+            }
+            if n == 0 {
+                // Greetings go out every 5 ms; nothing to spin for in between.
+                std::thread::sleep(Duration::from_micros(100));
             }
             if start.elapsed() > self.timeout {
                 let who: Vec<String> = waiting.iter().map(|p| self.names[*p].to_string()).collect();
@@ -1160,6 +1185,25 @@ impl VerbsTransport {
         )?;
         self.staging = Some(Staging { mr, buf });
         Ok(())
+    }
+}
+
+/// Polls spent spinning before a waiting rank gives up its core.
+const SPIN_POLLS: u32 = 2048;
+
+/// How a rank waits once nothing has completed for a while: it spins first (an answer over
+/// RDMA comes within microseconds), then yields the core, and after a millisecond without
+/// progress (a peer computing, or gone) sleeps briefly between polls, so a rank that waits
+/// uses a fraction of a core instead of all of it, and the threads of a software device
+/// sharing the cores get to run.
+fn idle_wait(idle_polls: u32, last_progress: Instant) {
+    if idle_polls < SPIN_POLLS {
+        return;
+    }
+    if last_progress.elapsed() > Duration::from_millis(1) {
+        std::thread::sleep(Duration::from_micros(50));
+    } else {
+        std::thread::yield_now();
     }
 }
 
@@ -1374,6 +1418,7 @@ impl Transport for VerbsTransport {
                     waits.join(", ")
                 );
             }
+            idle_wait(idle_polls, last_progress);
         }
         for (op, at) in recvs.iter_mut().zip(&recv_at) {
             if let Err(off) = at {

@@ -204,6 +204,16 @@ pub fn select_gid(table: &[Gid], want: Option<Ipv4Addr>) -> Result<usize, String
     })
 }
 
+/// The rules a device of tbbench's software RDMA library follows, from its name:
+/// `softrdma_apple0` Apple's, `softrdma_linux0` (and any other) rdma-core's.
+pub fn platform_of_emulated(device: &str) -> Platform {
+    if device.starts_with("softrdma_apple") {
+        Platform::MacOs
+    } else {
+        Platform::Linux
+    }
+}
+
 /// The RDMA device that serves `iface`. On macOS each Thunderbolt port `enX` is `rdma_enX`;
 /// on Linux sysfs links a network interface to the device of the same PCI function.
 pub fn device_for_iface(platform: Platform, iface: &str) -> Option<String> {

@@ -1,0 +1,1080 @@
+//! The verbs transport end to end over the software RDMA device (runners/softrdma): real rank
+//! processes loading `libtbbench_softrdma.so` with `--verbs-lib`, on the device with Apple's
+//! rules and on the one with ConnectX's. And the device's rules themselves, through the same
+//! C entry points tbbench calls.
+//!
+//! The library is built by `cargo build`/`cargo test` at the workspace root (a default
+//! member); the tests find it beside the tbbench binary. Linux only: they read /proc and use
+//! network namespaces.
+#![cfg(target_os = "linux")]
+
+mod netlab;
+mod support;
+
+use netlab::{netlab, Lab};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use support::*;
+use tbbench_runners::transport::verbs::ffi::*;
+
+const APPLE: &str = "softrdma_apple0";
+const LINUX: &str = "softrdma_linux0";
+
+/// The device library: the newest of the one `cargo test` builds as this package's
+/// dev-dependency (target/<profile>/deps) and the one `cargo build` puts beside the binary.
+fn so() -> PathBuf {
+    let dir = Path::new(bin()).parent().unwrap();
+    let name = format!(
+        "{}tbbench_softrdma{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    );
+    let name = name.as_str();
+    let newest = [dir.join("deps").join(name), dir.join(name)]
+        .into_iter()
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .max();
+    match newest {
+        Some((_, p)) => p,
+        None => panic!(
+            "{name} is missing in {}: build it with `cargo build -p tbbench-softrdma` (same profile as the tests)",
+            dir.display()
+        ),
+    }
+}
+
+/// The device's counters as the stats files written at close hold them, one per process.
+fn stats(dir: &Path) -> Vec<serde_json::Value> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.path().extension().is_some_and(|x| x == "json") {
+            v.push(read_json(&e.path()));
+        }
+    }
+    v
+}
+
+fn sum(stats: &[serde_json::Value], key: &str) -> u64 {
+    stats.iter().map(|s| s[key].as_u64().unwrap_or(0)).sum()
+}
+
+/// Runs tbbench with the device library and a stats folder; returns the output.
+fn run_soft(args: &[&str], stats_dir: &Path, limit: Duration) -> std::process::Output {
+    let child = std::process::Command::new(bin())
+        .args(args)
+        .env("TBBENCH_VERBS_LIB", so())
+        .env("TBBENCH_SOFTRDMA_STATS", stats_dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("tbbench starts");
+    finish(child, limit).0
+}
+
+/// What every clean run over the device must show: labelled emulated, said so on stderr, and
+/// the device closed with nothing left registered and no data lost.
+fn check_clean(o: &std::process::Output, out: &Path, stats_dir: &Path, ranks: usize) {
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("software stand-in for an RDMA device"),
+        "the run says the device is not real: {err}"
+    );
+    let r = read_json(out);
+    assert_eq!(r["network"]["link_kind"], "rdma-emulated");
+    assert!(
+        r["network"]["label"]
+            .as_str()
+            .unwrap()
+            .contains("(emulated)"),
+        "{}",
+        r["network"]
+    );
+    assert_eq!(r["verification"]["passed"], true, "{}", r["verification"]);
+    let s = stats(stats_dir);
+    assert_eq!(s.len(), ranks, "every rank closed its device: {s:?}");
+    for key in [
+        "mrs_left_at_close",
+        "qps_left_at_close",
+        "frame_mismatch",
+        "error_completions",
+        "dropped_peer_gone",
+        "refused_over_depth",
+        "refused_bad_state",
+        "refused_modify",
+        "refused_bad_lkey",
+        "refused_remote_access",
+    ] {
+        assert_eq!(sum(&s, key), 0, "{key}: {s:?}");
+    }
+    // UC drops a SEND that finds no receive; tbbench sends data only against a ready notice,
+    // so the only SENDs that may be dropped are greetings, which are repeated until answered.
+    assert!(
+        sum(&s, "dropped_no_recv") <= 8 * ranks as u64,
+        "dropped {}: {s:?}",
+        sum(&s, "dropped_no_recv")
+    );
+    assert!(sum(&s, "delivered") > 0);
+}
+
+fn link(device: &str, nodes: &str, sizes: &str, name: &str) {
+    let dir = tmpdir(name);
+    let out = dir.join("r.json");
+    let sd = dir.join("stats");
+    let started = Instant::now();
+    let o = run_soft(
+        &[
+            "link",
+            "--nodes",
+            nodes,
+            "--transport",
+            "verbs",
+            "--rdma-device",
+            device,
+            "--sizes",
+            sizes,
+            "--iters",
+            "2",
+            "--warmup",
+            "1",
+            "--window",
+            "2",
+            "--timeout",
+            "20s",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &sd,
+        Duration::from_secs(240),
+    );
+    check_clean(&o, &out, &sd, nodes.parse().unwrap());
+    let r = read_json(&out);
+    let mut seen = std::collections::BTreeSet::new();
+    for (part, rows) in r["results"].as_object().unwrap() {
+        for row in rows.as_array().unwrap() {
+            assert_eq!(row["wrong_bytes"], 0, "{part}: {row}");
+            let mode = row["mode"].as_str().unwrap_or("latency").to_string();
+            seen.insert((mode, row["size_bytes"].as_u64().unwrap()));
+        }
+    }
+    for mode in ["latency", "bw", "bibw"] {
+        for size in [1, 64 << 20] {
+            assert!(
+                seen.contains(&(mode.to_string(), size)),
+                "{mode} at {size} bytes: {seen:?}"
+            );
+        }
+    }
+    println!("{name}: {:.1} s", started.elapsed().as_secs_f64());
+}
+
+#[test]
+fn link_on_two_ranks_apple_rules_every_size_1b_to_64mib() {
+    link(APPLE, "2", "1B..64MiB", "sr-link-apple2");
+}
+
+#[test]
+fn link_on_two_ranks_connectx_rules_every_size_1b_to_64mib() {
+    link(LINUX, "2", "1B..64MiB", "sr-link-linux2");
+}
+
+#[test]
+fn link_on_four_ranks_apple_rules() {
+    link(APPLE, "4", "1,4097,64k,1MiB,64MiB", "sr-link-apple4");
+}
+
+#[test]
+fn link_on_four_ranks_connectx_rules() {
+    link(LINUX, "4", "1,4097,64k,1MiB,64MiB", "sr-link-linux4");
+}
+
+#[test]
+fn hpl_on_four_ranks_passes_over_both_devices() {
+    for device in [APPLE, LINUX] {
+        let dir = tmpdir(&format!("sr-hpl-{device}"));
+        let out = dir.join("r.json");
+        let sd = dir.join("stats");
+        let o = run_soft(
+            &[
+                "hpl",
+                "--nodes",
+                "4",
+                "--n",
+                "1000",
+                "--transport",
+                "verbs",
+                "--rdma-device",
+                device,
+                "--timeout",
+                "20s",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            &sd,
+            Duration::from_secs(120),
+        );
+        check_clean(&o, &out, &sd, 4);
+        assert!(text(&o.stdout).contains("PASSED"), "{}", text(&o.stdout));
+    }
+}
+
+#[test]
+fn every_collective_and_algorithm_over_both_devices() {
+    for device in [APPLE, LINUX] {
+        let dir = tmpdir(&format!("sr-coll-{device}"));
+        let out = dir.join("r.json");
+        let sd = dir.join("stats");
+        let o = run_soft(
+            &[
+                "coll",
+                "--nodes",
+                "4",
+                "--op",
+                "all",
+                "--algo",
+                "all",
+                "--sizes",
+                "4,4100,256k",
+                "--iters",
+                "2",
+                "--warmup",
+                "1",
+                "--transport",
+                "verbs",
+                "--rdma-device",
+                device,
+                "--timeout",
+                "20s",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            &sd,
+            Duration::from_secs(120),
+        );
+        check_clean(&o, &out, &sd, 4);
+    }
+}
+
+#[test]
+fn decode_split_by_tensor_and_pipeline_gives_the_1_rank_tokens() {
+    for (parallel, layers) in [("tp", "1"), ("pp", "2")] {
+        let dir = tmpdir(&format!("sr-decode-{parallel}"));
+        let out = dir.join("r.json");
+        let sd = dir.join("stats");
+        let o = run_soft(
+            &[
+                "infer",
+                "--shape",
+                "llama-3.2-3b",
+                "--layers",
+                layers,
+                "--nodes",
+                "2",
+                "--parallel",
+                parallel,
+                "--max-tokens",
+                "4",
+                "--transport",
+                "verbs",
+                "--rdma-device",
+                APPLE,
+                "--timeout",
+                "20s",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            &sd,
+            Duration::from_secs(300),
+        );
+        check_clean(&o, &out, &sd, 2);
+        assert_eq!(read_json(&out)["results"]["matched"], true, "{parallel}");
+    }
+}
+
+#[test]
+fn over_tcp_and_the_apple_device_in_one_run() {
+    let dir = tmpdir("sr-over");
+    // Beside the results folder, which the report reads whole.
+    let sd = tmpdir("sr-over-stats");
+    let o = run_soft(
+        &[
+            "link",
+            "--nodes",
+            "2",
+            "--over",
+            &format!("tcp:lo,verbs:{APPLE}"),
+            "--sizes",
+            "64,64k",
+            "--iters",
+            "5",
+            "--timeout",
+            "20s",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+        &sd,
+        Duration::from_secs(60),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let stdout = text(&o.stdout);
+    assert!(
+        stdout.contains("tcp/lo") && stdout.contains(&format!("verbs/{APPLE} (emulated)")),
+        "{stdout}"
+    );
+    let kinds: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .map(|e| {
+            read_json(&e.path())["network"]["link_kind"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert!(kinds.contains(&"rdma-emulated".to_string()), "{kinds:?}");
+    assert!(kinds.contains(&"loopback".to_string()), "{kinds:?}");
+    // The report names the device's figures emulated wherever it shows them.
+    let html = dir.join("report.html");
+    let o = run(
+        &[
+            "report",
+            dir.to_str().unwrap(),
+            "-o",
+            html.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let page = std::fs::read_to_string(&html).unwrap();
+    // Every label (file names aside) of the device's network.
+    let named = page.matches(&format!("{APPLE} (")).count();
+    let emulated = page.matches(&format!("{APPLE} (emulated)")).count();
+    assert!(
+        named > 0 && named == emulated,
+        "{named} mentions, {emulated} say emulated"
+    );
+}
+
+/// Ranks in two network namespaces, started as a hostfile run starts them: the device
+/// reaches its peer at the GID (the namespace's address) the rendezvous carried.
+#[test]
+fn hostfile_run_across_network_namespaces() {
+    let Some(_lab) = Lab::up("tbsr", "hostfile_run_across_network_namespaces") else {
+        return;
+    };
+    let dir = tmpdir("sr-netns");
+    let hosts = dir.join("hosts.json");
+    std::fs::write(&hosts, netlab(&["hostfile", "tbsr", "0"]).stdout).unwrap();
+    let out = dir.join("r.json");
+    let sd = dir.join("stats");
+    let o = run_soft(
+        &[
+            "link",
+            "--hostfile",
+            hosts.to_str().unwrap(),
+            "--rsh",
+            "ip netns exec",
+            "--transport",
+            "verbs",
+            "--rdma-device",
+            APPLE,
+            "--sizes",
+            "64,1MiB",
+            "--iters",
+            "5",
+            "--timeout",
+            "20s",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &sd,
+        Duration::from_secs(120),
+    );
+    check_clean(&o, &out, &sd, 2);
+    assert_eq!(
+        read_json(&out)["network"]["addresses"],
+        serde_json::json!(["10.71.0.1", "10.71.0.2"])
+    );
+}
+
+/// The device fails one receive (`TBBENCH_SOFTRDMA_FAIL_RECV`): tbbench reports the error
+/// status in one line and writes no result, never using the buffer as data.
+#[test]
+fn a_completion_with_an_error_status_ends_the_run_in_one_line() {
+    let dir = tmpdir("sr-fail");
+    let out = dir.join("r.json");
+    let child = std::process::Command::new(bin())
+        .args([
+            "link",
+            "--nodes",
+            "2",
+            "--transport",
+            "verbs",
+            "--rdma-device",
+            APPLE,
+            "--sizes",
+            "64k",
+            "--iters",
+            "20",
+            "--timeout",
+            "10s",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .env("TBBENCH_VERBS_LIB", so())
+        .env("TBBENCH_SOFTRDMA_FAIL_RECV", "60")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (o, took) = finish(child, Duration::from_secs(60));
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    let errors: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(errors.len(), 1, "{err}");
+    assert!(
+        errors[0].contains("failed: local length error"),
+        "names the status: {err}"
+    );
+    assert!(took < Duration::from_secs(30), "{took:?}");
+    assert!(!out.exists(), "no result from a failed run");
+}
+
+/// What a small message costs in device operations, counted by the device (time on a
+/// software device means nothing): today a ready notice from the receiver and the data SEND,
+/// two SENDs a message; the eager path for small messages would bring it to one.
+#[test]
+fn a_small_message_costs_two_sends_on_the_apple_device() {
+    let dir = tmpdir("sr-ops");
+    let out = dir.join("r.json");
+    let sd = dir.join("stats");
+    let (iters, warmup) = (200u64, 10u64);
+    let o = run_soft(
+        &[
+            "link",
+            "--nodes",
+            "2",
+            "--transport",
+            "verbs",
+            "--rdma-device",
+            APPLE,
+            "--buffer",
+            "64",
+            "--mode",
+            "latency",
+            "--iters",
+            &iters.to_string(),
+            "--warmup",
+            &warmup.to_string(),
+            "--timeout",
+            "20s",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &sd,
+        Duration::from_secs(60),
+    );
+    check_clean(&o, &out, &sd, 2);
+    let s = stats(&sd);
+    // A ping-pong iteration moves two messages, one each way.
+    let messages = 2 * (iters + warmup);
+    let per_message = sum(&s, "sends_posted") as f64 / messages as f64;
+    println!("{per_message:.2} SENDs per 64-byte message");
+    assert!(
+        (1.9..2.2).contains(&per_message),
+        "{per_message:.2} SENDs per message: {s:?}"
+    );
+}
+
+#[test]
+fn env_lists_the_devices_as_software_stand_ins() {
+    let o = run_soft(&["env"], &tmpdir("sr-env"), Duration::from_secs(60));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    for d in [APPLE, LINUX] {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(d) && l.contains("software stand-in")),
+            "{out}"
+        );
+    }
+}
+
+#[test]
+fn too_many_ranks_for_apples_ten_queue_pairs_is_one_clear_line() {
+    let dir = tmpdir("sr-qps");
+    let out = dir.join("r.json");
+    let o = run_soft(
+        &[
+            "link",
+            "--nodes",
+            "7",
+            "--transport",
+            "verbs",
+            "--rdma-device",
+            APPLE,
+            "--sizes",
+            "64",
+            "--iters",
+            "2",
+            "--timeout",
+            "10s",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &dir.join("stats"),
+        Duration::from_secs(60),
+    );
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    let line = err
+        .lines()
+        .find(|l| l.contains("error"))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        line.contains("12 queue pairs") && line.contains("the 10 it allows"),
+        "{err}"
+    );
+    assert!(!out.exists());
+}
+
+#[test]
+fn a_rank_killed_mid_transfer_ends_every_rank_within_ten_seconds() {
+    // UC: the survivors' sends go on without an error; the heartbeats notice.
+    killed_rank(APPLE);
+}
+
+#[test]
+fn a_rank_killed_mid_transfer_on_rc_ends_every_rank_within_ten_seconds() {
+    // RC: a send to the dead peer may complete with retry-exceeded first; still one line.
+    killed_rank(LINUX);
+}
+
+fn killed_rank(device: &str) {
+    let dir = tmpdir(&format!("sr-kill-{device}"));
+    let out = dir.join("r.json");
+    let child = std::process::Command::new(bin())
+        .args([
+            "link",
+            "--nodes",
+            "4",
+            "--transport",
+            "verbs",
+            "--rdma-device",
+            device,
+            "--buffer",
+            "4MiB",
+            "--mode",
+            "bibw",
+            "--iters",
+            "100000",
+            "--timeout",
+            "20s",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .env("TBBENCH_VERBS_LIB", so())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let launcher = child.id();
+    let start = Instant::now();
+    let ranks = loop {
+        let r = ranks_of(launcher);
+        if r.len() == 4 {
+            break r;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "ranks did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // Until data moves (the device has sent bytes on rank 0).
+    std::thread::sleep(Duration::from_secs(3));
+    let victim = ranks.iter().find(|r| r.1 == 1).unwrap().0;
+    let killed_at = Instant::now();
+    assert!(std::process::Command::new("kill")
+        .args(["-KILL", &victim.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let (o, _) = finish(child, Duration::from_secs(30));
+    let took = killed_at.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "took {took:?} after the kill"
+    );
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(err.contains("rank 1"), "names the dead rank: {err}");
+    assert_eq!(
+        err.lines().filter(|l| l.contains("error")).count(),
+        1,
+        "one error line: {err}"
+    );
+    assert_ranks_gone(&ranks, Duration::from_secs(1), "the run");
+    assert!(!out.exists());
+}
+
+/// Survivors wait for a frozen peer (5 s until its heartbeats are missed): they must use
+/// well under a core while they do.
+#[test]
+fn ranks_waiting_on_a_frozen_peer_use_well_under_a_core() {
+    let dir = tmpdir("sr-freeze");
+    let out = dir.join("r.json");
+    let child = std::process::Command::new(bin())
+        .args([
+            "link",
+            "--nodes",
+            "3",
+            "--transport",
+            "verbs",
+            "--rdma-device",
+            APPLE,
+            "--buffer",
+            "64",
+            "--mode",
+            "latency",
+            "--iters",
+            "50000000",
+            "--timeout",
+            "30s",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .env("TBBENCH_VERBS_LIB", so())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let launcher = child.id();
+    let start = Instant::now();
+    let ranks = loop {
+        let r = ranks_of(launcher);
+        if r.len() == 3 {
+            break r;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "ranks did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    let victim = ranks.iter().find(|r| r.1 == 1).unwrap().0;
+    let _ = std::process::Command::new("kill")
+        .args(["-STOP", &victim.to_string()])
+        .status();
+    let cpu = |pid: u32| -> Option<u64> {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let f: Vec<&str> = s.rsplit(')').next()?.split_whitespace().collect();
+        Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+    };
+    // Past the first instants, while they still wait (the heartbeat gives up after 5 s).
+    std::thread::sleep(Duration::from_millis(500));
+    let survivors: Vec<u32> = ranks.iter().filter(|r| r.1 != 1).map(|r| r.0).collect();
+    let before: Vec<Option<u64>> = survivors.iter().map(|p| cpu(*p)).collect();
+    let window = Duration::from_secs(2);
+    std::thread::sleep(window);
+    let after: Vec<Option<u64>> = survivors.iter().map(|p| cpu(*p)).collect();
+    let (o, _) = finish(child, Duration::from_secs(30));
+    // The launcher ends the frozen rank; resume it in case it did not, so nothing lingers.
+    let _ = std::process::Command::new("kill")
+        .args(["-CONT", &victim.to_string()])
+        .stderr(std::process::Stdio::null())
+        .status();
+    assert!(!o.status.success());
+    let hz = 100.0; // USER_HZ on Linux
+    for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+        if let (Some(b), Some(a)) = (b, a) {
+            let cores = (a - b) as f64 / hz / window.as_secs_f64();
+            assert!(
+                cores < 0.3,
+                "survivor {} used {cores:.2} cores while waiting",
+                survivors[i]
+            );
+        }
+    }
+}
+
+// --- the device's rules, through the entry points tbbench uses -------------------------------
+
+struct Dev {
+    lib: Lib,
+    ctx: *mut IbvContext,
+    pd: *mut IbvPd,
+    cq: *mut IbvCq,
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+impl Dev {
+    fn open(name: &str) -> Dev {
+        let lib = Lib::open(so().to_str().unwrap()).unwrap();
+        assert!(
+            lib.emulated.is_some(),
+            "the library says it is the software device"
+        );
+        unsafe {
+            let mut n = 0;
+            let list = (lib.get_device_list)(&mut n);
+            let devs: Vec<*mut IbvDevice> = (0..n as usize).map(|i| *list.add(i)).collect();
+            let names: Vec<String> = devs.iter().map(|d| lib.device_name(*d)).collect();
+            assert_eq!(names, [APPLE, LINUX]);
+            let i = names.iter().position(|x| x == name).unwrap();
+            let ctx = (lib.open_device)(devs[i]);
+            (lib.free_device_list)(list);
+            assert!(!ctx.is_null());
+            let pd = (lib.alloc_pd)(ctx);
+            let cq = (lib.create_cq)(ctx, 256, std::ptr::null_mut(), std::ptr::null_mut(), 0);
+            assert!(!pd.is_null() && !cq.is_null());
+            Dev { lib, ctx, pd, cq }
+        }
+    }
+
+    fn qp(&self, qp_type: u32) -> *mut IbvQp {
+        let mut init = IbvQpInitAttr {
+            qp_context: std::ptr::null_mut(),
+            send_cq: self.cq,
+            recv_cq: self.cq,
+            srq: std::ptr::null_mut(),
+            cap: IbvQpCap {
+                max_send_wr: 256,
+                max_recv_wr: 256,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            qp_type,
+            sq_sig_all: 0,
+        };
+        unsafe { (self.lib.create_qp)(self.pd, &mut init) }
+    }
+
+    fn modify(&self, qp: *mut IbvQp, a: &mut IbvQpAttr, mask: i32) -> i32 {
+        unsafe { (self.lib.modify_qp)(qp, a, mask) }
+    }
+
+    /// Brings `a` to RTS connected to `b` (both on this device).
+    fn connect(&self, a: *mut IbvQp, b: *mut IbvQp, rc: bool) {
+        use tbbench_runners::transport::verbs::profile::*;
+        let profile = Profile::for_platform(if rc { Platform::Linux } else { Platform::MacOs });
+        let local = Local {
+            port: 1,
+            gid_index: Some(1),
+            psn: 7,
+        };
+        let mut gid = IbvGid::default();
+        assert_eq!(unsafe { (self.lib.query_gid)(self.ctx, 1, 1, &mut gid) }, 0);
+        let remote = Remote {
+            lid: 0,
+            qpn: unsafe { (*b).qp_num },
+            psn: 7,
+            gid: gid.0,
+        };
+        let (mut x, m) = init_attr(&profile, &local);
+        assert_eq!(self.modify(a, &mut x, m), 0);
+        let (mut x, m) = rtr_attr(&profile, &local, &remote, IBV_MTU_1024);
+        assert_eq!(self.modify(a, &mut x, m), 0);
+        let (mut x, m) = rts_attr(&profile, &local);
+        assert_eq!(self.modify(a, &mut x, m), 0);
+    }
+
+    fn reg(&self, buf: &mut [u8]) -> *mut IbvMr {
+        unsafe {
+            (self.lib.reg_mr)(
+                self.pd,
+                buf.as_mut_ptr() as *mut _,
+                buf.len(),
+                IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+            )
+        }
+    }
+
+    /// Waits up to 5 s for `n` completions.
+    fn wait(&self, n: usize) -> Vec<IbvWc> {
+        let mut got = Vec::new();
+        let start = Instant::now();
+        let mut wc = [IbvWc::default(); 16];
+        while got.len() < n && start.elapsed() < Duration::from_secs(5) {
+            let k = unsafe { poll_cq(self.cq, &mut wc) };
+            assert!(k >= 0);
+            got.extend_from_slice(&wc[..k as usize]);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        got
+    }
+
+    fn counter(&self, key: &str) -> u64 {
+        let path = std::ffi::CString::new(so().to_str().unwrap()).unwrap();
+        unsafe {
+            let h = libc::dlopen(path.as_ptr(), libc::RTLD_NOW);
+            let f = libc::dlsym(h, c"softrdma_counters_json".as_ptr());
+            assert!(!f.is_null());
+            let f: unsafe extern "C" fn(*mut IbvContext, *mut std::ffi::c_char, usize) -> isize =
+                std::mem::transmute(f);
+            let mut buf = vec![0u8; 4096];
+            let n = f(self.ctx, buf.as_mut_ptr() as *mut _, buf.len());
+            libc::dlclose(h);
+            let v: serde_json::Value = serde_json::from_slice(&buf[..n as usize]).unwrap();
+            v[key].as_u64().unwrap()
+        }
+    }
+}
+
+fn send(d: &Dev, qp: *mut IbvQp, mr: *mut IbvMr, addr: *const u8, len: usize, opcode: u32) -> i32 {
+    let mut sge = IbvSge {
+        addr: addr as u64,
+        length: len as u32,
+        lkey: unsafe { (*mr).lkey },
+    };
+    let mut wr = IbvSendWr::zeroed();
+    wr.wr_id = 1;
+    wr.sg_list = &mut sge;
+    wr.num_sge = 1;
+    wr.opcode = opcode;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    let _ = d;
+    unsafe { post_send(qp, &mut wr) }
+}
+
+fn recv(qp: *mut IbvQp, mr: *mut IbvMr, addr: *mut u8, len: usize, id: u64) -> i32 {
+    let mut sge = IbvSge {
+        addr: addr as u64,
+        length: len as u32,
+        lkey: unsafe { (*mr).lkey },
+    };
+    let mut wr = IbvRecvWr {
+        wr_id: id,
+        next: std::ptr::null_mut(),
+        sg_list: &mut sge,
+        num_sge: 1,
+    };
+    unsafe { post_recv(qp, &mut wr) }
+}
+
+#[test]
+fn apple_rules_refuse_rc_writes_the_11th_qp_the_101st_mr_and_sends_over_the_depth() {
+    let d = Dev::open(APPLE);
+    assert!(d.qp(IBV_QPT_RC).is_null(), "RC is refused");
+    assert_eq!(errno(), 102, "with errno 102, as on macOS 26.2");
+
+    let qps: Vec<*mut IbvQp> = (0..10).map(|_| d.qp(IBV_QPT_UC)).collect();
+    assert!(qps.iter().all(|q| !q.is_null()), "ten UC queue pairs");
+    assert!(d.qp(IBV_QPT_UC).is_null(), "the 11th is refused");
+    assert_eq!(errno(), libc::ENOMEM);
+
+    // Depth is granted at 32, not the 256 asked for.
+    let mut attr = IbvQpAttr::default();
+    let mut init: IbvQpInitAttr = unsafe { std::mem::zeroed() };
+    assert_eq!(
+        unsafe { (d.lib.query_qp)(qps[0], &mut attr, IBV_QP_CAP, &mut init) },
+        0
+    );
+    assert_eq!((attr.cap.max_send_wr, attr.cap.max_recv_wr), (32, 32));
+
+    // State machine: RTR straight from RESET, or INIT without its port, is refused.
+    let mut a = IbvQpAttr {
+        qp_state: IBV_QPS_RTR,
+        ..Default::default()
+    };
+    assert_eq!(d.modify(qps[0], &mut a, IBV_QP_STATE), libc::EINVAL);
+    let mut a = IbvQpAttr {
+        qp_state: IBV_QPS_INIT,
+        ..Default::default()
+    };
+    assert_eq!(
+        d.modify(
+            qps[0],
+            &mut a,
+            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_ACCESS_FLAGS
+        ),
+        libc::EINVAL
+    );
+
+    let mut bufs: Vec<Vec<u8>> = (0..101).map(|_| vec![0u8; 4096]).collect();
+    let mrs: Vec<*mut IbvMr> = bufs[..100].iter_mut().map(|b| d.reg(b)).collect();
+    assert!(mrs.iter().all(|m| !m.is_null()), "100 memory regions");
+    assert!(d.reg(&mut bufs[100]).is_null(), "the 101st is refused");
+    assert_eq!(errno(), libc::ENOMEM);
+    for m in &mrs[1..] {
+        assert_eq!(unsafe { (d.lib.dereg_mr)(*m) }, 0);
+    }
+
+    let (a, b) = (qps[0], qps[1]);
+    d.connect(a, b, false);
+    d.connect(b, a, false);
+    let mut big = vec![7u8; 40 * 4096];
+    let mr = d.reg(&mut big);
+    let base = big.as_mut_ptr();
+
+    assert_eq!(
+        send(&d, a, mr, base, 64, IBV_WR_RDMA_WRITE_WITH_IMM),
+        102,
+        "no RDMA WRITE"
+    );
+    assert_eq!(
+        send(&d, a, mr, base, 33 * 4096, IBV_WR_SEND),
+        libc::ENOMEM,
+        "33 frames exceed the depth of 32"
+    );
+
+    // A SEND that finds no receive is dropped without an error.
+    assert_eq!(send(&d, a, mr, base, 64, IBV_WR_SEND), 0);
+    let wc = d.wait(1);
+    assert_eq!(wc.len(), 1);
+    assert_eq!(wc[0].status, IBV_WC_SUCCESS);
+    let start = Instant::now();
+    while d.counter("dropped_no_recv") < 1 && start.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(d.counter("dropped_no_recv"), 1);
+
+    // A SEND of one frame into a RECV of two is an error completion, not data.
+    let rbuf = unsafe { base.add(20 * 4096) };
+    assert_eq!(recv(b, mr, rbuf, 8192, 10), 0);
+    assert_eq!(send(&d, a, mr, base, 100, IBV_WR_SEND), 0);
+    let wc = d.wait(2);
+    let r = wc
+        .iter()
+        .find(|w| w.wr_id == 10)
+        .expect("the receive completes");
+    assert_ne!(r.status, IBV_WC_SUCCESS, "an error status");
+    assert_eq!(d.counter("frame_mismatch"), 1);
+
+    // The same number of frames: the bytes arrive.
+    unsafe { std::ptr::write_bytes(base, 0xab, 5000) };
+    assert_eq!(recv(b, mr, rbuf, 5000, 11), 0);
+    assert_eq!(send(&d, a, mr, base, 5000, IBV_WR_SEND), 0);
+    let wc = d.wait(2);
+    let r = wc
+        .iter()
+        .find(|w| w.wr_id == 11)
+        .expect("the receive completes");
+    assert_eq!((r.status, r.byte_len), (IBV_WC_SUCCESS, 5000));
+    assert!(unsafe { std::slice::from_raw_parts(rbuf, 5000) }
+        .iter()
+        .all(|x| *x == 0xab));
+
+    unsafe {
+        for q in qps {
+            assert_eq!((d.lib.destroy_qp)(q), 0);
+        }
+        (d.lib.dereg_mr)(mr);
+        (d.lib.dereg_mr)(mrs[0]);
+        assert_eq!((d.lib.destroy_cq)(d.cq), 0);
+        assert_eq!((d.lib.dealloc_pd)(d.pd), 0);
+        assert_eq!((d.lib.close_device)(d.ctx), 0);
+    }
+}
+
+#[test]
+fn connectx_rules_allow_rc_and_rdma_write_with_immediate() {
+    let d = Dev::open(LINUX);
+    let (a, b) = (d.qp(IBV_QPT_RC), d.qp(IBV_QPT_RC));
+    assert!(!a.is_null() && !b.is_null());
+    d.connect(a, b, true);
+    d.connect(b, a, true);
+    let mut buf = vec![0u8; 1 << 20];
+    let mr = d.reg(&mut buf);
+    let base = buf.as_mut_ptr();
+    unsafe { std::ptr::write_bytes(base, 0x5a, 4096) };
+    // The receive that carries the immediate; the data lands at the remote address.
+    let mut wr = IbvRecvWr {
+        wr_id: 20,
+        next: std::ptr::null_mut(),
+        sg_list: std::ptr::null_mut(),
+        num_sge: 0,
+    };
+    assert_eq!(unsafe { post_recv(b, &mut wr) }, 0);
+    let mut sge = IbvSge {
+        addr: base as u64,
+        length: 4096,
+        lkey: unsafe { (*mr).lkey },
+    };
+    let mut w = IbvSendWr::zeroed();
+    w.wr_id = 21;
+    w.sg_list = &mut sge;
+    w.num_sge = 1;
+    w.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    w.send_flags = IBV_SEND_SIGNALED;
+    w.imm_data = 4096u32.to_be();
+    w.remote_addr = base as u64 + (512 << 10);
+    w.rkey = unsafe { (*mr).rkey };
+    assert_eq!(unsafe { post_send(a, &mut w) }, 0);
+    let wc = d.wait(2);
+    let r = wc
+        .iter()
+        .find(|x| x.wr_id == 20)
+        .expect("the immediate arrives");
+    assert_eq!(r.status, IBV_WC_SUCCESS);
+    assert_eq!(r.opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+    assert_eq!(u32::from_be(r.imm_data), 4096);
+    let landed = unsafe { std::slice::from_raw_parts(base.add(512 << 10), 4096) };
+    assert!(landed.iter().all(|x| *x == 0x5a));
+    unsafe {
+        (d.lib.destroy_qp)(a);
+        (d.lib.destroy_qp)(b);
+        (d.lib.dereg_mr)(mr);
+        (d.lib.destroy_cq)(d.cq);
+        (d.lib.dealloc_pd)(d.pd);
+        assert_eq!((d.lib.close_device)(d.ctx), 0);
+    }
+}
+
+/// A C program compiled against the installed verbs.h (rdma-core's own inline functions and
+/// struct layouts) runs a SEND and its RECV on the device.
+#[test]
+fn a_program_built_against_verbs_h_runs_on_the_device() {
+    let header = Path::new("/usr/include/infiniband/verbs.h");
+    if !header.exists() {
+        println!(
+            "skipped: {} is missing (Debian: apt-get install libibverbs-dev)",
+            header.display()
+        );
+        return;
+    }
+    let dir = tmpdir("sr-verbs-h");
+    let src = dir.join("t.c");
+    let exe = dir.join("t");
+    std::fs::write(&src, include_str!("softrdma_verbs_h.c")).unwrap();
+    let lib = so();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let built = match std::process::Command::new(&cc)
+        .args(["-O2", "-Wall"])
+        .arg(&src)
+        .arg(&lib)
+        .arg(format!("-Wl,-rpath,{}", lib.parent().unwrap().display()))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            println!("skipped: no C compiler ({cc}: {e})");
+            return;
+        }
+    };
+    assert!(built.status.success(), "{}", text(&built.stderr));
+    let o = run_with_limit(&exe, Duration::from_secs(30));
+    assert_eq!(text(&o.stdout).trim(), "ok", "{}", text(&o.stderr));
+}
+
+fn run_with_limit(exe: &Path, limit: Duration) -> std::process::Output {
+    let child = std::process::Command::new(exe)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    finish(child, limit).0
+}
