@@ -12,8 +12,9 @@ use std::time::Duration;
 use support::*;
 
 /// A large all-reduce on 2 ranks moves the array once each way, so its bus bandwidth is the
-/// link's rate: within 10% of each shaped network's (the 10 Gbit/s one only where this
-/// 2-core host's CPU keeps up, as the link test explains), never above it.
+/// link's rate: within 10% of the 2.5 Gbit/s network's, never above either network's, and on
+/// the 10 Gbit/s one clearly above the slow one's (this 2-core host's CPU, not the link,
+/// bounds it there).
 #[test]
 fn large_all_reduce_runs_at_each_shaped_networks_rate() {
     let Some(_lab) = Lab::up("tbc", "large_all_reduce_runs_at_each_shaped_networks_rate") else {
@@ -70,8 +71,12 @@ fn large_all_reduce_runs_at_each_shaped_networks_rate() {
             let row = &r["results"]["rows"][0];
             let busbw = row["busbw_gbps"].as_f64().unwrap();
             let shaped = shaped_gbit / 8.0;
+            // The 10 Gbit/s network moves 16 MiB each way and adds it up on two vCPUs shared
+            // with the lab's shaping: CPU-bound (0.44-1.2 GB/s seen, by what else runs), so it
+            // must only be clearly above the 2.5 Gbit/s network's rate, proof its data did not
+            // go over the slow one.
             let floor = if shaped_gbit > 2.5 {
-                2.0 * 2.5 / 8.0
+                1.2 * 2.5 / 8.0
             } else {
                 0.9 * shaped
             };
