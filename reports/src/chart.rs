@@ -470,6 +470,6 @@ mod tests {
         assert_eq!(size_label(4096.0), "4 KiB");
         assert_eq!(size_label(268435456.0), "256 MiB");
         assert_eq!(number_label(1234.5), "1234");
-        assert_eq!(number_label(3.14159), "3.14");
+        assert_eq!(number_label(2.34567), "2.35");
     }
 }
