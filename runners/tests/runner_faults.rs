@@ -16,34 +16,12 @@ fn long_run(extra: &[&str]) -> std::process::Child {
 }
 
 /// A result path in a fresh folder, for runs that are ended before they write one.
+/// Long enough for the rendezvous to finish, so a failure lands mid-run.
+const RENDEZVOUS_SETTLE: Duration = Duration::from_millis(1500);
+
 fn scratch_out() -> String {
     let dir = tmpdir(&format!("faults-{:?}", std::thread::current().id()).replace(['(', ')'], ""));
     dir.join("none.json").to_string_lossy().into_owned()
-}
-
-fn wait_for_ranks(launcher: u32, n: usize) -> Vec<(u32, usize)> {
-    let start = Instant::now();
-    loop {
-        let r = ranks_of(launcher);
-        if r.len() == n {
-            // Let the rendezvous finish so the failure lands mid-run, not at start-up.
-            std::thread::sleep(Duration::from_millis(1500));
-            return r;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "ranks did not start: {r:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn signal(pid: u32, sig: &str) {
-    assert!(std::process::Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .unwrap()
-        .success());
 }
 
 #[test]
@@ -52,7 +30,7 @@ fn killed_rank_ends_the_run_on_every_rank_within_ten_seconds() {
     let out = dir.join("r.json");
     let child = long_run(&["--out", out.to_str().unwrap()]);
     let launcher = child.id();
-    let ranks = wait_for_ranks(launcher, 3);
+    let ranks = wait_for_ranks(launcher, 3, RENDEZVOUS_SETTLE);
     let victim = ranks.iter().find(|r| r.1 == 2).unwrap().0;
     let killed_at = Instant::now();
     signal(victim, "-KILL");
@@ -81,7 +59,7 @@ fn killed_rank_ends_the_run_on_every_rank_within_ten_seconds() {
 fn freeze_rank(rank: usize) -> (std::process::Output, Duration, Vec<(u32, usize)>) {
     let out = scratch_out();
     let child = long_run(&["--out", &out]);
-    let ranks = wait_for_ranks(child.id(), 3);
+    let ranks = wait_for_ranks(child.id(), 3, RENDEZVOUS_SETTLE);
     let victim = ranks.iter().find(|r| r.1 == rank).unwrap().0;
     let stopped_at = Instant::now();
     signal(victim, "-STOP");
@@ -140,7 +118,7 @@ fn killed_rank_0_is_named_in_one_line() {
     let out = scratch_out();
     let child = long_run(&["--out", &out]);
     let launcher = child.id();
-    let ranks = wait_for_ranks(launcher, 3);
+    let ranks = wait_for_ranks(launcher, 3, RENDEZVOUS_SETTLE);
     let victim = ranks.iter().find(|r| r.1 == 0).unwrap().0;
     let killed_at = Instant::now();
     signal(victim, "-KILL");
@@ -161,7 +139,7 @@ fn killed_rank_0_is_named_in_one_line() {
 fn interrupt_on_the_launcher_stops_every_rank() {
     let child = long_run(&[]);
     let launcher = child.id();
-    let ranks = wait_for_ranks(launcher, 3);
+    let ranks = wait_for_ranks(launcher, 3, RENDEZVOUS_SETTLE);
     signal(launcher, "-INT");
     let (o, took) = finish(child, Duration::from_secs(15));
     assert_eq!(o.status.code(), Some(130), "{}", text(&o.stderr));
@@ -174,7 +152,7 @@ fn interrupt_on_the_launcher_stops_every_rank() {
 fn killed_launcher_leaves_no_orphans() {
     let child = long_run(&[]);
     let launcher = child.id();
-    let ranks = wait_for_ranks(launcher, 3);
+    let ranks = wait_for_ranks(launcher, 3, RENDEZVOUS_SETTLE);
     signal(launcher, "-KILL");
     let _ = finish(child, Duration::from_secs(5));
     assert_ranks_gone(&ranks, Duration::from_secs(10), "a killed launcher");

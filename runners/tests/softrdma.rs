@@ -583,27 +583,11 @@ fn killed_rank(device: &str) {
         .spawn()
         .unwrap();
     let launcher = child.id();
-    let start = Instant::now();
-    let ranks = loop {
-        let r = ranks_of(launcher);
-        if r.len() == 4 {
-            break r;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "ranks did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    // Until data moves (the device has sent bytes on rank 0).
-    std::thread::sleep(Duration::from_secs(3));
+    // Then until data moves (the device has sent bytes on rank 0).
+    let ranks = wait_for_ranks(launcher, 4, Duration::from_secs(3));
     let victim = ranks.iter().find(|r| r.1 == 1).unwrap().0;
     let killed_at = Instant::now();
-    assert!(std::process::Command::new("kill")
-        .args(["-KILL", &victim.to_string()])
-        .status()
-        .unwrap()
-        .success());
+    signal(victim, "-KILL");
     let (o, _) = finish(child, Duration::from_secs(30));
     let took = killed_at.elapsed();
     assert!(
@@ -655,19 +639,7 @@ fn ranks_waiting_on_a_frozen_peer_use_well_under_a_core() {
         .spawn()
         .unwrap();
     let launcher = child.id();
-    let start = Instant::now();
-    let ranks = loop {
-        let r = ranks_of(launcher);
-        if r.len() == 3 {
-            break r;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "ranks did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    std::thread::sleep(Duration::from_secs(2));
+    let ranks = wait_for_ranks(launcher, 3, Duration::from_secs(2));
     let victim = ranks.iter().find(|r| r.1 == 1).unwrap().0;
     let _ = std::process::Command::new("kill")
         .args(["-STOP", &victim.to_string()])

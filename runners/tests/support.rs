@@ -166,3 +166,30 @@ pub fn read_json(path: &std::path::Path) -> serde_json::Value {
     let raw = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&raw).unwrap()
 }
+
+/// The launcher's `n` rank processes once all have started, then `settle` more (so a fault
+/// lands mid-run, not at start-up); fails the test if they do not start within 20 s.
+pub fn wait_for_ranks(launcher: u32, n: usize, settle: Duration) -> Vec<(u32, usize)> {
+    let start = Instant::now();
+    loop {
+        let r = ranks_of(launcher);
+        if r.len() == n {
+            std::thread::sleep(settle);
+            return r;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "ranks did not start: {r:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Sends `sig` ("-KILL", "-STOP", "-INT") to `pid`.
+pub fn signal(pid: u32, sig: &str) {
+    assert!(Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+}

@@ -401,15 +401,25 @@ impl Comm {
         data: &mut [T],
         op: ReduceOp,
     ) -> Result<()> {
-        let (n, me) = (group.len(self.size()), group.index_of(self.rank())?);
-        let count = data.len();
-        let mine = piece(count, n, me);
+        let (n, count) = (group.len(self.size()), data.len());
         self.reduce_scatter_direct(group, data, op, |i| piece(count, n, i))?;
         // Everyone sends its reduced piece to everyone at once.
-        let mut parts = split_parts(data, n, |i| piece(count, n, i));
+        self.all_gather_direct(group, data, |i| piece(count, n, i))
+    }
+
+    /// Every member sends its own piece of `data` (`bounds(me)`) to every other at once and
+    /// receives theirs into their pieces: the second half of a mesh all-reduce, and the mesh
+    /// all-gather.
+    fn all_gather_direct<T: Element>(
+        &mut self,
+        group: Group,
+        data: &mut [T],
+        bounds: impl Fn(usize) -> Range<usize>,
+    ) -> Result<()> {
+        let (n, me) = (group.len(self.size()), group.index_of(self.rank())?);
+        let mut parts = split_parts(data, n, bounds);
         let (before, rest) = parts.split_at_mut(me);
         let (own, after) = rest.split_first_mut().expect("own piece");
-        debug_assert_eq!(own.len(), mine.len());
         let own: &[T] = own;
         let sends: Vec<(usize, &[u8])> = (0..n)
             .filter(|&i| i != me)
@@ -654,28 +664,7 @@ impl Comm {
                     self.post(&[(right, as_bytes(out))], vec![(left, as_bytes_mut(inn))])?;
                 }
             }
-            Algo::Mesh => {
-                let mut parts = split_parts(data, n, bounds);
-                let (before, rest) = parts.split_at_mut(me);
-                let (own, after) = rest.split_first_mut().expect("own block");
-                let own: &[T] = own;
-                let sends: Vec<(usize, &[u8])> = (0..n)
-                    .filter(|&i| i != me)
-                    .map(|i| (group.rank(i), as_bytes(own)))
-                    .collect();
-                let recvs: Vec<(usize, &mut [u8])> = before
-                    .iter_mut()
-                    .enumerate()
-                    .map(|(i, p)| (group.rank(i), as_bytes_mut(p)))
-                    .chain(
-                        after
-                            .iter_mut()
-                            .enumerate()
-                            .map(|(i, p)| (group.rank(me + 1 + i), as_bytes_mut(p))),
-                    )
-                    .collect();
-                self.post(&sends, recvs)?;
-            }
+            Algo::Mesh => self.all_gather_direct(group, data, bounds)?,
             Algo::Rd => {
                 let blocks = |r: Range<usize>| r.start * block..r.end * block;
                 self.double(group, me, n, data, &blocks)?;

@@ -157,49 +157,36 @@ fn sum_16bit<T: Copy>(
     }
 }
 
-unsafe impl Element for f16 {
-    const DTYPE: Dtype = Dtype::F16;
-    fn from_f64(v: f64) -> Self {
-        f16::from_f64(v)
-    }
-    fn to_f64(self) -> f64 {
-        f16::to_f64(self)
-    }
-    fn combine(acc: &mut [f16], other: &[f16], op: ReduceOp) {
-        use half::slice::HalfFloatSliceExt;
-        match op {
-            ReduceOp::Sum => sum_16bit(
-                acc,
-                other,
-                |s, d| s.convert_to_f32_slice(d),
-                |s, d| d.convert_from_f32_slice(s),
-            ),
-            _ => total_order_combine!(acc, other, op, |b: &f16, a: &f16| b.total_cmp(a)),
+/// f16 and bf16: the same arithmetic, each through its own conversions.
+macro_rules! element_16bit {
+    ($t:ty, $dtype:expr) => {
+        // SAFETY: both 16-bit types are a u16 with every bit pattern a value.
+        unsafe impl Element for $t {
+            const DTYPE: Dtype = $dtype;
+            fn from_f64(v: f64) -> Self {
+                <$t>::from_f64(v)
+            }
+            fn to_f64(self) -> f64 {
+                <$t>::to_f64(self)
+            }
+            fn combine(acc: &mut [$t], other: &[$t], op: ReduceOp) {
+                use half::slice::HalfFloatSliceExt;
+                match op {
+                    ReduceOp::Sum => sum_16bit(
+                        acc,
+                        other,
+                        |s, d| s.convert_to_f32_slice(d),
+                        |s, d| d.convert_from_f32_slice(s),
+                    ),
+                    _ => total_order_combine!(acc, other, op, |b: &$t, a: &$t| b.total_cmp(a)),
+                }
+            }
         }
-    }
+    };
 }
 
-unsafe impl Element for bf16 {
-    const DTYPE: Dtype = Dtype::Bf16;
-    fn from_f64(v: f64) -> Self {
-        bf16::from_f64(v)
-    }
-    fn to_f64(self) -> f64 {
-        bf16::to_f64(self)
-    }
-    fn combine(acc: &mut [bf16], other: &[bf16], op: ReduceOp) {
-        use half::slice::HalfFloatSliceExt;
-        match op {
-            ReduceOp::Sum => sum_16bit(
-                acc,
-                other,
-                |s, d| s.convert_to_f32_slice(d),
-                |s, d| d.convert_from_f32_slice(s),
-            ),
-            _ => total_order_combine!(acc, other, op, |b: &bf16, a: &bf16| b.total_cmp(a)),
-        }
-    }
-}
+element_16bit!(f16, Dtype::F16);
+element_16bit!(bf16, Dtype::Bf16);
 
 /// The bytes of a slice of elements.
 pub fn as_bytes<T: Element>(v: &[T]) -> &[u8] {

@@ -61,12 +61,7 @@ pub fn measure(
     let input = Input::new(ctx.size(), config.dtype);
     let run = Run {
         op,
-        call: Call {
-            algo,
-            redop: config.redop,
-            root: config.root,
-            in_place: config.in_place,
-        },
+        call: call(config, algo),
         size,
         warmup: config.warmup,
         iters: config.iters,
@@ -106,6 +101,16 @@ pub fn measure(
         percent_of_ceiling: ceiling_gbps.filter(|c| *c > 0.0).map(|c| busbw / c * 100.0),
         wrong: m.wrong,
     }))
+}
+
+/// The sweep's settings for one call by `algo`.
+fn call(config: &CollConfig, algo: Algo) -> Call {
+    Call {
+        algo,
+        redop: config.redop,
+        root: config.root,
+        in_place: config.in_place,
+    }
 }
 
 /// What one row (or one probe) runs.
@@ -237,12 +242,7 @@ pub fn tune(config: &CollConfig, ctx: &mut Context) -> Result<Vec<Probe>> {
                 }
                 let run = Run {
                     op,
-                    call: Call {
-                        algo,
-                        redop: config.redop,
-                        root: config.root,
-                        in_place: config.in_place,
-                    },
+                    call: call(config, algo),
                     size,
                     warmup: PROBE_WARMUP,
                     iters: probe_iters(size),

@@ -253,26 +253,10 @@ fn killed_rank_mid_collective_ends_the_run_within_ten_seconds() {
             out.to_str().unwrap(),
         ]);
         let launcher = child.id();
-        let start = Instant::now();
-        let ranks = loop {
-            let r = ranks_of(launcher);
-            if r.len() == 3 {
-                std::thread::sleep(Duration::from_millis(1500));
-                break r;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "ranks did not start"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        let ranks = wait_for_ranks(launcher, 3, Duration::from_millis(1500));
         let victim = ranks.iter().find(|r| r.1 == 1).unwrap().0;
         let killed_at = Instant::now();
-        assert!(std::process::Command::new("kill")
-            .args(["-KILL", &victim.to_string()])
-            .status()
-            .unwrap()
-            .success());
+        signal(victim, "-KILL");
         let (o, _) = finish(child, Duration::from_secs(30));
         let took = killed_at.elapsed();
         assert!(
@@ -281,7 +265,11 @@ fn killed_rank_mid_collective_ends_the_run_within_ten_seconds() {
         );
         assert!(!o.status.success());
         let err = text(&o.stderr);
-        assert!(err.contains("rank 1"), "{transport}: {err}");
+        // One error line naming a rank: the killed one, or the survivor whose peer closed
+        // on it first (which one a loaded host reports first varies).
+        let errors: Vec<&str> = err.lines().filter(|l| l.contains("error:")).collect();
+        assert_eq!(errors.len(), 1, "{transport}: {err}");
+        assert!(errors[0].contains("rank "), "{transport}: {err}");
         assert!(!err.contains("panicked"), "{transport}: {err}");
         assert!(!out.exists(), "{transport}: a result was written");
         assert_ranks_gone(&ranks, Duration::from_secs(5), "a killed rank");
