@@ -32,10 +32,7 @@ fn killed_rank_ends_the_run_on_every_rank_within_ten_seconds() {
     let launcher = child.id();
     let ranks = wait_for_ranks(launcher, 3, RENDEZVOUS_SETTLE);
     let victim = ranks.iter().find(|r| r.1 == 2).unwrap().0;
-    let killed_at = Instant::now();
-    signal(victim, "-KILL");
-    let (o, _) = finish(child, Duration::from_secs(30));
-    let took = killed_at.elapsed();
+    let (o, took) = kill_and_finish(child, victim);
     assert!(
         took < Duration::from_secs(10),
         "run took {took:?} to end after the kill"
@@ -120,10 +117,7 @@ fn killed_rank_0_is_named_in_one_line() {
     let launcher = child.id();
     let ranks = wait_for_ranks(launcher, 3, RENDEZVOUS_SETTLE);
     let victim = ranks.iter().find(|r| r.1 == 0).unwrap().0;
-    let killed_at = Instant::now();
-    signal(victim, "-KILL");
-    let (o, _) = finish(child, Duration::from_secs(30));
-    let took = killed_at.elapsed();
+    let (o, took) = kill_and_finish(child, victim);
     assert!(
         took < Duration::from_secs(10),
         "run took {took:?} to end after rank 0 died"

@@ -586,10 +586,7 @@ fn killed_rank(device: &str) {
     // Then until data moves (the device has sent bytes on rank 0).
     let ranks = wait_for_ranks(launcher, 4, Duration::from_secs(3));
     let victim = ranks.iter().find(|r| r.1 == 1).unwrap().0;
-    let killed_at = Instant::now();
-    signal(victim, "-KILL");
-    let (o, _) = finish(child, Duration::from_secs(30));
-    let took = killed_at.elapsed();
+    let (o, took) = kill_and_finish(child, victim);
     assert!(
         took < Duration::from_secs(10),
         "took {took:?} after the kill"

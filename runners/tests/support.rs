@@ -193,3 +193,12 @@ pub fn signal(pid: u32, sig: &str) {
         .unwrap()
         .success());
 }
+
+/// Kills `victim` with SIGKILL and waits (at most 30 s) for the launcher `child` to end:
+/// its output and how long it took after the kill.
+pub fn kill_and_finish(child: Child, victim: u32) -> (Output, Duration) {
+    let killed_at = Instant::now();
+    signal(victim, "-KILL");
+    let (o, _) = finish(child, Duration::from_secs(30));
+    (o, killed_at.elapsed())
+}

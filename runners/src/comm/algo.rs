@@ -275,6 +275,13 @@ impl Comm {
             .unwrap_or_else(|| default_algo(op, bytes, n))
     }
 
+    /// `resolve`, refusing an algorithm the op does not have on `n` ranks in one line.
+    fn plan(&self, op: CollOp, algo: Algo, bytes: usize, n: usize) -> Result<Algo> {
+        let algo = self.resolve(op, algo, bytes, n);
+        op.supports(algo, n).map_err(anyhow::Error::msg)?;
+        Ok(algo)
+    }
+
     /// One exchange, leaving out empty messages (both ends compute the same sizes, so both
     /// leave out the same ones).
     fn post(&mut self, sends: &[(usize, &[u8])], recvs: Vec<(usize, &mut [u8])>) -> Result<()> {
@@ -592,10 +599,7 @@ impl Comm {
         algo: Algo,
     ) -> Result<Algo> {
         let n = group.len(self.size());
-        let algo = self.resolve(CollOp::ReduceScatter, algo, std::mem::size_of_val(data), n);
-        CollOp::ReduceScatter
-            .supports(algo, n)
-            .map_err(anyhow::Error::msg)?;
+        let algo = self.plan(CollOp::ReduceScatter, algo, std::mem::size_of_val(data), n)?;
         check_blocks(data.len(), n)?;
         let (me, block) = (group.index_of(self.rank())?, data.len() / n);
         if n < 2 || block == 0 {
@@ -645,10 +649,7 @@ impl Comm {
         algo: Algo,
     ) -> Result<Algo> {
         let n = group.len(self.size());
-        let algo = self.resolve(CollOp::AllGather, algo, std::mem::size_of_val(data), n);
-        CollOp::AllGather
-            .supports(algo, n)
-            .map_err(anyhow::Error::msg)?;
+        let algo = self.plan(CollOp::AllGather, algo, std::mem::size_of_val(data), n)?;
         check_blocks(data.len(), n)?;
         let (me, block) = (group.index_of(self.rank())?, data.len() / n);
         if n < 2 || block == 0 {
@@ -685,10 +686,7 @@ impl Comm {
         algo: Algo,
     ) -> Result<Algo> {
         let n = group.len(self.size());
-        let algo = self.resolve(CollOp::Broadcast, algo, std::mem::size_of_val(data), n);
-        CollOp::Broadcast
-            .supports(algo, n)
-            .map_err(anyhow::Error::msg)?;
+        let algo = self.plan(CollOp::Broadcast, algo, std::mem::size_of_val(data), n)?;
         let (me, root_i) = (group.index_of(self.rank())?, group.index_of(root)?);
         if n < 2 || data.is_empty() {
             return Ok(algo);
@@ -743,10 +741,7 @@ impl Comm {
         algo: Algo,
     ) -> Result<Algo> {
         let n = group.len(self.size());
-        let algo = self.resolve(CollOp::Reduce, algo, std::mem::size_of_val(data), n);
-        CollOp::Reduce
-            .supports(algo, n)
-            .map_err(anyhow::Error::msg)?;
+        let algo = self.plan(CollOp::Reduce, algo, std::mem::size_of_val(data), n)?;
         let (me, root_i) = (group.index_of(self.rank())?, group.index_of(root)?);
         if n < 2 || data.is_empty() {
             return Ok(algo);
@@ -862,10 +857,7 @@ impl Comm {
         algo: Algo,
     ) -> Result<Algo> {
         let n = group.len(self.size());
-        let algo = self.resolve(CollOp::AllToAll, algo, std::mem::size_of_val(send), n);
-        CollOp::AllToAll
-            .supports(algo, n)
-            .map_err(anyhow::Error::msg)?;
+        let algo = self.plan(CollOp::AllToAll, algo, std::mem::size_of_val(send), n)?;
         check_blocks(send.len(), n)?;
         anyhow::ensure!(
             send.len() == recv.len(),

@@ -5,7 +5,7 @@
 mod support;
 
 use serde_json::Value;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use support::*;
 
 fn coll(args: &[&str], out: &std::path::Path) -> (std::process::Output, Value) {
@@ -255,10 +255,7 @@ fn killed_rank_mid_collective_ends_the_run_within_ten_seconds() {
         let launcher = child.id();
         let ranks = wait_for_ranks(launcher, 3, Duration::from_millis(1500));
         let victim = ranks.iter().find(|r| r.1 == 1).unwrap().0;
-        let killed_at = Instant::now();
-        signal(victim, "-KILL");
-        let (o, _) = finish(child, Duration::from_secs(30));
-        let took = killed_at.elapsed();
+        let (o, took) = kill_and_finish(child, victim);
         assert!(
             took < Duration::from_secs(10),
             "{transport}: run took {took:?} to end"
