@@ -8,16 +8,16 @@ use crate::launch::{
     PROTOCOL_PREFIX,
 };
 use crate::netinfo;
-use crate::options::{RunOptions, TransportKind};
+use crate::options::RunOptions;
 use crate::rendezvous::{self, Control, RankInfo, Token};
 use crate::suite::{Context, Suite};
 use crate::sysinfo;
-use crate::transport::{shm, tcp, verbs, PeerName, Transport};
+use crate::transport::{self, shm, OpenPlan, Opened, Opening, PeerName, Peers};
 use anyhow::{anyhow, bail, Context as _, Result};
 use std::io::{BufRead, Read};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::time::Duration;
-use tbbench_schema::{Host, Network, ResultFile, RunRecord, Tool};
+use tbbench_schema::{Host, ResultFile, RunRecord, Tool};
 
 /// True in a process started by a launcher (or by hand) as one rank.
 pub fn is_rank_process() -> bool {
@@ -47,10 +47,18 @@ pub fn run<S: Suite>(config: &S::Config, opts: &RunOptions, tool: &Tool) -> Resu
         return rank_main::<S>(config, &opts, tool, env_bootstrap()?);
     }
     if let Some(size) = crate::mpi_boot::mpirun_size() {
-        if !opts.over.is_empty() {
-            bail!("--over is not supported under mpirun yet: run once per network (--transport, --iface)");
-        }
-        return rank_main::<S>(config, opts, tool, crate::mpi_boot::bootstrap(opts, size)?);
+        // mpirun starts the ranks once, so they can run on one network only.
+        let opts = match opts.over.len() {
+            0 => opts.clone(),
+            1 => opts.on_network(0),
+            _ => bail!("--over with several networks is not supported under mpirun: run once per network (--over NET or --transport, --iface)"),
+        };
+        return rank_main::<S>(
+            config,
+            &opts,
+            tool,
+            crate::mpi_boot::bootstrap(&opts, size)?,
+        );
     }
     launch::launch(opts, S::NAME)
 }
@@ -179,53 +187,31 @@ fn rank_main<S: Suite>(
         )?)),
         None => control_ip.or(opts.addr),
     };
-    let data_listener = match opts.transport {
-        TransportKind::Tcp => Some(tcp::bind_listener(
-            data_ip.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
-        )?),
-        TransportKind::Shm | TransportKind::Verbs => None,
-    };
-    // The queue pairs exist before the rendezvous so their numbers travel with it. A failure
-    // waits until the control channel is up, so it ends the run with one line on every rank.
-    let verbs_prepared = match opts.transport {
-        TransportKind::Verbs => Some(verbs::prepare(
-            rank,
-            size,
-            &verbs::VerbsOptions {
-                device: opts.rdma_device.clone(),
-                iface: opts.iface.clone(),
-                ip: match data_ip {
-                    Some(IpAddr::V4(v4)) if !v4.is_loopback() && !v4.is_unspecified() => Some(v4),
-                    _ => None,
-                },
-                timeout: opts.timeout,
-                library: opts
-                    .verbs_lib
-                    .as_ref()
-                    .map(|p| p.to_string_lossy().into_owned()),
-            },
-        )),
-        _ => None,
-    };
+    // What the peers need to reach this rank's transport (a port, queue pair numbers) exists
+    // before the rendezvous so it travels with it. A failure waits until the control channel
+    // is up, so it ends the run with one line on every rank.
+    let opening = transport::prepare(&OpenPlan {
+        rank,
+        size,
+        opts,
+        data_ip,
+        token: &token,
+    });
     host.ranks = vec![rank];
-    let me = RankInfo {
+    let mut me = RankInfo {
         rank,
         hostname: host.hostname.clone(),
         label: label.clone(),
         data_ip: data_ip.map(|ip| ip.to_string()),
-        data_port: data_listener
-            .as_ref()
-            .map(|l| l.local_addr().map(|a| a.port()))
-            .transpose()?
-            .unwrap_or(0),
+        data_port: 0,
         pid: std::process::id(),
         boot_id: boot_id(),
         host,
-        rdma: verbs_prepared
-            .as_ref()
-            .and_then(|p| p.as_ref().ok())
-            .map(|p| p.hello()),
+        rdma: None,
     };
+    if let Ok(o) = &opening {
+        o.advertise(&mut me);
+    }
 
     let (table, conns, rdv_listener) = if rank == 0 {
         // The others reach rank 0 where the launcher placed it, which need not be the data
@@ -241,13 +227,6 @@ fn rank_main<S: Suite>(
             None => TcpListener::bind(bind)
                 .with_context(|| format!("cannot listen for the rendezvous on {bind}"))?,
         };
-        if opts.transport == TransportKind::Shm {
-            shm::create_segment(&token.0, size)?;
-            // Gone once every rank attached; this covers runs that fail before that.
-            let t = token.0;
-            rendezvous::on_abort(move || shm::unlink_segment(&t));
-            shm::remember_pending(&t);
-        }
         let port = listener.local_addr()?.port();
         if launched {
             println!("{PROTOCOL_PREFIX}RENDEZVOUS {port}");
@@ -259,11 +238,8 @@ fn rank_main<S: Suite>(
                 SocketAddr::new(bind.ip(), port)
             );
         }
-        let gathered = rendezvous::gather_ranks(&listener, &token, size, me, opts.timeout);
-        if gathered.is_err() && opts.transport == TransportKind::Shm {
-            shm::unlink_segment(&token.0);
-        }
-        let (table, conns) = gathered?;
+        // On failure the opening is dropped on the way out, which removes what it made.
+        let (table, conns) = rendezvous::gather_ranks(&listener, &token, size, me, opts.timeout)?;
         (table, conns, Some(listener))
     } else {
         let rdv = rdv.ok_or_else(|| anyhow!("{ENV_RDV} (rank 0's address:port) is not set"))?;
@@ -308,8 +284,7 @@ fn rank_main<S: Suite>(
         rank,
         &table,
         names.clone(),
-        data_listener,
-        verbs_prepared,
+        opening,
         launched,
     ) {
         Ok(code) => {
@@ -338,73 +313,16 @@ fn run_suite<S: Suite>(
     rank: usize,
     table: &[RankInfo],
     names: Vec<PeerName>,
-    data_listener: Option<TcpListener>,
-    verbs_prepared: Option<Result<verbs::Prepared>>,
+    opening: Result<Box<dyn Opening>>,
     launched: bool,
 ) -> Result<i32> {
-    let size = table.len();
-    let mut verbs_info = None;
-    let (transport, data_ip): (Box<dyn Transport>, Option<IpAddr>) = match opts.transport {
-        TransportKind::Tcp => {
-            let peers = table
-                .iter()
-                .map(|i| {
-                    let ip: IpAddr = i
-                        .data_ip
-                        .as_deref()
-                        .unwrap_or("127.0.0.1")
-                        .parse()
-                        .map_err(|_| anyhow!("{} advertised a bad address", names[i.rank]))?;
-                    Ok(SocketAddr::new(ip, i.data_port))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let bind_ip = table[rank].data_ip.as_deref().and_then(|a| a.parse().ok());
-            let topts = tcp::TcpOptions {
-                streams: opts.streams,
-                timeout: opts.timeout,
-                sockbuf: opts.sockbuf,
-            };
-            let listener = data_listener.context("no data listener")?;
-            let t = tcp::connect_mesh(
-                rank,
-                listener,
-                &peers,
-                bind_ip,
-                &token.0,
-                names.clone(),
-                topts,
-            )?;
-            let used = t.local_ip().or(bind_ip);
-            (Box::new(t), used)
-        }
-        TransportKind::Shm => {
-            if let Some(other) = table
-                .iter()
-                .find(|i| i.hostname != table[0].hostname || i.boot_id != table[0].boot_id)
-            {
-                bail!("--transport shm needs every rank on one host, but {} runs on {} and rank 0 on {}", names[other.rank], other.hostname, table[0].hostname);
-            }
-            (
-                Box::new(shm::ShmTransport::attach(
-                    rank,
-                    size,
-                    &token.0,
-                    names.clone(),
-                    opts.timeout,
-                )?),
-                None,
-            )
-        }
-        TransportKind::Verbs => {
-            let prepared = verbs_prepared.context("the RDMA device was not prepared")??;
-            let hellos: Vec<Option<String>> = table.iter().map(|i| i.rdma.clone()).collect();
-            let t = prepared.connect(&hellos, names.clone())?;
-            verbs_info = Some(t.info().clone());
-            let ip = table[rank].data_ip.as_deref().and_then(|a| a.parse().ok());
-            (Box::new(t), ip)
-        }
-    };
-    let network = describe_network(opts, data_ip, table, verbs_info.as_ref());
+    let Opened { transport, network } = opening?.connect(&Peers {
+        rank,
+        table,
+        names,
+        token,
+        opts,
+    })?;
     let hosts = group_hosts(table);
     let rank_hosts = table.iter().map(|i| i.hostname.clone()).collect();
     let progress = rank == 0 && std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -429,12 +347,7 @@ fn run_suite<S: Suite>(
     if let Some(w) = ctx.oversubscribed() {
         warnings.insert(0, w);
     }
-    let mut params = serde_json::to_value(opts)?;
-    if let (Some(p), serde_json::Value::Object(suite)) =
-        (params.as_object_mut(), serde_json::to_value(config)?)
-    {
-        p.extend(suite);
-    }
+    let params = merge_params(serde_json::to_value(opts)?, serde_json::to_value(config)?)?;
     let result = ResultFile::finished(
         tool,
         started,
@@ -470,78 +383,20 @@ fn run_suite<S: Suite>(
     Ok(0)
 }
 
-/// Labels the network from what the OS says about the interface the data actually used.
-fn describe_network(
-    opts: &RunOptions,
-    data_ip: Option<IpAddr>,
-    table: &[RankInfo],
-    verbs_info: Option<&verbs::VerbsInfo>,
-) -> Network {
-    match opts.transport {
-        TransportKind::Verbs => {
-            // The device's interface gives the speed; the MTU is the RDMA path MTU, which is
-            // what sizes the packets (1024 on Thunderbolt whatever the IP MTU).
-            let device = verbs_info.map(|v| v.device.clone()).unwrap_or_default();
-            let interface = verbs_info
-                .and_then(|v| v.iface.clone())
-                .or_else(|| opts.iface.clone());
-            let speed = interface
-                .as_deref()
-                .and_then(|i| netinfo::interface_by_name(i).ok())
-                .and_then(|i| i.speed_gbit_per_s);
-            let addresses = table
-                .iter()
-                .map(|i| i.data_ip.clone().unwrap_or_default())
-                .collect();
-            Network {
-                transport: "verbs".into(),
-                label: format!(
-                    "verbs/{device} ({})",
-                    verbs_info.map(|v| v.link_layer).unwrap_or("rdma")
-                ),
-                interface,
-                // Never counted as RDMA: the software device's figures measure its TCP.
-                link_kind: if verbs_info.is_some_and(|v| v.emulated) {
-                    "rdma-emulated".into()
-                } else {
-                    "rdma".into()
-                },
-                nominal_gbit_per_s: speed,
-                mtu: verbs_info.map(|v| v.mtu_bytes),
-                addresses,
-                streams: None,
-            }
+/// The run options and the suite's config in one `params` object. A suite key that is also a
+/// run option would hide the option's value from every reader, so it is refused.
+fn merge_params(run: serde_json::Value, suite: serde_json::Value) -> Result<serde_json::Value> {
+    let (serde_json::Value::Object(mut params), serde_json::Value::Object(suite)) = (run, suite)
+    else {
+        bail!("the run options and the suite's config must serialize as objects");
+    };
+    for (k, v) in suite {
+        if params.contains_key(&k) {
+            bail!("the suite's config key '{k}' is also a run option; rename it");
         }
-        TransportKind::Shm => Network {
-            transport: "shm".into(),
-            link_kind: "shm".into(),
-            label: "shm".into(),
-            ..Default::default()
-        },
-        TransportKind::Tcp => {
-            let iface = match &opts.iface {
-                Some(name) => netinfo::interface_by_name(name).ok(),
-                None => data_ip.and_then(netinfo::interface_for_addr),
-            };
-            let addresses = table
-                .iter()
-                .map(|i| i.data_ip.clone().unwrap_or_default())
-                .collect();
-            let base = netinfo::network_of(iface.as_ref());
-            let label = format!(
-                "tcp/{} ({})",
-                base.interface.as_deref().unwrap_or("?"),
-                base.link_kind
-            );
-            Network {
-                transport: "tcp".into(),
-                addresses,
-                streams: Some(opts.streams),
-                label,
-                ..base
-            }
-        }
+        params.insert(k, v);
     }
+    Ok(serde_json::Value::Object(params))
 }
 
 fn group_hosts(table: &[RankInfo]) -> Vec<Host> {
@@ -557,4 +412,21 @@ fn group_hosts(table: &[RankInfo]) -> Vec<Host> {
         }
     }
     hosts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merge_params;
+    use serde_json::json;
+
+    #[test]
+    fn suite_keys_join_the_run_options_and_may_not_replace_one() {
+        let run = json!({"nodes": 2, "transport": "tcp"});
+        let merged = merge_params(run.clone(), json!({"n": 1000})).unwrap();
+        assert_eq!(merged, json!({"nodes": 2, "transport": "tcp", "n": 1000}));
+        let e = merge_params(run, json!({"nodes": 4}))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("'nodes'"), "{e}");
+    }
 }

@@ -256,7 +256,6 @@ struct Rank {
     status: Option<ExitStatus>,
 }
 
-/// Runs the whole job from this process; returns the exit code for the user.
 /// Set by Ctrl-C. One flag for the whole process, installed once: a `--over` run launches
 /// several times, and the handler can only be set once.
 fn interrupted() -> Arc<AtomicBool> {
@@ -272,70 +271,64 @@ fn interrupted() -> Arc<AtomicBool> {
     .clone()
 }
 
+/// Runs the whole job once per network: the networks of `--over`, or the one the flags name
+/// (a run on one network is `--over` with one entry). Several networks write one result file
+/// each into the `--out` folder and then put their figures side by side; one writes `--out`.
 pub fn launch(opts: &RunOptions, suite: &str) -> Result<i32> {
-    if opts.over.is_empty() {
-        launch_once(opts, suite)
+    let networks: Vec<(String, RunOptions)> = if opts.over.is_empty() {
+        vec![(opts.transport.as_str().to_string(), opts.clone())]
     } else {
-        launch_over(opts, suite)
-    }
-}
-
-/// Renders the key figures of result files side by side, a column per file.
-pub type SideBySide = fn(&[PathBuf]) -> String;
-
-/// How `--over` shows its networks side by side. Which figures are worth comparing is the
-/// report layer's knowledge (each suite's view), and the runner does not depend on it: the
-/// program that has both plugs it in. Without one, `--over` lists its result files only.
-static SIDE_BY_SIDE: std::sync::OnceLock<SideBySide> = std::sync::OnceLock::new();
-
-/// Sets the table `--over` prints after its runs; the first call wins.
-pub fn set_side_by_side(table: SideBySide) {
-    let _ = SIDE_BY_SIDE.set(table);
-}
-
-/// `--over`: the whole run once per network, one result file each, then their figures side
-/// by side. A network that fails (no RDMA device, an interface missing) is reported and the
-/// others still run; the exit code says whether all of them succeeded.
-fn launch_over(opts: &RunOptions, suite: &str) -> Result<i32> {
-    let dir = opts.out.clone().unwrap_or_else(|| PathBuf::from("results"));
-    if dir.is_file() || dir.extension().is_some_and(|e| e == "json") {
-        bail!(
-            "with --over, --out names a folder (one result per network), not {}",
-            dir.display()
-        );
-    }
-    tbbench_schema::write::check_folder_writable(&dir)?;
-    let started = time::OffsetDateTime::now_utc();
-    let stamp = tbbench_schema::write::default_path(suite, started);
-    let stem = stamp
-        .file_stem()
-        .unwrap_or_default()
-        .to_string_lossy()
-        .to_string();
-    let n = opts.over.len();
+        (0..opts.over.len())
+            .map(|i| (opts.over[i].spec.clone(), opts.on_network(i)))
+            .collect()
+    };
+    let n = networks.len();
+    let folder = if n > 1 {
+        let dir = opts.out.clone().unwrap_or_else(|| PathBuf::from("results"));
+        if dir.is_file() || dir.extension().is_some_and(|e| e == "json") {
+            bail!(
+                "with --over, --out names a folder (one result per network), not {}",
+                dir.display()
+            );
+        }
+        tbbench_schema::write::check_folder_writable(&dir)?;
+        let stamp = tbbench_schema::write::default_path(suite, time::OffsetDateTime::now_utc());
+        let stem = stamp
+            .file_stem()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .to_string();
+        Some((dir, stem))
+    } else {
+        None
+    };
     let mut written = Vec::new();
     let mut failed = Vec::new();
-    for i in 0..n {
-        let spec = &opts.over[i];
-        let mut o = opts.on_network(i);
-        let path = dir.join(format!("{stem}-{}-{}.json", i + 1, spec.slug()));
-        o.out = Some(path.clone());
-        println!("\n== network {}/{n}: {} ==", i + 1, spec.spec);
+    for (i, (spec, mut o)) in networks.into_iter().enumerate() {
+        if let Some((dir, stem)) = &folder {
+            let slug = opts.over[i].slug();
+            o.out = Some(dir.join(format!("{stem}-{}-{slug}.json", i + 1)));
+            println!("\n== network {}/{n}: {spec} ==", i + 1);
+        }
         let code = match launch_once(&o, suite) {
             Ok(code) => code,
+            Err(e) if n == 1 => return Err(e),
             Err(e) => {
-                eprintln!("tbbench: error: network {}: {e:#}", spec.spec);
+                eprintln!("tbbench: error: network {spec}: {e:#}");
                 1
             }
         };
+        if n == 1 {
+            return Ok(code);
+        }
         if code == 130 || interrupted().load(Ordering::SeqCst) {
             return Ok(130);
         }
-        if path.exists() {
+        if let Some(path) = o.out.filter(|p| p.exists()) {
             written.push(path);
         }
         if code != 0 {
-            failed.push(spec.spec.clone());
+            failed.push(spec);
         }
     }
     if !written.is_empty() {
@@ -359,15 +352,28 @@ fn launch_over(opts: &RunOptions, suite: &str) -> Result<i32> {
     }
 }
 
+/// Renders the key figures of result files side by side, a column per file.
+pub type SideBySide = fn(&[PathBuf]) -> String;
+
+/// How `--over` shows its networks side by side. Which figures are worth comparing is the
+/// report layer's knowledge (each suite's view), and the runner does not depend on it: the
+/// program that has both plugs it in. Without one, `--over` lists its result files only.
+static SIDE_BY_SIDE: std::sync::OnceLock<SideBySide> = std::sync::OnceLock::new();
+
+/// Sets the table `--over` prints after its runs; the first call wins.
+pub fn set_side_by_side(table: SideBySide) {
+    let _ = SIDE_BY_SIDE.set(table);
+}
+
+/// Runs the whole job on one network from this process; returns the exit code for the user.
 fn launch_once(opts: &RunOptions, suite: &str) -> Result<i32> {
     let placements = plan(opts)?;
     let token = Token::random()?;
     let result = run_ranks(opts, suite, placements, &token);
-    // Ranks killed before they all attached (Ctrl-C, a failed start) leave rank 0's segment;
-    // shm ranks share this host's /dev/shm, so the launcher can always remove it.
-    if opts.transport == crate::options::TransportKind::Shm {
-        crate::transport::shm::unlink_segment(&token.0);
-    }
+    // Ranks killed before they all attached (Ctrl-C, a failed start) leave rank 0's shm
+    // segment; shm ranks share this host's /dev/shm, so the launcher can always remove it.
+    // (Only shm runs make one; the name is the session's, so other runs remove nothing.)
+    crate::transport::shm::unlink_segment(&token.0);
     result
 }
 

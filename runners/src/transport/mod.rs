@@ -13,8 +13,11 @@ pub mod tcp;
 mod tests;
 pub mod verbs;
 
+use crate::options::{RunOptions, TransportKind};
+use crate::rendezvous::{RankInfo, Token};
 use anyhow::Result;
 use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::net::IpAddr;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
@@ -76,6 +79,60 @@ pub trait Transport: Send {
     fn recv(&mut self, peer: usize, buf: &mut [u8]) -> Result<()> {
         self.exchange(&[], &mut [RecvOp { peer, buf }])
     }
+}
+
+/// What a rank knows when it starts opening its transport, before the rendezvous.
+pub struct OpenPlan<'a> {
+    pub rank: usize,
+    pub size: usize,
+    pub opts: &'a RunOptions,
+    /// This rank's data address (from --iface, a subnet of --over, or where the launcher
+    /// placed it); None lets the transport pick.
+    pub data_ip: Option<IpAddr>,
+    pub token: &'a Token,
+}
+
+/// What every rank published at the rendezvous, for connecting to them.
+pub struct Peers<'a> {
+    pub rank: usize,
+    pub table: &'a [RankInfo],
+    pub names: Vec<PeerName>,
+    pub token: &'a Token,
+    pub opts: &'a RunOptions,
+}
+
+/// A transport connected, and the network it runs on as the result file records it.
+pub struct Opened {
+    pub transport: Box<dyn Transport>,
+    pub network: tbbench_schema::Network,
+}
+
+/// A transport half open: what the peers need to reach it exists (a listener bound, queue
+/// pairs made, a segment created) and travels with the rendezvous; then it connects. Each
+/// transport brings its own, so the driver opens any of them the same way.
+pub trait Opening {
+    /// Puts what the peers need into this rank's rendezvous entry (a port, queue pair numbers).
+    fn advertise(&self, me: &mut RankInfo);
+    /// Connects to every peer and describes the network from what the OS says about it.
+    fn connect(self: Box<Self>, peers: &Peers) -> Result<Opened>;
+}
+
+/// Starts opening the transport the options name. The one place a transport kind picks its
+/// implementation.
+pub fn prepare(plan: &OpenPlan) -> Result<Box<dyn Opening>> {
+    match plan.opts.transport {
+        TransportKind::Tcp => tcp::TcpOpening::prepare(plan),
+        TransportKind::Shm => shm::ShmOpening::prepare(plan),
+        TransportKind::Verbs => verbs::VerbsOpening::prepare(plan),
+    }
+}
+
+/// The data addresses every rank published, in rank order ("" where none).
+fn published_addresses(table: &[RankInfo]) -> Vec<String> {
+    table
+        .iter()
+        .map(|i| i.data_ip.clone().unwrap_or_default())
+        .collect()
 }
 
 /// A page-aligned, zeroed byte buffer. Alignment keeps DMA and vector copies on their fast

@@ -8,7 +8,10 @@
 //! shared-memory transports do), then acknowledges so the sender may reuse the buffer. Where
 //! that is not permitted (ptrace restrictions), everything goes through the ring.
 
-use super::{Buffer, PeerName, RecvOp, SendOp, SharedRegion, Transport};
+use super::{
+    Buffer, OpenPlan, Opened, Opening, PeerName, Peers, RecvOp, SendOp, SharedRegion, Transport,
+};
+use crate::rendezvous::{self, RankInfo};
 use anyhow::{anyhow, bail, Context, Result};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -151,6 +154,74 @@ pub fn unlink_segment(token: &[u8; 16]) {
     if let Ok(name) = std::ffi::CString::new(segment_name(token)) {
         // SAFETY: NUL-terminated name; failure (already gone) is fine.
         unsafe { libc::shm_unlink(name.as_ptr()) };
+    }
+}
+
+/// shm half open: on rank 0, the segment every rank attaches to once the rendezvous is done.
+pub struct ShmOpening {
+    /// Rank 0 created the segment and no rank has attached yet: dropped unconnected (the
+    /// rendezvous failed), it removes the segment.
+    created: Option<[u8; 16]>,
+}
+
+impl ShmOpening {
+    pub fn prepare(plan: &OpenPlan) -> Result<Box<dyn Opening>> {
+        let mut created = None;
+        if plan.rank == 0 {
+            let token = plan.token.0;
+            create_segment(&token, plan.size)?;
+            // Gone once every rank attached; this covers runs that fail before that.
+            rendezvous::on_abort(move || unlink_segment(&token));
+            remember_pending(&token);
+            created = Some(token);
+        }
+        Ok(Box::new(ShmOpening { created }))
+    }
+}
+
+impl Drop for ShmOpening {
+    fn drop(&mut self) {
+        if let Some(token) = self.created.take() {
+            unlink_segment(&token);
+        }
+    }
+}
+
+impl Opening for ShmOpening {
+    fn advertise(&self, _me: &mut RankInfo) {}
+
+    fn connect(mut self: Box<Self>, p: &Peers) -> Result<Opened> {
+        // Attaching (or failing to) is what removes the segment from here on.
+        self.created = None;
+        let first = &p.table[0];
+        if let Some(other) = p
+            .table
+            .iter()
+            .find(|i| i.hostname != first.hostname || i.boot_id != first.boot_id)
+        {
+            bail!(
+                "--transport shm needs every rank on one host, but {} runs on {} and rank 0 on {}",
+                p.names[other.rank],
+                other.hostname,
+                first.hostname
+            );
+        }
+        let t = ShmTransport::attach(
+            p.rank,
+            p.table.len(),
+            &p.token.0,
+            p.names.clone(),
+            p.opts.timeout,
+        )?;
+        Ok(Opened {
+            transport: Box::new(t),
+            network: tbbench_schema::Network {
+                transport: "shm".into(),
+                link_kind: "shm".into(),
+                label: "shm".into(),
+                ..Default::default()
+            },
+        })
     }
 }
 

@@ -6,8 +6,10 @@
 //! desynchronising the stream. Large messages are striped over the K connections; both ends
 //! derive the same striping from the message size, so each connection stays a FIFO.
 
-use super::{PeerName, RecvOp, SendOp, Transport};
+use super::{OpenPlan, Opened, Opening, PeerName, Peers, RecvOp, SendOp, Transport};
 use crate::gate::{same_secret, Gate, Verdict};
+use crate::netinfo;
+use crate::rendezvous::RankInfo;
 use anyhow::{anyhow, bail, Context, Result};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::VecDeque;
@@ -42,6 +44,85 @@ pub fn bind_listener(ip: IpAddr) -> Result<TcpListener> {
         .with_context(|| format!("cannot listen for data on {ip}"))?;
     sock.listen(1024)?;
     Ok(sock.into())
+}
+
+/// TCP half open: the data listener bound, its port published at the rendezvous.
+pub struct TcpOpening {
+    listener: TcpListener,
+}
+
+impl TcpOpening {
+    pub fn prepare(plan: &OpenPlan) -> Result<Box<dyn Opening>> {
+        let ip = plan
+            .data_ip
+            .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+        Ok(Box::new(TcpOpening {
+            listener: bind_listener(ip)?,
+        }))
+    }
+}
+
+impl Opening for TcpOpening {
+    fn advertise(&self, me: &mut RankInfo) {
+        me.data_port = self.listener.local_addr().map(|a| a.port()).unwrap_or(0);
+    }
+
+    fn connect(self: Box<Self>, p: &Peers) -> Result<Opened> {
+        let addrs = p
+            .table
+            .iter()
+            .map(|i| {
+                let ip: IpAddr = i
+                    .data_ip
+                    .as_deref()
+                    .unwrap_or("127.0.0.1")
+                    .parse()
+                    .map_err(|_| anyhow!("{} advertised a bad address", p.names[i.rank]))?;
+                Ok(SocketAddr::new(ip, i.data_port))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let bind_ip = p.table[p.rank]
+            .data_ip
+            .as_deref()
+            .and_then(|a| a.parse().ok());
+        let t = connect_mesh(
+            p.rank,
+            self.listener,
+            &addrs,
+            bind_ip,
+            &p.token.0,
+            p.names.clone(),
+            TcpOptions {
+                streams: p.opts.streams,
+                timeout: p.opts.timeout,
+                sockbuf: p.opts.sockbuf,
+            },
+        )?;
+        // The label comes from the interface the data really left by, whatever was asked.
+        let iface = match &p.opts.iface {
+            Some(name) => netinfo::interface_by_name(name).ok(),
+            None => t
+                .local_ip()
+                .or(bind_ip)
+                .and_then(netinfo::interface_for_addr),
+        };
+        let base = netinfo::network_of(iface.as_ref());
+        let network = tbbench_schema::Network {
+            transport: "tcp".into(),
+            label: format!(
+                "tcp/{} ({})",
+                base.interface.as_deref().unwrap_or("?"),
+                base.link_kind
+            ),
+            addresses: super::published_addresses(p.table),
+            streams: Some(p.opts.streams),
+            ..base
+        };
+        Ok(Opened {
+            transport: Box::new(t),
+            network,
+        })
+    }
 }
 
 pub struct TcpTransport {

@@ -280,6 +280,37 @@ fn iface_flag_binds_to_that_interface() {
     assert!(!dir.join("x.json").exists());
 }
 
+/// One network is `--over` with one entry: the same run, one result file where `--out` says,
+/// no side-by-side table.
+#[test]
+fn over_with_one_network_is_the_plain_run_on_it() {
+    let dir = tmpdir("over-one");
+    let out = dir.join("r.json");
+    let o = run(
+        &[
+            "link",
+            "--over",
+            "tcp:lo",
+            "--buffer",
+            "4k",
+            "--iters",
+            "10",
+            "--mode",
+            "latency",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let stdout = text(&o.stdout);
+    assert!(!stdout.contains("side by side"), "{stdout}");
+    let r = result(&out);
+    assert_eq!(r["network"]["interface"], "lo");
+    assert_eq!(r["network"]["label"], "tcp/lo (loopback)");
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+}
+
 #[test]
 fn nonsense_sizes_get_one_line_errors_and_no_file() {
     let dir = tmpdir("badsize");

@@ -13,6 +13,14 @@
 //! posted with the wrong one. Control receives all have one size (one frame), so their order
 //! never matters and they can stay posted.
 //!
+//! Small messages (up to [`EAGER_MAX`] bytes, the latency path) skip the notice: the sender
+//! copies them into one control SEND, which lands in a control receive the receiver keeps
+//! posted, so a small message costs one SEND. The sender holds credits for those receives
+//! (a share of them per peer) and spends one per message; the receiver returns credits in the
+//! header of whatever control message it sends next, or in a credit message once half are
+//! owed, so no eager SEND ever finds no receive posted. Every message carries its number in
+//! the pair's order, so a receive whose size class differs from the message sent is caught.
+//!
 //! Liveness: UC reports nothing when the peer dies, it just stops delivering. The rendezvous's
 //! TCP control channel and its heartbeats stay the liveness check for every transport; the
 //! timeout here only bounds a wait on a peer that is alive but silent.
@@ -26,7 +34,9 @@ pub mod ffi;
 pub mod handshake;
 pub mod profile;
 
-use super::{Buffer, PeerName, RecvOp, SendOp, Transport};
+use super::{Buffer, OpenPlan, Opened, Opening, PeerName, Peers, RecvOp, SendOp, Transport};
+use crate::netinfo;
+use crate::rendezvous::RankInfo;
 use anyhow::{anyhow, bail, Result};
 use ffi::*;
 use handshake::{Hello, PeerQps};
@@ -44,16 +54,26 @@ const CTL_SEND_SLOTS: usize = 16;
 const CTL_RECV_SLOTS: u32 = 128;
 const MSG_READY: u32 = 1;
 const MSG_HELLO: u32 = 2;
+/// A small message itself: `arg` its length, the body its number then its bytes.
+const MSG_EAGER: u32 = 3;
+/// Returns eager credits only (they ride in every control message's header).
+const MSG_CREDIT: u32 = 4;
 /// A greeting's argument: what the sender knows. Greetings saying 0 or 1 are answered, so a
 /// lost one is made up for; 2 is never answered, so greetings do not bounce forever.
 const HELLO_UNSEEN: u32 = 0;
 const HELLO_SEEN: u32 = 1;
 const HELLO_DONE: u32 = 2;
-const CTL_HDR: usize = 8;
-const READY_ENTRY: usize = 24;
+/// Kind, argument, eager credits returned, reserved: four little-endian u32.
+const CTL_HDR: usize = 16;
+const READY_ENTRY: usize = 32;
 const READY_MAX: usize = (CTL_SLOT - CTL_HDR) / READY_ENTRY;
 /// Control receives held back from data notices, so greetings always find one posted.
 const CTL_SPARE: u32 = 4;
+/// Control receives held for credit-only messages: each returns at least half the credits, so
+/// at most two are ever unread.
+const CREDIT_MSGS: u32 = 2;
+/// The largest message sent eagerly: one control frame less its headers.
+pub const EAGER_MAX: usize = CTL_SLOT - CTL_HDR - 8;
 
 const K_DATA_SEND: u64 = 0;
 const K_DATA_RECV: u64 = 1;
@@ -729,7 +749,13 @@ impl Prepared {
             .map(|(_, c)| c.recv_depth)
             .min()
             .unwrap_or(CTL_RECV_SLOTS)
-            .clamp(CTL_SPARE + 1, CTL_RECV_SLOTS) as usize;
+            .clamp(CTL_SPARE + CREDIT_MSGS + 2, CTL_RECV_SLOTS) as usize;
+        // The control receives for one peer hold its notices, its eager messages, its credit
+        // messages and greetings: each gets its own share, so none can find them all taken.
+        // Both ends compute the same shares, as the notices always assumed: one kind of device
+        // grants every rank the same depth.
+        let eager_credits = (recv_slots as u32 - CTL_SPARE - CREDIT_MSGS) / 2;
+        let notices = recv_slots as u32 - CTL_SPARE - CREDIT_MSGS - eager_credits;
         let per_peer = (recv_slots + CTL_SEND_SLOTS) * CTL_SLOT;
         let mut ctl_buf = Buffer::new(per_peer * self.size);
         let ctl_mr = Mr::register(
@@ -748,7 +774,12 @@ impl Prepared {
                     chunk_limit: chunk_limit[p],
                     sq_free: d.send_depth,
                     rq_free: d.recv_depth,
-                    rq_chunks_free: recv_slots as u32 - CTL_SPARE,
+                    rq_chunks_free: notices,
+                    eager_credits,
+                    credits_owed: 0,
+                    eager_in: VecDeque::new(),
+                    send_seq: 0,
+                    recv_seq: 0,
                     ctl_send_free: (0..CTL_SEND_SLOTS.min(c.send_depth as usize)).collect(),
                     ready: VecDeque::new(),
                     pending_ready: Vec::new(),
@@ -768,6 +799,7 @@ impl Prepared {
             peers,
             recv_slots,
             per_peer,
+            credit_batch: eager_credits.div_ceil(2),
             queues: self.queues,
             ctl_mr,
             ctl_buf,
@@ -797,6 +829,16 @@ struct ReadyEntry {
     rkey: u32,
     len: u32,
     msg_len: u64,
+    /// The message's number in this pair's order.
+    seq: u64,
+}
+
+/// A small message that arrived in a control receive, held there until a receive takes it.
+#[derive(Debug, Clone, Copy)]
+struct EagerIn {
+    slot: usize,
+    len: usize,
+    seq: u64,
 }
 
 struct Peer {
@@ -819,11 +861,86 @@ struct Peer {
     hello_reply: bool,
     seen_theirs: bool,
     they_saw_mine: bool,
+    /// Eager messages this rank may still send: control receives the peer holds for them.
+    eager_credits: u32,
+    /// Eager messages taken here whose receive is posted again, not yet told to the peer.
+    credits_owed: u32,
+    /// Eager messages arrived and not yet taken, in order.
+    eager_in: VecDeque<EagerIn>,
+    /// Numbers of the next message sent to and received from the peer.
+    send_seq: u64,
+    recv_seq: u64,
 }
 
 struct Staging {
     mr: Mr,
     buf: Buffer,
+}
+
+/// Verbs half open: the device opened and the queue pairs made, their numbers published at
+/// the rendezvous.
+pub struct VerbsOpening {
+    prepared: Prepared,
+}
+
+impl VerbsOpening {
+    pub fn prepare(plan: &OpenPlan) -> Result<Box<dyn Opening>> {
+        let opts = plan.opts;
+        let prepared = prepare(
+            plan.rank,
+            plan.size,
+            &VerbsOptions {
+                device: opts.rdma_device.clone(),
+                iface: opts.iface.clone(),
+                ip: match plan.data_ip {
+                    Some(std::net::IpAddr::V4(v4)) if !v4.is_loopback() && !v4.is_unspecified() => {
+                        Some(v4)
+                    }
+                    _ => None,
+                },
+                timeout: opts.timeout,
+                library: opts
+                    .verbs_lib
+                    .as_ref()
+                    .map(|p| p.to_string_lossy().into_owned()),
+            },
+        )?;
+        Ok(Box::new(VerbsOpening { prepared }))
+    }
+}
+
+impl Opening for VerbsOpening {
+    fn advertise(&self, me: &mut RankInfo) {
+        me.rdma = Some(self.prepared.hello());
+    }
+
+    fn connect(self: Box<Self>, p: &Peers) -> Result<Opened> {
+        let hellos: Vec<Option<String>> = p.table.iter().map(|i| i.rdma.clone()).collect();
+        let t = self.prepared.connect(&hellos, p.names.clone())?;
+        let v = t.info();
+        // The device's interface gives the speed; the MTU is the RDMA path MTU, which is what
+        // sizes the packets (1024 on Thunderbolt whatever the IP MTU).
+        let interface = v.iface.clone().or_else(|| p.opts.iface.clone());
+        let speed = interface
+            .as_deref()
+            .and_then(|i| netinfo::interface_by_name(i).ok())
+            .and_then(|i| i.speed_gbit_per_s);
+        let network = tbbench_schema::Network {
+            transport: "verbs".into(),
+            label: format!("verbs/{} ({})", v.device, v.link_layer),
+            interface,
+            // Never counted as RDMA: the software device's figures measure its TCP.
+            link_kind: if v.emulated { "rdma-emulated" } else { "rdma" }.into(),
+            nominal_gbit_per_s: speed,
+            mtu: Some(v.mtu_bytes),
+            addresses: super::published_addresses(p.table),
+            streams: None,
+        };
+        Ok(Opened {
+            transport: Box::new(t),
+            network,
+        })
+    }
 }
 
 pub struct VerbsTransport {
@@ -836,6 +953,8 @@ pub struct VerbsTransport {
     peers: Vec<Option<Peer>>,
     recv_slots: usize,
     per_peer: usize,
+    /// Owed credits worth a message of their own.
+    credit_batch: u32,
     // Dropped in this order: queue pairs before the memory they used, all before the device.
     queues: Queues,
     ctl_mr: Mr,
@@ -857,11 +976,24 @@ struct Mem {
     rkey: u32,
 }
 
+/// Where one message's bytes go through.
+enum Place {
+    /// In a control message, copied.
+    Eager,
+    /// In place: registered memory.
+    Registered(Mem),
+    /// Through the staging buffer, at this offset.
+    Staged(usize),
+}
+
 struct SendMsg {
     addr: u64,
     lkey: u32,
     len: usize,
     off: usize,
+    seq: u64,
+    /// Sent in one control message (the bytes are copied from `addr` when posted).
+    eager: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -871,6 +1003,14 @@ struct RecvChunk {
     rkey: u32,
     len: usize,
     msg_len: usize,
+    seq: u64,
+}
+
+/// A small receive, filled from an eager message.
+struct EagerRecv {
+    addr: *mut u8,
+    len: usize,
+    seq: u64,
 }
 
 impl VerbsTransport {
@@ -911,20 +1051,28 @@ impl VerbsTransport {
         Ok(())
     }
 
-    /// Sends one control message (`words` then `body`) if a send slot is free.
-    fn post_ctl_send(&mut self, p: usize, kind: u32, arg: u32, body: &[u8]) -> Result<bool> {
+    /// Sends one control message (the header, then the pieces of `body`) if a send slot is
+    /// free. Every one returns the credits owed to the peer.
+    fn post_ctl_send(&mut self, p: usize, kind: u32, arg: u32, body: &[&[u8]]) -> Result<bool> {
         let Some(slot) = self.peer(p).ctl_send_free.pop_front() else {
             return Ok(false);
         };
+        let credits = std::mem::take(&mut self.peer(p).credits_owed);
         let addr = self.ctl_addr(p, self.recv_slots + slot);
-        let len = CTL_HDR + body.len();
+        let len = CTL_HDR + body.iter().map(|b| b.len()).sum::<usize>();
         debug_assert!(len <= CTL_SLOT);
         // SAFETY: the slot is CTL_SLOT bytes of the control buffer, not in flight (it was free).
         unsafe {
             let dst = std::slice::from_raw_parts_mut(addr as *mut u8, len);
             dst[0..4].copy_from_slice(&kind.to_le_bytes());
             dst[4..8].copy_from_slice(&arg.to_le_bytes());
-            dst[8..].copy_from_slice(body);
+            dst[8..12].copy_from_slice(&credits.to_le_bytes());
+            dst[12..16].fill(0);
+            let mut at = CTL_HDR;
+            for piece in body {
+                dst[at..at + piece.len()].copy_from_slice(piece);
+                at += piece.len();
+            }
         }
         let mut sge = IbvSge {
             addr,
@@ -973,11 +1121,19 @@ impl VerbsTransport {
                 body.extend_from_slice(&e.rkey.to_le_bytes());
                 body.extend_from_slice(&e.len.to_le_bytes());
                 body.extend_from_slice(&e.msg_len.to_le_bytes());
+                body.extend_from_slice(&e.seq.to_le_bytes());
             }
-            if !self.post_ctl_send(p, MSG_READY, n as u32, &body)? {
+            if !self.post_ctl_send(p, MSG_READY, n as u32, &[&body])? {
                 break;
             }
             self.peer(p).pending_ready.drain(..n);
+            did = true;
+        }
+        // Credits nobody's message carried back: once half are owed, a message of their own,
+        // so a sender streaming small messages never waits on them.
+        if self.peer(p).credits_owed >= self.credit_batch
+            && self.post_ctl_send(p, MSG_CREDIT, 0, &[])?
+        {
             did = true;
         }
         Ok(did)
@@ -997,6 +1153,8 @@ impl VerbsTransport {
         }
         let kind = u32::from_le_bytes(msg[0..4].try_into().expect("4 bytes"));
         let arg = u32::from_le_bytes(msg[4..8].try_into().expect("4 bytes"));
+        let credits = u32::from_le_bytes(msg[8..12].try_into().expect("4 bytes"));
+        self.peer(p).eager_credits += credits;
         match kind {
             MSG_READY => {
                 let n = arg as usize;
@@ -1014,10 +1172,27 @@ impl VerbsTransport {
                         rkey: u32::from_le_bytes(e[8..12].try_into().expect("4 bytes")),
                         len: u32::from_le_bytes(e[12..16].try_into().expect("4 bytes")),
                         msg_len: u64::from_le_bytes(e[16..24].try_into().expect("8 bytes")),
+                        seq: u64::from_le_bytes(e[24..32].try_into().expect("8 bytes")),
                     });
                 }
                 self.peer(p).ready.extend(entries);
             }
+            MSG_EAGER => {
+                let len = arg as usize;
+                if len > EAGER_MAX || msg.len() != CTL_HDR + 8 + len {
+                    bail!(
+                        "transport verbs: a small message of {} bytes saying {len} from {}",
+                        msg.len(),
+                        self.names[p]
+                    );
+                }
+                let seq = u64::from_le_bytes(msg[CTL_HDR..CTL_HDR + 8].try_into().expect("8"));
+                // The bytes stay in the slot until a receive takes them; the slot is posted
+                // again then.
+                self.peer(p).eager_in.push_back(EagerIn { slot, len, seq });
+                return Ok(());
+            }
+            MSG_CREDIT => {}
             MSG_HELLO => {
                 let peer = self.peer(p);
                 peer.seen_theirs = true;
@@ -1262,30 +1437,41 @@ impl Transport for VerbsTransport {
                 bail!("rank {} cannot exchange with rank {p}", self.rank);
             }
         }
-        // Memory: registered buffers are used in place; anything else goes through staging.
+        // Small messages go eagerly, copied straight between the caller's buffer and a control
+        // frame. Larger ones use registered buffers in place; anything else goes through
+        // staging.
         let mut staged = 0usize;
-        let mut send_at: Vec<Result<Mem, usize>> = Vec::with_capacity(sends.len());
-        for op in sends {
-            send_at.push(match self.lookup(op.buf.as_ptr(), op.buf.len()) {
-                Some(m) => Ok(m),
+        let mut place = |len: usize, mem: Option<Mem>| -> Place {
+            if len <= EAGER_MAX {
+                return Place::Eager;
+            }
+            match mem {
+                Some(m) => Place::Registered(m),
                 None => {
                     let at = staged;
-                    staged = align64(staged + op.buf.len());
-                    Err(at)
+                    staged = align64(staged + len);
+                    Place::Staged(at)
                 }
-            });
-        }
-        let mut recv_at: Vec<Result<Mem, usize>> = Vec::with_capacity(recvs.len());
-        for op in recvs.iter() {
-            recv_at.push(match self.lookup(op.buf.as_ptr(), op.buf.len()) {
-                Some(m) => Ok(m),
-                None => {
-                    let at = staged;
-                    staged = align64(staged + op.buf.len());
-                    Err(at)
-                }
-            });
-        }
+            }
+        };
+        let send_at: Vec<Place> = sends
+            .iter()
+            .map(|op| {
+                let mem = (op.buf.len() > EAGER_MAX)
+                    .then(|| self.lookup(op.buf.as_ptr(), op.buf.len()))
+                    .flatten();
+                place(op.buf.len(), mem)
+            })
+            .collect();
+        let recv_at: Vec<Place> = recvs
+            .iter()
+            .map(|op| {
+                let mem = (op.buf.len() > EAGER_MAX)
+                    .then(|| self.lookup(op.buf.as_ptr(), op.buf.len()))
+                    .flatten();
+                place(op.buf.len(), mem)
+            })
+            .collect();
         self.ensure_staging(staged)?;
         let stage_mem = |at: usize, s: &Option<Staging>| -> Mem {
             let s = s.as_ref().expect("staging sized above");
@@ -1298,8 +1484,13 @@ impl Transport for VerbsTransport {
         let mut send_q: Vec<VecDeque<SendMsg>> = (0..self.size).map(|_| VecDeque::new()).collect();
         for (op, at) in sends.iter().zip(&send_at) {
             let mem = match at {
-                Ok(m) => *m,
-                Err(off) => {
+                Place::Eager => Mem {
+                    addr: op.buf.as_ptr() as u64,
+                    lkey: 0,
+                    rkey: 0,
+                },
+                Place::Registered(m) => *m,
+                Place::Staged(off) => {
                     let m = stage_mem(*off, &self.staging);
                     // SAFETY: staging holds `staged` bytes, this op's share starts at off.
                     unsafe {
@@ -1312,25 +1503,41 @@ impl Transport for VerbsTransport {
                     m
                 }
             };
+            let peer = self.peer(op.peer);
+            let seq = peer.send_seq;
+            peer.send_seq += 1;
             send_q[op.peer].push_back(SendMsg {
                 addr: mem.addr,
                 lkey: mem.lkey,
                 len: op.buf.len(),
                 off: 0,
+                seq,
+                eager: matches!(at, Place::Eager),
             });
         }
         let mut recv_todo: Vec<VecDeque<RecvChunk>> =
             (0..self.size).map(|_| VecDeque::new()).collect();
+        let mut eager_todo: Vec<VecDeque<EagerRecv>> =
+            (0..self.size).map(|_| VecDeque::new()).collect();
         let mut left_chunks = 0usize;
-        for (op, at) in recvs.iter().zip(&recv_at) {
+        for (op, at) in recvs.iter_mut().zip(&recv_at) {
+            let peer = self.peer(op.peer);
+            let seq = peer.recv_seq;
+            peer.recv_seq += 1;
+            let limit = peer.chunk_limit;
             let mem = match at {
-                Ok(m) => *m,
-                Err(off) => stage_mem(*off, &self.staging),
+                Place::Eager => {
+                    eager_todo[op.peer].push_back(EagerRecv {
+                        addr: op.buf.as_mut_ptr(),
+                        len: op.buf.len(),
+                        seq,
+                    });
+                    left_chunks += 1;
+                    continue;
+                }
+                Place::Registered(m) => *m,
+                Place::Staged(off) => stage_mem(*off, &self.staging),
             };
-            let limit = self.peers[op.peer]
-                .as_ref()
-                .map(|x| x.chunk_limit)
-                .unwrap_or(1);
             for (off, len) in profile::chunks(op.buf.len(), limit, self.profile.frame) {
                 recv_todo[op.peer].push_back(RecvChunk {
                     addr: mem.addr + off as u64,
@@ -1338,6 +1545,7 @@ impl Transport for VerbsTransport {
                     rkey: mem.rkey,
                     len,
                     msg_len: op.buf.len(),
+                    seq,
                 });
                 left_chunks += 1;
             }
@@ -1355,6 +1563,15 @@ impl Transport for VerbsTransport {
                     continue;
                 }
                 progress |= self.post_recvs(p, &mut recv_todo[p], &mut inflight[p])?;
+                // The oldest large receive still open: an eager message with its number means
+                // the sender sent small what this rank receives large.
+                let large = inflight[p]
+                    .front()
+                    .or(recv_todo[p].front())
+                    .map(|c| (c.seq, c.msg_len));
+                let taken = self.take_eager(p, &mut eager_todo[p], large)?;
+                left_chunks -= taken;
+                progress |= taken > 0;
                 progress |= self.flush_ctl(p)?;
                 progress |= self.post_sends(p, &mut send_q[p], &mut sends_out)?;
             }
@@ -1400,7 +1617,7 @@ impl Transport for VerbsTransport {
             if idle_polls & 1023 == 0 && last_progress.elapsed() > self.timeout {
                 let mut waits: Vec<String> = Vec::new();
                 for p in 0..self.size {
-                    let r = recv_todo[p].len() + inflight[p].len();
+                    let r = recv_todo[p].len() + inflight[p].len() + eager_todo[p].len();
                     let s = send_q[p].len();
                     if r + s > 0 {
                         waits.push(format!(
@@ -1421,7 +1638,7 @@ impl Transport for VerbsTransport {
             idle_wait(idle_polls, last_progress);
         }
         for (op, at) in recvs.iter_mut().zip(&recv_at) {
-            if let Err(off) = at {
+            if let Place::Staged(off) = at {
                 let s = self.staging.as_ref().expect("staging sized above");
                 // SAFETY: every chunk of this message has completed into staging.
                 unsafe {
@@ -1493,12 +1710,67 @@ impl VerbsTransport {
                 rkey: c.rkey,
                 len: c.len as u32,
                 msg_len: c.msg_len as u64,
+                seq: c.seq,
             });
             inflight.push_back(c);
             todo.pop_front();
             did = true;
         }
         Ok(did)
+    }
+
+    /// Fills small receives from the eager messages that arrived, in order; the number taken.
+    fn take_eager(
+        &mut self,
+        p: usize,
+        todo: &mut VecDeque<EagerRecv>,
+        large: Option<(u64, usize)>,
+    ) -> Result<usize> {
+        if let (Some(m), Some((seq, len))) = (self.peer(p).eager_in.front().copied(), large) {
+            if m.seq == seq {
+                bail!(
+                    "message size mismatch from {}: a {}-byte message arrived where {len} were expected",
+                    self.names[p],
+                    m.len
+                );
+            }
+        }
+        let mut taken = 0;
+        while let Some(r) = todo.front() {
+            let Some(m) = self.peer(p).eager_in.front().copied() else {
+                break;
+            };
+            if m.seq != r.seq || m.len != r.len {
+                let what = if m.seq > r.seq {
+                    format!("it sent more than {EAGER_MAX} bytes")
+                } else if m.seq < r.seq {
+                    format!(
+                        "a {}-byte message arrived where more than {EAGER_MAX} were expected",
+                        m.len
+                    )
+                } else {
+                    format!(
+                        "a {}-byte message arrived where {} were expected",
+                        m.len, r.len
+                    )
+                };
+                bail!("message size mismatch from {}: {what}", self.names[p]);
+            }
+            // SAFETY: the completion says the device is done with the slot, which holds the
+            // header, the number and `len` bytes; the receive buffer is the caller's, alive and
+            // exclusively ours for the exchange.
+            unsafe {
+                let from = self.ctl_addr(p, m.slot) as *const u8;
+                std::ptr::copy_nonoverlapping(from.add(CTL_HDR + 8), r.addr, r.len);
+            }
+            let peer = self.peer(p);
+            peer.eager_in.pop_front();
+            peer.credits_owed += 1;
+            self.post_ctl_recv(p, m.slot)?;
+            todo.pop_front();
+            taken += 1;
+        }
+        Ok(taken)
     }
 
     fn post_sends(
@@ -1510,6 +1782,22 @@ impl VerbsTransport {
         let mut did = false;
         let op = self.profile.data_op;
         while let Some(msg) = queue.front_mut() {
+            if msg.eager {
+                if self.peer(p).eager_credits == 0 {
+                    break;
+                }
+                let seq = msg.seq.to_le_bytes();
+                // SAFETY: the caller's send buffer, alive for the whole exchange.
+                let bytes = unsafe { std::slice::from_raw_parts(msg.addr as *const u8, msg.len) };
+                if !self.post_ctl_send(p, MSG_EAGER, msg.len as u32, &[&seq, bytes])? {
+                    break;
+                }
+                // Copied into the control frame: nothing of the caller's is in flight.
+                self.peer(p).eager_credits -= 1;
+                queue.pop_front();
+                did = true;
+                continue;
+            }
             let (entry, data_qp) = {
                 let profile_cost = |len: usize| match op {
                     DataOp::Send => self.profile.cost(len),
@@ -1526,6 +1814,20 @@ impl VerbsTransport {
                 }
                 (entry, peer.data)
             };
+            if msg.off == 0 && entry.seq > msg.seq {
+                bail!(
+                    "message size mismatch with {}: this rank sends {} bytes where it receives at most {EAGER_MAX}",
+                    self.names[p],
+                    msg.len
+                );
+            }
+            if entry.seq < msg.seq {
+                bail!(
+                    "message size mismatch with {}: it receives {} bytes where this rank sent at most {EAGER_MAX}",
+                    self.names[p],
+                    entry.msg_len
+                );
+            }
             if msg.off == 0 && entry.msg_len as usize != msg.len {
                 bail!(
                     "message size mismatch with {}: it receives {} bytes, this rank sends {}",
