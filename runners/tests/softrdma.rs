@@ -1116,7 +1116,11 @@ fn verbs_names_a_size_mismatch_small_or_large() {
                     t.send(peer, &[0u8; 8]).unwrap();
                     None
                 } else {
-                    Some(t.recv(peer, &mut vec![0u8; 1 << 20]).unwrap_err().to_string())
+                    Some(
+                        t.recv(peer, &mut vec![0u8; 1 << 20])
+                            .unwrap_err()
+                            .to_string(),
+                    )
                 }
             },
             &["size mismatch", "8-byte", "1048576", "rank 0"],
@@ -1148,5 +1152,29 @@ fn verbs_names_a_size_mismatch_small_or_large() {
                 assert!(back == want, "{len} bytes arrived wrong");
             }
         });
+    }
+}
+
+/// Apple's device holds at most 100 memory regions: the buffer that would take one more is
+/// refused by tbbench in one line naming the limit, before the device is asked.
+#[test]
+fn the_apple_devices_memory_region_limit_is_one_clear_error() {
+    let results = verbs_pair(APPLE, |t, _| {
+        let mut held = Vec::new();
+        for _ in 0..200 {
+            match t.alloc(4096) {
+                Ok(b) => held.push(b),
+                Err(e) => return (held.len(), e.to_string()),
+            }
+        }
+        (held.len(), String::new())
+    });
+    for (held, err) in results {
+        // The transport's own control and staging buffers take a few of the 100.
+        assert!((90..100).contains(&held), "{held} buffers before the limit");
+        assert!(
+            err.contains("softrdma_apple0") && err.contains("100 memory regions"),
+            "{err}"
+        );
     }
 }

@@ -33,6 +33,9 @@ pub struct TcpOptions {
     pub timeout: Duration,
     /// SO_SNDBUF/SO_RCVBUF; None leaves the OS default, which on Linux keeps autotuning on.
     pub sockbuf: Option<usize>,
+    /// How long a wait retries before it sleeps ([`SPIN_BEFORE_POLL`] or
+    /// [`SPIN_OVERSUBSCRIBED`]).
+    pub spin: Duration,
 }
 
 /// The data listener, bound before the rendezvous so its port can be advertised.
@@ -96,6 +99,11 @@ impl Opening for TcpOpening {
                 streams: p.opts.streams,
                 timeout: p.opts.timeout,
                 sockbuf: p.opts.sockbuf,
+                spin: if ranks_here(p) > cores() {
+                    SPIN_OVERSUBSCRIBED
+                } else {
+                    SPIN_BEFORE_POLL
+                },
             },
         )?;
         // The label comes from the interface the data really left by, whatever was asked.
@@ -123,6 +131,19 @@ impl Opening for TcpOpening {
             network,
         })
     }
+}
+
+/// Ranks of this run on this rank's host (its kernel).
+fn ranks_here(p: &Peers) -> usize {
+    let me = &p.table[p.rank];
+    p.table
+        .iter()
+        .filter(|i| i.hostname == me.hostname && i.boot_id == me.boot_id)
+        .count()
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 pub struct TcpTransport {
@@ -315,8 +336,11 @@ struct Piece {
 /// that must stop exactly at the end of a message costs a wake-up per message (measured here:
 /// about 13% of loopback bandwidth at 1 MiB).
 const MAX_BATCH: usize = 16;
-/// How long an exchange retries before it sleeps in poll.
-const SPIN_BEFORE_POLL: Duration = Duration::from_micros(50);
+/// How long an exchange retries (yielding the core between tries) before it sleeps in poll,
+/// when the host has a core for every rank on it: as long as the verbs transport spins.
+pub const SPIN_BEFORE_POLL: Duration = Duration::from_millis(1);
+/// The same with more ranks than cores, where spinning only delays the rank waited for.
+pub const SPIN_OVERSUBSCRIBED: Duration = Duration::from_micros(50);
 const BATCH_BYTES: usize = 256 << 10;
 
 impl Piece {
@@ -379,14 +403,9 @@ impl TcpTransport {
         }
     }
 
-    /// Moves as many bytes of the first queued pieces as the socket takes now (or waits for
-    /// some, when `block`), in one syscall.
-    fn transfer(
-        fd: i32,
-        queue: &mut VecDeque<Piece>,
-        send: bool,
-        block: bool,
-    ) -> std::io::Result<Io> {
+    /// Moves as many bytes of the first queued pieces as the socket takes now, in one
+    /// non-blocking syscall.
+    fn transfer(fd: i32, queue: &mut VecDeque<Piece>, send: bool) -> std::io::Result<Io> {
         let mut iov = [libc::iovec {
             iov_base: std::ptr::null_mut(),
             iov_len: 0,
@@ -422,20 +441,17 @@ impl TcpTransport {
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
         msg.msg_iov = iov.as_mut_ptr();
         msg.msg_iovlen = n_iov as _;
-        let wait = if block { 0 } else { libc::MSG_DONTWAIT };
         let n = unsafe {
             if send {
-                libc::sendmsg(fd, &msg, SEND_FLAGS | wait)
+                libc::sendmsg(fd, &msg, SEND_FLAGS | libc::MSG_DONTWAIT)
             } else {
-                // Blocking receives wait for every posted byte in one call (all from one
-                // peer, which sends them): fewer wake-ups, about 3% more at 1 MiB here.
-                libc::recvmsg(fd, &mut msg, if block { libc::MSG_WAITALL } else { wait })
+                libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT)
             }
         };
         if n < 0 {
             let e = std::io::Error::last_os_error();
             return match e.kind() {
-                std::io::ErrorKind::WouldBlock if !block => Ok(Io::WouldBlock),
+                std::io::ErrorKind::WouldBlock => Ok(Io::WouldBlock),
                 std::io::ErrorKind::Interrupted => Ok(Io::Moved(0)),
                 _ => Err(e),
             };
@@ -541,10 +557,12 @@ impl TcpTransport {
                 });
             }
         }
-        // An exchange both ways (a collective's step) waits for an answer its own send set off:
-        // it comes within microseconds, so the exchange retries non-blocking calls for a
-        // while before it sleeps in poll, as MPI libraries' progress loops do.
-        let spin = !sends.is_empty() && !recvs.is_empty();
+        // The answer to a message, the next piece of a large one, a collective's next step
+        // all come within microseconds, and a sleeping thread takes far longer than that to
+        // wake (tens of microseconds on a VM whose idle vCPUs halt): so the exchange retries
+        // non-blocking calls for a while before it sleeps in poll, as MPI libraries' progress
+        // loops do.
+        let spin_for = self.opts.spin;
         let mut last_progress = Instant::now();
         loop {
             busy.clear();
@@ -555,17 +573,12 @@ impl TcpTransport {
             if busy.is_empty() {
                 return Ok(());
             }
-            // One connection with work in one direction: plain blocking calls are the cheapest
-            // path (one syscall per message), which is what ping-pong latency needs.
-            let single = !spin
-                && busy.len() == 1
-                && (channels[busy[0]].sends.is_empty() || channels[busy[0]].recvs.is_empty());
             let mut progressed = false;
             for &c in busy.iter() {
                 let (peer, s) = (c / k, c % k);
                 let fd = self.conns[peer][s].as_raw_fd();
                 while !channels[c].sends.is_empty() {
-                    match Self::transfer(fd, &mut channels[c].sends, true, single)
+                    match Self::transfer(fd, &mut channels[c].sends, true)
                         .map_err(|e| self.io_error(peer, "sending to", e))?
                     {
                         Io::Moved(mut n) => {
@@ -586,7 +599,7 @@ impl TcpTransport {
                     }
                 }
                 while !channels[c].recvs.is_empty() {
-                    match Self::transfer(fd, &mut channels[c].recvs, false, single)
+                    match Self::transfer(fd, &mut channels[c].recvs, false)
                         .map_err(|e| self.io_error(peer, "waiting for", e))?
                     {
                         Io::Moved(mut n) => {
@@ -616,7 +629,7 @@ impl TcpTransport {
                 continue;
             }
             let waited = last_progress.elapsed();
-            if spin && waited < SPIN_BEFORE_POLL {
+            if waited < spin_for {
                 // SAFETY: plain syscall.
                 unsafe { libc::sched_yield() };
                 continue;

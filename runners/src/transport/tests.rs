@@ -85,6 +85,7 @@ fn tcp_pair<T: Send + 'static>(
                     streams,
                     timeout,
                     sockbuf: None,
+                    spin: super::tcp::SPIN_BEFORE_POLL,
                 };
                 let mut t = connect_mesh(
                     rank,

@@ -358,9 +358,10 @@ fn token_counts_and_timings_agree_with_llama_cpp_python() {
     );
 }
 
-/// The built-in decode of the same SmolLM2 file: the same greedy tokens on 1 rank, on 2
-/// pipeline stages and on 3 tensor-parallel ranks; a split the heads do not allow refused in
-/// one line; and all 10 tokens equal llama.cpp's own greedy decode of the same prompt ids
+/// The built-in decode of the same SmolLM2 file over 128 tokens: 2 pipeline stages and 3
+/// tensor-parallel ranks pass the teacher-forced check against the whole model; a split the
+/// heads do not allow refused in one line; and the first 10 tokens equal llama.cpp's own
+/// greedy decode of the same prompt ids
 /// (llama-cpp-python's Llama.generate): both round activations to 8 bits per block as ggml's
 /// q8_0/q8_1 do and multiply them with the file's blocks in integers (measured: the first 40
 /// of 64 agree; llama.cpp also keeps its KV cache in f16, tbbench in f32).
@@ -383,7 +384,7 @@ fn built_in_decode_agrees_across_splits_and_with_llama_cpp() {
                 "--parallel",
                 parallel,
                 "--max-tokens",
-                "10",
+                "128",
                 "--out",
                 out.to_str().unwrap(),
             ],
@@ -397,14 +398,44 @@ fn built_in_decode_agrees_across_splits_and_with_llama_cpp() {
         read_json(&out)
     };
     let one = decode("1", "pp");
-    let tokens = one["results"]["tokens"].clone();
-    assert_eq!(tokens.as_array().unwrap().len(), 10);
+    let ids = |v: &Value| -> Vec<u64> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_u64().unwrap())
+            .collect()
+    };
+    let tokens = ids(&one["results"]["tokens"]);
+    assert_eq!(tokens.len(), 128);
     assert_eq!(one["suite"], "decode");
+    // Over 128 tokens a split sum may flip a near-tie: the check feeds the whole model the
+    // distributed run's own tokens, so it holds either way; up to the first flip the
+    // distributed tokens are the 1-rank run's, and the whole model's choices given that
+    // context are too.
     for (nodes, parallel) in [("2", "pp"), ("3", "tp")] {
         let r = decode(nodes, parallel);
-        assert_eq!(r["results"]["matched"], true, "{nodes} {parallel}");
-        assert_eq!(r["results"]["tokens"], tokens, "{nodes} {parallel}");
+        let res = &r["results"];
+        assert_eq!(res["matched"], true, "{nodes} {parallel}: {res}");
         assert_eq!(r["verification"]["passed"], true);
+        let got = ids(&res["tokens"]);
+        let best = ids(&res["reference_tokens"]);
+        assert_eq!(got.len(), 128);
+        let same = got.iter().zip(&tokens).take_while(|(a, b)| a == b).count();
+        assert_eq!(best[..same], tokens[..same], "{nodes} {parallel}");
+        let tolerance = res["logit_tolerance"].as_f64().unwrap();
+        let gap = res["largest_logit_gap"].as_f64().unwrap();
+        let diff = res["largest_logit_difference"].as_f64().unwrap();
+        assert!(gap <= tolerance && diff <= tolerance, "{gap} {diff}");
+        if parallel == "pp" {
+            // Stages add in the whole model's order: the scores are the whole model's.
+            assert_eq!(diff, 0.0, "{res}");
+        }
+        if res["near_ties"] == 0 {
+            assert_eq!(
+                got, tokens,
+                "{nodes} {parallel}: no near-tie, so no difference"
+            );
+        }
     }
     let o = run(
         &[
@@ -448,12 +479,8 @@ print(json.dumps(out))
         return unavailable(&format!("llama_cpp cannot run: {}", text(&o.stderr)));
     }
     let theirs: Vec<u64> = serde_json::from_slice(&o.stdout).unwrap();
-    let ours: Vec<u64> = tokens
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_u64().unwrap())
-        .collect();
+    // llama.cpp's own kernels add in yet another order: its first ten greedy tokens.
+    let ours = &tokens[..theirs.len().min(tokens.len())];
     assert_eq!(
         ours, theirs,
         "tbbench's first tokens differ from llama.cpp's"

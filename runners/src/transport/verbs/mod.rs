@@ -781,6 +781,7 @@ impl Prepared {
                     send_seq: 0,
                     recv_seq: 0,
                     ctl_send_free: (0..CTL_SEND_SLOTS.min(c.send_depth as usize)).collect(),
+                    ctl_send_slots: CTL_SEND_SLOTS.min(c.send_depth as usize),
                     ready: VecDeque::new(),
                     pending_ready: Vec::new(),
                     hello_reply: false,
@@ -853,6 +854,8 @@ struct Peer {
     /// peer's control receives until it polls, so their number is bounded by those.
     rq_chunks_free: u32,
     ctl_send_free: VecDeque<usize>,
+    /// Control send slots in all: every one is free again once all sends have completed.
+    ctl_send_slots: usize,
     /// Receive chunks the peer announced and this rank has not used yet. They may belong to a
     /// later exchange: a receiver can be ahead.
     ready: VecDeque<ReadyEntry>,
@@ -967,6 +970,34 @@ pub struct VerbsTransport {
 
 // Raw verbs handles, used only through &mut self.
 unsafe impl Send for VerbsTransport {}
+
+/// How long a closing transport waits for its last control sends to leave.
+const CLOSE_DRAIN: Duration = Duration::from_secs(2);
+
+impl Drop for VerbsTransport {
+    /// A device flushes, unsent, the work still queued on a queue pair it destroys. An eager
+    /// message is done for the exchange once copied into its control frame, so the last one
+    /// of a run (a barrier's) may still be queued here while its peer waits for it: the
+    /// control sends' completions are awaited before the queue pairs go.
+    fn drop(&mut self) {
+        let deadline = Instant::now() + self.timeout.min(CLOSE_DRAIN);
+        let mut data = Vec::new();
+        while self
+            .peers
+            .iter()
+            .flatten()
+            .any(|x| x.ctl_send_free.len() < x.ctl_send_slots)
+            && Instant::now() < deadline
+        {
+            data.clear();
+            match self.poll(&mut data) {
+                Ok(0) => std::thread::sleep(Duration::from_micros(50)),
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+    }
+}
 
 /// Where one message's bytes are for the device.
 #[derive(Clone, Copy)]

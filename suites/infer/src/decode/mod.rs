@@ -151,11 +151,14 @@ impl Collective for Ranks<'_> {
         self.waited += t.elapsed();
         Ok(())
     }
-    fn share_token(&mut self, root: usize, token: &mut u32) -> Result<()> {
+    fn share_choice(&mut self, root: usize, token: &mut u32, score: &mut f32) -> Result<()> {
         let t = Instant::now();
-        let mut b = token.to_le_bytes();
+        let mut b = [0u8; 8];
+        b[..4].copy_from_slice(&token.to_le_bytes());
+        b[4..].copy_from_slice(&score.to_le_bytes());
         self.comm.bcast(root, &mut b)?;
-        *token = u32::from_le_bytes(b);
+        *token = u32::from_le_bytes(b[..4].try_into().expect("4 bytes"));
+        *score = f32::from_le_bytes(b[4..].try_into().expect("4 bytes"));
         self.waited += t.elapsed();
         Ok(())
     }
@@ -166,6 +169,8 @@ impl Collective for Ranks<'_> {
 
 struct Timed {
     tokens: Vec<u32>,
+    /// Each chosen token's score (its logit) as this run computed it.
+    scores: Vec<f32>,
     prefill: Duration,
     per_token: Vec<Duration>,
     decode: Duration,
@@ -184,6 +189,7 @@ fn generate(shard: &mut Shard, c: &mut dyn Collective, prompt: &[u32], n: usize)
     }
     let prefill = t0.elapsed();
     let mut tokens = vec![next];
+    let mut scores = vec![shard.score()];
     let mut per_token = Vec::new();
     let w1 = c.waited();
     let t1 = Instant::now();
@@ -192,14 +198,81 @@ fn generate(shard: &mut Shard, c: &mut dyn Collective, prompt: &[u32], n: usize)
         next = shard.step(c, next, prompt.len() + tokens.len() - 1)?;
         per_token.push(t.elapsed());
         tokens.push(next);
+        scores.push(shard.score());
     }
     Ok(Timed {
         tokens,
+        scores,
         prefill,
         per_token,
         decode: t1.elapsed(),
         decode_waited: c.waited() - w1,
     })
+}
+
+/// How far (in logits) a distributed run's score of its token may be from the whole model's,
+/// and how far below the whole model's best its choice may score and still count as the same
+/// greedy choice. A sum split over ranks is added in another order than the whole one, and a
+/// difference of one rounding grows through the layers and the context: on SmolLM2-135M
+/// Q4_1 over 128 tokens (scores 17 to 38, two prompts), 3 tensor ranks differ from the whole
+/// model by up to 0.51 with near-ties flipped up to 0.20 below the best; the whole model itself, with
+/// half its attention outputs moved by one unit in the last place on every layer, differs
+/// from itself by 0.50 with flips up to 0.30. The tolerance is twice the larger.
+pub const LOGIT_TOLERANCE: f32 = 1.0;
+
+/// The whole model fed the distributed run's own tokens (teacher forcing), on one rank: at
+/// each generated position, its best token and how far below it the distributed run's choice
+/// scores. Once a near-tie has flipped, a free-running 1-rank run would go its own way; fed the
+/// same context, every later position is still checked.
+struct Forced {
+    /// The whole model's best token at each position, given the distributed run's context.
+    best: Vec<u32>,
+    /// Its score minus the score of the distributed run's token (0 where they agree).
+    gap: Vec<f32>,
+    /// How far the whole model's score of the distributed run's token is from the score the
+    /// distributed run gave it.
+    diff: Vec<f32>,
+    per_token: Vec<Duration>,
+    decode: Duration,
+}
+
+fn teacher_forced(shard: &mut Shard, prompt: &[u32], run: &Timed) -> Result<Forced> {
+    let tokens = &run.tokens;
+    shard.reset();
+    let judge = |shard: &Shard, chosen: u32| -> (u32, f32, f32) {
+        let l = shard.logits();
+        let (mut at, mut best) = (0usize, f32::NEG_INFINITY);
+        for (i, v) in l.iter().enumerate() {
+            if *v > best {
+                (at, best) = (i, *v);
+            }
+        }
+        let theirs = l.get(chosen as usize).copied().unwrap_or(f32::NEG_INFINITY);
+        (at as u32, best - theirs, theirs)
+    };
+    for (pos, tok) in prompt.iter().enumerate() {
+        shard.step(&mut Alone, *tok, pos)?;
+    }
+    let mut f = Forced {
+        best: Vec::with_capacity(tokens.len()),
+        gap: Vec::with_capacity(tokens.len()),
+        diff: Vec::with_capacity(tokens.len()),
+        per_token: Vec::with_capacity(tokens.len()),
+        decode: Duration::ZERO,
+    };
+    for (i, &chosen) in tokens.iter().enumerate() {
+        if i > 0 {
+            let t = Instant::now();
+            shard.step(&mut Alone, tokens[i - 1], prompt.len() + i - 1)?;
+            f.per_token.push(t.elapsed());
+        }
+        let (b, g, whole) = judge(shard, chosen);
+        f.best.push(b);
+        f.gap.push(g);
+        f.diff.push((whole - run.scores[i]).abs());
+    }
+    f.decode = f.per_token.iter().sum();
+    Ok(f)
 }
 
 /// Read bandwidth of this process in bytes/s: the best of three sums over 256 MiB, split over
@@ -288,7 +361,7 @@ pub struct DecodeSuite;
 /// What every rank's decode measured, as rank 0 has it.
 struct Measured {
     run: Timed,
-    reference: Option<Vec<u32>>,
+    reference: Option<Forced>,
     one_rank_tps: Option<f64>,
     decode_tps: f64,
     per_token: Summary,
@@ -348,10 +421,12 @@ fn measure(
         ctx.comm.barrier_patient()?;
         return Ok(None);
     }
+    // The whole model on this host's every core: the check, and the best 1-rank rate the
+    // speed-up is quoted against.
     let reference = if config.verify && size > 1 {
         let mut w = whole()?;
-        w.set_threads(threads)?;
-        Some(generate(&mut w, &mut Alone, prompt, config.max_tokens)?)
+        w.set_threads(std::thread::available_parallelism().map_or(1, |n| n.get()))?;
+        Some(teacher_forced(&mut w, prompt, &run)?)
     } else {
         None
     };
@@ -366,7 +441,7 @@ fn measure(
     Ok(Some(Measured {
         per_token: ms_summary(&run.per_token),
         run,
-        reference: reference.map(|r| r.tokens),
+        reference,
         one_rank_tps,
         decode_tps,
         comm_share: all.chunks(FIELDS).map(|c| c[0] / c[1].max(1e-12)).collect(),
@@ -437,35 +512,63 @@ fn output(
     if let Some(t) = &decoded {
         println!("text: {t:?}");
     }
-    let matched = m.reference.as_ref().map(|r| *r == m.run.tokens);
-    let check = match (&m.reference, matched) {
-        (Some(r), Some(false)) => {
-            let first = r
-                .iter()
-                .zip(&m.run.tokens)
-                .position(|(a, b)| a != b)
-                .unwrap_or(r.len().min(m.run.tokens.len()));
-            println!("tokens differ from the 1-rank run from token {first} on");
-            Check {
-                name: "tokens match the 1-rank run".into(),
-                passed: false,
-                detail: format!("the {size}-rank run differs from token {first} on"),
-            }
-        }
-        (Some(_), _) => Check {
-            name: "tokens match the 1-rank run".into(),
-            passed: true,
-            detail: format!("all {} generated tokens equal", m.run.tokens.len()),
-        },
-        (None, _) => Check {
-            name: "decode ran".into(),
-            passed: true,
-            detail: if size == 1 {
-                "one rank: the run is its own reference".into()
+    let n = m.run.tokens.len();
+    let (check, matched, largest_gap, largest_diff, near_ties) = match &m.reference {
+        Some(f) => {
+            let worst_of = |v: &[f32]| {
+                v.iter()
+                    .copied()
+                    .enumerate()
+                    .fold((0, 0f32), |a, (i, g)| if g > a.1 { (i, g) } else { a })
+            };
+            let (worst, largest) = worst_of(&f.gap);
+            let (worst_diff, diff) = worst_of(&f.diff);
+            let near = f.gap.iter().filter(|g| **g > 0.0).count();
+            let passed = largest <= LOGIT_TOLERANCE && diff <= LOGIT_TOLERANCE;
+            let detail = if largest > LOGIT_TOLERANCE {
+                println!(
+                    "token {worst}: the 1-rank model's best is {} by {largest:.4} over the chosen {} (tolerance {LOGIT_TOLERANCE})",
+                    f.best[worst], m.run.tokens[worst]
+                );
+                format!(
+                    "token {worst} of {n}: the 1-rank model, given the same context, scores {} {largest:.4} above the chosen {} (tolerance {LOGIT_TOLERANCE})",
+                    f.best[worst], m.run.tokens[worst]
+                )
+            } else if !passed {
+                format!(
+                    "token {worst_diff} of {n}: the chosen token's score differs from the 1-rank model's by {diff:.4} (tolerance {LOGIT_TOLERANCE})"
+                )
+            } else if near > 0 {
+                format!(
+                    "all {n} tokens are the 1-rank model's best given the same context, {near} of them near-ties within {largest:.4} of it; scores within {diff:.4} of the 1-rank model's (tolerance {LOGIT_TOLERANCE})"
+                )
             } else {
-                "not compared with a 1-rank run (--no-verify)".into()
+                format!(
+                    "all {n} tokens are the 1-rank model's best given the same context; scores within {diff:.4} of its (tolerance {LOGIT_TOLERANCE})"
+                )
+            };
+            let check = Check {
+                name: "tokens are the 1-rank model's".into(),
+                passed,
+                detail,
+            };
+            (check, Some(passed), Some(largest), Some(diff), Some(near))
+        }
+        None => (
+            Check {
+                name: "decode ran".into(),
+                passed: true,
+                detail: if size == 1 {
+                    "one rank: the run is its own reference".into()
+                } else {
+                    "not compared with a 1-rank run (--no-verify)".into()
+                },
             },
-        },
+            None,
+            None,
+            None,
+            None,
+        ),
     };
     // (Ranks beyond the cores are warned about by the driver, for every suite.)
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -505,8 +608,12 @@ fn output(
         "speedup_over_one_rank": speedup,
         "tokens": m.run.tokens,
         "text": decoded,
-        "reference_tokens": m.reference,
+        "reference_tokens": m.reference.as_ref().map(|f| &f.best),
         "matched": matched,
+        "logit_tolerance": m.reference.as_ref().map(|_| LOGIT_TOLERANCE),
+        "largest_logit_gap": largest_gap,
+        "largest_logit_difference": largest_diff,
+        "near_ties": near_ties,
     });
     SuiteOutput {
         results,

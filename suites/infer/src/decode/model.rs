@@ -574,8 +574,8 @@ pub trait Collective {
     /// Pipeline: hand the activation to the next stage / take it from the previous one.
     fn send_to(&mut self, rank: usize, v: &[f32]) -> Result<()>;
     fn recv_from(&mut self, rank: usize, v: &mut [f32]) -> Result<()>;
-    /// The chosen token, from the last stage to every stage.
-    fn share_token(&mut self, root: usize, token: &mut u32) -> Result<()>;
+    /// The chosen token and its score, from the last stage to every stage.
+    fn share_choice(&mut self, root: usize, token: &mut u32, score: &mut f32) -> Result<()>;
     /// Time spent in these calls so far (the rest of a step is computation).
     fn waited(&self) -> std::time::Duration {
         std::time::Duration::ZERO
@@ -598,7 +598,7 @@ impl Collective for Alone {
     fn recv_from(&mut self, _: usize, _: &mut [f32]) -> Result<()> {
         bail!("a single process has no previous stage")
     }
-    fn share_token(&mut self, _: usize, _: &mut u32) -> Result<()> {
+    fn share_choice(&mut self, _: usize, _: &mut u32, _: &mut f32) -> Result<()> {
         Ok(())
     }
 }
@@ -707,6 +707,11 @@ pub struct Shard {
     threads: Threads,
     /// Bytes of weights this rank holds, as held.
     pub weight_bytes: usize,
+    /// The scores of the last step for this rank's output rows (every row on one rank), for
+    /// checking a distributed run against the whole model.
+    logits: Vec<f32>,
+    /// The score of the token the last step chose, over all ranks' output rows.
+    score: f32,
 }
 
 impl Shard {
@@ -806,6 +811,8 @@ impl Shard {
             local_kv: share.kv.1 - share.kv.0,
             threads: Threads { pool: None },
             weight_bytes,
+            logits: Vec::new(),
+            score: 0.0,
         }
     }
 
@@ -980,26 +987,31 @@ impl Shard {
         if pipeline && rank + 1 != size {
             c.send_to(rank + 1, &x)?;
             let mut t = 0u32;
-            c.share_token(size - 1, &mut t)?;
+            c.share_choice(size - 1, &mut t, &mut self.score)?;
             return Ok(t);
         }
         self.rms_norm(&x.clone(), &self.out_norm, &mut x);
-        let mut logits = vec![0f32; self.out.rows];
+        let mut logits = std::mem::take(&mut self.logits);
+        logits.resize(self.out.rows, 0.0);
         self.out.apply(&x, &mut logits, &self.threads);
+        self.logits = logits;
         let (mut best, mut at) = (f32::NEG_INFINITY, 0usize);
-        for (i, v) in logits.iter().enumerate() {
+        for (i, v) in self.logits.iter().enumerate() {
             if *v > best {
                 best = *v;
                 at = i;
             }
         }
         let mut t = if pipeline {
+            self.score = best;
             (self.out_first + at) as u32
         } else {
-            c.all_maxloc(best, self.out_first + at)?.1 as u32
+            let (score, at) = c.all_maxloc(best, self.out_first + at)?;
+            self.score = score;
+            at as u32
         };
         if pipeline {
-            c.share_token(size - 1, &mut t)?;
+            c.share_choice(size - 1, &mut t, &mut self.score)?;
         }
         Ok(t)
     }
@@ -1035,6 +1047,17 @@ impl Shard {
             parts.push("f32".to_string());
         }
         parts.join(" + ")
+    }
+
+    /// The last step's scores of this rank's output rows, from token id `out_first` on (all of
+    /// them on a single rank); empty on a pipeline stage that scores nothing.
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+
+    /// The score of the token the last step chose (the same on every rank).
+    pub fn score(&self) -> f32 {
+        self.score
     }
 
     /// Forgets the context (the KV cache), for a fresh sequence.
