@@ -61,7 +61,7 @@ for threads in $(printf '%s\n' 1 "$cores" | sort -un); do
   declare -a ours=() theirs=()
   for i in $(seq "$rounds"); do
     "${CARGO_TARGET_DIR:-target}/release/tbbench" infer --gguf "$gguf" --nodes 1 --threads "$threads" \
-      --max-tokens 64 --out "$tmp/d.json" >/dev/null
+      --max-tokens 64 --ignore-eos --out "$tmp/d.json" >/dev/null
     ours+=("$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['results']['decode_tokens_per_s'])" "$tmp/d.json")")
     ids=$(python3 -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1]))['results']['prompt_ids']))" "$tmp/d.json")
     theirs+=("$("$py" - "$gguf" "$ids" "$threads" <<'PY'

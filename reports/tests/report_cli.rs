@@ -541,7 +541,7 @@ fn report_loads_in_headless_chromium_with_every_chart_drawn() {
             std::env::var_os("TBBENCH_REQUIRE_CHROMIUM").is_none(),
             "TBBENCH_REQUIRE_CHROMIUM is set but /usr/bin/chromium is missing"
         );
-        eprintln!("skipped: no chromium (scripts/setup.sh --deps installs Debian's package)");
+        skipped("no chromium (scripts/setup.sh --deps installs Debian's package)");
         return;
     };
     let dir = tmpdir("chromium");

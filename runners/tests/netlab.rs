@@ -3,7 +3,7 @@
 //! without it skips, saying why.
 #![allow(dead_code)]
 
-use crate::support::{is_root, text};
+use crate::support::{is_root, skipped, text};
 use std::path::Path;
 use std::process::Command;
 
@@ -27,10 +27,10 @@ pub struct Lab(
 static ONE_LAB_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Lab {
-    /// Builds the lab under `prefix`, or says why `test` skips (not root, no netns support).
-    pub fn up(prefix: &'static str, test: &str) -> Option<Lab> {
+    /// Builds the lab under `prefix`, or says why the test skips (not root, no netns support).
+    pub fn up(prefix: &'static str) -> Option<Lab> {
         if !is_root() {
-            eprintln!("SKIPPED {test}: needs root for network namespaces");
+            skipped("needs root for network namespaces");
             return None;
         }
         let guard = ONE_LAB_AT_A_TIME
@@ -38,7 +38,7 @@ impl Lab {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let up = netlab(&["up", prefix]);
         if !up.status.success() {
-            eprintln!("SKIPPED {test}: cannot build the lab: {}", text(&up.stderr));
+            skipped(&format!("cannot build the lab: {}", text(&up.stderr)));
             return None;
         }
         Some(Lab(prefix, guard))

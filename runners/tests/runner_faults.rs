@@ -362,7 +362,7 @@ fn verbs_without_an_rdma_device_fails_fast_in_one_line() {
         .map(|d| d.count() > 0)
         .unwrap_or(false);
     if has_devices {
-        println!("skipped: this host has RDMA devices");
+        skipped("this host has RDMA devices");
         return;
     }
     let dir = tmpdir("noverbs");

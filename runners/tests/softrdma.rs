@@ -362,7 +362,7 @@ fn over_tcp_and_the_apple_device_in_one_run() {
 /// reaches its peer at the GID (the namespace's address) the rendezvous carried.
 #[test]
 fn hostfile_run_across_network_namespaces() {
-    let Some(_lab) = Lab::up("tbsr", "hostfile_run_across_network_namespaces") else {
+    let Some(_lab) = Lab::up("tbsr") else {
         return;
     };
     let dir = tmpdir("sr-netns");
@@ -1007,10 +1007,10 @@ fn connectx_rules_allow_rc_and_rdma_write_with_immediate() {
 fn a_program_built_against_verbs_h_runs_on_the_device() {
     let header = Path::new("/usr/include/infiniband/verbs.h");
     if !header.exists() {
-        println!(
-            "skipped: {} is missing (Debian: apt-get install libibverbs-dev)",
+        skipped(&format!(
+            "{} is missing (Debian: apt-get install libibverbs-dev)",
             header.display()
-        );
+        ));
         return;
     }
     let dir = tmpdir("sr-verbs-h");
@@ -1030,7 +1030,7 @@ fn a_program_built_against_verbs_h_runs_on_the_device() {
     {
         Ok(o) => o,
         Err(e) => {
-            println!("skipped: no C compiler ({cc}: {e})");
+            skipped(&format!("no C compiler ({cc}: {e})"));
             return;
         }
     };

@@ -6,6 +6,24 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// Says why the running test skips: on stderr, and in a file every test binary appends to,
+/// which `scripts/test.sh` lists when the tests end (cargo shows a passing test's output only
+/// with --nocapture).
+pub fn skipped(reason: &str) {
+    use std::io::Write;
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("a test");
+    eprintln!("SKIPPED {test}: {reason}");
+    let list = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("skipped-tests.txt");
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(list)
+    {
+        let _ = writeln!(f, "{test}: {reason}");
+    }
+}
+
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_tbbench")
 }

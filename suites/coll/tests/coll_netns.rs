@@ -17,7 +17,7 @@ use support::*;
 /// bounds it there).
 #[test]
 fn large_all_reduce_runs_at_each_shaped_networks_rate() {
-    let Some(_lab) = Lab::up("tbc", "large_all_reduce_runs_at_each_shaped_networks_rate") else {
+    let Some(_lab) = Lab::up("tbc") else {
         return;
     };
     let dir = tmpdir("coll-netns");

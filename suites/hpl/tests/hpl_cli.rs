@@ -355,7 +355,7 @@ fn deep_lookahead_counts_its_panels_in_the_memory_check() {
         .unwrap()
         * 1024.0;
     if avail < 1e9 {
-        eprintln!("skipped: under 1 GB of memory available");
+        skipped("under 1 GB of memory available");
         return;
     }
     let budget = 0.5 * avail / 2.0;

@@ -86,7 +86,9 @@ pub struct InferArgs {
     /// Environment variable holding the API key (sent as a Bearer token, never printed).
     #[arg(long, default_value = "OPENAI_API_KEY")]
     pub api_key_env: String,
-    /// Ask the server to go on past end-of-sequence (vLLM, llama-server, SGLang know it).
+    /// Go on past end-of-sequence: asked of a server (vLLM, llama-server, SGLang know it);
+    /// the built-in decode then generates --max-tokens whatever the model says (fixed work, as
+    /// llama-bench's tg), where by default it stops at the model's end of turn.
     #[arg(long)]
     pub ignore_eos: bool,
     /// Sampling temperature (default: the server's).
@@ -123,6 +125,7 @@ impl InferArgs {
             prompt: self.prompt.clone(),
             chat: true,
             max_tokens: self.max_tokens as usize,
+            ignore_eos: self.ignore_eos,
             verify: !self.no_verify,
             threads: self.threads.map(|t| t as usize),
             algo: self.algo,
@@ -187,7 +190,6 @@ fn refuse_unused_flags(args: &InferArgs, m: &clap::ArgMatches) -> Result<(), Str
         "concurrency",
         "rate",
         "api_key_env",
-        "ignore_eos",
         "temperature",
         "seed",
     ];

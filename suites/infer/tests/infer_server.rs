@@ -22,7 +22,7 @@ fn unavailable(reason: &str) {
     if std::env::var_os("TBBENCH_REQUIRE_INFER_SERVER").is_some() {
         panic!("TBBENCH_REQUIRE_INFER_SERVER is set but {reason}");
     }
-    eprintln!("skipped: {reason} (scripts/setup.sh builds .venv-infer)");
+    skipped(&format!("{reason} (scripts/setup.sh builds .venv-infer)"));
 }
 
 struct LlamaServer {
@@ -385,6 +385,8 @@ fn built_in_decode_agrees_across_splits_and_with_llama_cpp() {
                 parallel,
                 "--max-tokens",
                 "128",
+                // Past the end of turn (token 90 of this prompt): the same 128 tokens each run.
+                "--ignore-eos",
                 "--out",
                 out.to_str().unwrap(),
             ],
@@ -397,7 +399,36 @@ fn built_in_decode_agrees_across_splits_and_with_llama_cpp() {
         );
         read_json(&out)
     };
+    // By default the decode stops at the model's end of turn, says so, and leaves it out of
+    // the text.
+    let out = dir.join("d-eot.json");
+    let o = run(
+        &[
+            "infer",
+            "--gguf",
+            "--nodes",
+            "1",
+            "--max-tokens",
+            "300",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(300),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).contains("the model ended its turn"),
+        "{}",
+        text(&o.stdout)
+    );
+    let eot = read_json(&out);
+    assert_eq!(eot["results"]["ended_turn"], true);
+    let n = eot["results"]["tokens"].as_array().unwrap().len();
+    assert!(n > 1 && n < 300, "{n} tokens");
+    let said = eot["results"]["text"].as_str().unwrap();
+    assert!(!said.contains("<|im_end|>") && !said.is_empty(), "{said}");
     let one = decode("1", "pp");
+    assert_eq!(one["results"]["ended_turn"], false);
     let ids = |v: &Value| -> Vec<u64> {
         v.as_array()
             .unwrap()

@@ -11,7 +11,7 @@ use support::*;
 
 fn mpirun(np: &str, args: &[&str]) -> Option<std::process::Output> {
     if Command::new("mpirun").arg("--version").output().is_err() {
-        eprintln!("SKIPPED: mpirun is not installed");
+        skipped("mpirun is not installed");
         return None;
     }
     let mut cmd = Command::new("mpirun");

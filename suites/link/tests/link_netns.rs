@@ -14,7 +14,7 @@ use support::*;
 
 #[test]
 fn shaped_veth_link_is_measured_at_its_shaped_rate() {
-    let Some(_lab) = Lab::up("tbt", "shaped_veth_link_is_measured_at_its_shaped_rate") else {
+    let Some(_lab) = Lab::up("tbt") else {
         return;
     };
     let dir = tmpdir("netns");
@@ -67,10 +67,7 @@ fn shaped_veth_link_is_measured_at_its_shaped_rate() {
 /// address to its namespace.
 #[test]
 fn hostfile_without_addresses_routes_data_to_rank_zero_host() {
-    let Some(_lab) = Lab::up(
-        "tbu",
-        "hostfile_without_addresses_routes_data_to_rank_zero_host",
-    ) else {
+    let Some(_lab) = Lab::up("tbu") else {
         return;
     };
     let dir = tmpdir("netns-noips");
@@ -110,10 +107,7 @@ fn hostfile_without_addresses_routes_data_to_rank_zero_host() {
 /// report puts both side by side.
 #[test]
 fn over_runs_each_shaped_network_and_the_report_shows_both() {
-    let Some(_lab) = Lab::up(
-        "tbo",
-        "over_runs_each_shaped_network_and_the_report_shows_both",
-    ) else {
+    let Some(_lab) = Lab::up("tbo") else {
         return;
     };
     let dir = tmpdir("netns-over");

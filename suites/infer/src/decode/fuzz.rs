@@ -107,7 +107,7 @@ fn run_like_infer(bytes: Vec<u8>) -> Result<Vec<u32>> {
     if prompt.len() + n > shard.cfg.context {
         bail!("prompt past the context");
     }
-    let run = super::generate(&mut shard, &mut Alone, &prompt, n)?;
+    let run = super::generate(&mut shard, &mut Alone, &prompt, n, None)?;
     tok.decode(&run.tokens);
     // Other ranks' shares read other parts of the tensors.
     for split in [

@@ -42,8 +42,11 @@ pub struct DecodeConfig {
     pub prompt: String,
     /// Wrap the prompt in the model's chat turn (ChatML) when it has one.
     pub chat: bool,
-    /// Tokens generated (greedy), EOS or not: every run does the same work.
+    /// Tokens generated (greedy) at most.
     pub max_tokens: usize,
+    /// Go on past the model's end of turn to `max_tokens` (fixed work, as llama-bench's tg);
+    /// otherwise a model file's decode stops there. A synthetic model has no turn to end.
+    pub ignore_eos: bool,
     /// Also decode on one process and compare the tokens.
     pub verify: bool,
     /// Threads per rank for the products; None: the host's cores over its ranks.
@@ -176,11 +179,20 @@ struct Timed {
     decode: Duration,
     /// Of `decode`, the time in network calls.
     decode_waited: Duration,
+    /// The last token is the model's end of turn, where the decode stopped.
+    ended_turn: bool,
 }
 
-/// Prompt then `n` generated tokens; the first generated token comes from the prompt's last
-/// step, so the decode phase is n − 1 steps.
-fn generate(shard: &mut Shard, c: &mut dyn Collective, prompt: &[u32], n: usize) -> Result<Timed> {
+/// Prompt then up to `n` generated tokens, ending early at `stop` (the end of turn; every
+/// rank has the same token, so all stop together); the first generated token comes from the
+/// prompt's last step, so the decode phase is one step fewer than the tokens.
+fn generate(
+    shard: &mut Shard,
+    c: &mut dyn Collective,
+    prompt: &[u32],
+    n: usize,
+    stop: Option<u32>,
+) -> Result<Timed> {
     shard.reset();
     let t0 = Instant::now();
     let mut next = 0;
@@ -193,7 +205,7 @@ fn generate(shard: &mut Shard, c: &mut dyn Collective, prompt: &[u32], n: usize)
     let mut per_token = Vec::new();
     let w1 = c.waited();
     let t1 = Instant::now();
-    while tokens.len() < n {
+    while tokens.len() < n && Some(next) != stop {
         let t = Instant::now();
         next = shard.step(c, next, prompt.len() + tokens.len() - 1)?;
         per_token.push(t.elapsed());
@@ -207,6 +219,7 @@ fn generate(shard: &mut Shard, c: &mut dyn Collective, prompt: &[u32], n: usize)
         per_token,
         decode: t1.elapsed(),
         decode_waited: c.waited() - w1,
+        ended_turn: stop.is_some() && Some(next) == stop,
     })
 }
 
@@ -374,6 +387,14 @@ struct Measured {
     threads: usize,
 }
 
+/// Says on rank 0's terminal what starts now: building weights and the 1-rank check can take
+/// minutes on a large shape.
+fn phase(ctx: &Context, what: &str) {
+    if ctx.progress && ctx.rank() == 0 {
+        eprintln!("tbbench: {what}");
+    }
+}
+
 /// The measurement, the same for a model file and a synthetic one: each rank's read
 /// bandwidth in turn, the distributed decode, the figures gathered on rank 0, and rank 0's
 /// 1-rank run of the same prompt (`whole` builds its model) for the check and the speed-up.
@@ -383,6 +404,7 @@ fn measure(
     ctx: &mut Context,
     shard: &mut Shard,
     prompt: &[u32],
+    stop: Option<u32>,
     whole: impl FnOnce() -> Result<Shard>,
 ) -> Result<Option<Measured>> {
     let (rank, size) = (ctx.rank(), ctx.size());
@@ -396,13 +418,22 @@ fn measure(
         }
         ctx.comm.barrier()?;
     }
+    let stop = stop.filter(|_| !config.ignore_eos);
+    phase(
+        ctx,
+        &format!(
+            "decoding: {} prompt tokens, then up to {} new ones",
+            prompt.len(),
+            config.max_tokens
+        ),
+    );
     let mut ranks = Ranks {
         comm: &mut ctx.comm,
         waited: Duration::ZERO,
         algo: config.algo,
         wire: Vec::new(),
     };
-    let run = generate(shard, &mut ranks, prompt, config.max_tokens)?;
+    let run = generate(shard, &mut ranks, prompt, config.max_tokens, stop)?;
     let waited = ranks.waited;
     let steps = run.per_token.len().max(1) as f64;
     const FIELDS: usize = 6;
@@ -424,6 +455,13 @@ fn measure(
     // The whole model on this host's every core: the check, and the best 1-rank rate the
     // speed-up is quoted against.
     let reference = if config.verify && size > 1 {
+        phase(
+            ctx,
+            &format!(
+                "checking: the whole model on this host, fed the same {} tokens (--no-verify skips it)",
+                run.tokens.len()
+            ),
+        );
         let mut w = whole()?;
         w.set_threads(std::thread::available_parallelism().map_or(1, |n| n.get()))?;
         Some(teacher_forced(&mut w, prompt, &run)?)
@@ -488,12 +526,17 @@ fn output(
     };
     let step_ms = m.per_token.mean;
     println!(
-        "{} thread(s) per rank; prompt {} tokens in {:.3} s ({:.1} tokens/s); {} tokens generated; decode {:.2} tokens/s, per token p50 {:.2} ms p99 {:.2} ms",
+        "{} thread(s) per rank; prompt {} tokens in {:.3} s ({:.1} tokens/s); {} tokens generated{}; decode {:.2} tokens/s, per token p50 {:.2} ms p99 {:.2} ms",
         m.threads,
         prompt.len(),
         m.run.prefill.as_secs_f64(),
         prompt.len() as f64 / m.run.prefill.as_secs_f64().max(1e-12),
         m.run.tokens.len(),
+        if m.run.ended_turn {
+            " (the model ended its turn; --ignore-eos goes on to --max-tokens)"
+        } else {
+            ""
+        },
         m.decode_tps,
         m.per_token.median,
         m.per_token.p99,
@@ -607,6 +650,7 @@ fn output(
         "one_rank_decode_tokens_per_s": m.one_rank_tps,
         "speedup_over_one_rank": speedup,
         "tokens": m.run.tokens,
+        "ended_turn": m.run.ended_turn,
         "text": decoded,
         "reference_tokens": m.reference.as_ref().map(|f| &f.best),
         "matched": matched,
@@ -666,6 +710,13 @@ fn run_synthetic(
         );
     }
     let seed = 0x7bb3_5eed;
+    phase(
+        ctx,
+        &format!(
+            "building random weights: {:.1} GiB per rank",
+            model::Shard::synthetic_bytes(&cfg, split) as f64 / (1u64 << 30) as f64
+        ),
+    );
     let t_load = Instant::now();
     let mut shard = model::Shard::synthetic(cfg.clone(), split, seed)?;
     let load_s = t_load.elapsed().as_secs_f64();
@@ -686,7 +737,7 @@ fn run_synthetic(
     let whole_cfg = cfg.clone();
     let whole =
         move || model::Shard::synthetic(whole_cfg, Split::Tensor { rank: 0, size: 1 }, seed);
-    let Some(m) = measure(config, ctx, &mut shard, &prompt, whole)? else {
+    let Some(m) = measure(config, ctx, &mut shard, &prompt, None, whole)? else {
         return Ok(None);
     };
     let model = json!({
@@ -734,6 +785,7 @@ impl Suite for DecodeSuite {
             .clone()
             .context("no --gguf model and no --shape")?;
         let g = gguf::Gguf::open(&path)?;
+        phase(ctx, &format!("loading {}", path.display()));
         let t_load = Instant::now();
         let in_file = || path.display().to_string();
         let mut shard = Shard::load(&g, split).with_context(in_file)?;
@@ -768,7 +820,7 @@ impl Suite for DecodeSuite {
             );
         }
         let whole = || Shard::load(&g, Split::Tensor { rank: 0, size: 1 });
-        let Some(m) = measure(config, ctx, &mut shard, &prompt, whole)? else {
+        let Some(m) = measure(config, ctx, &mut shard, &prompt, tok.eos, whole)? else {
             return Ok(None);
         };
         let model = json!({
@@ -783,7 +835,8 @@ impl Suite for DecodeSuite {
             model,
             load_s,
             held,
-            text: Some(tok.decode(&m.run.tokens)),
+            // The end of turn itself is no text.
+            text: Some(tok.decode(&m.run.tokens[..m.run.tokens.len() - m.run.ended_turn as usize])),
             warnings: Vec::new(),
         };
         Ok(Some(output(config, ctx, m, &prompt, about)))
