@@ -8,8 +8,9 @@
 #
 #   scripts/bench-infer.sh [REQUESTS] [MAX_TOKENS] [ROUNDS]
 #
-# Then the built-in decode (tbbench infer --gguf, 1 rank) against llama.cpp on the same GGUF
-# and prompt ids, at one thread each and at all cores each: decode tokens/s and the ratio.
+# Then the built-in decode (tbbench infer --gguf, 1 rank) against llama.cpp's own llama-bench
+# on the same GGUF, at one thread each and at all cores each: tg64, pp64 and pp512 tokens/s
+# and the ratios (llama-bench built once from the pinned source, cached in target/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 requests=${1:-16}
@@ -51,37 +52,87 @@ print(f"{'TPOT p50 vs decode ms/token':<34}{tb_tpot:>10.2f}{sv_tpot:>10.2f}{tb_t
 print(f"{'E2E p50 vs total time (ms)':<34}{tb_e2e:>10.1f}{sv_e2e:>10.1f}{tb_e2e / sv_e2e:>8.3f}")
 PY
 
-# The built-in decode against llama.cpp itself (llama-cpp-python's Llama, no server), same
-# GGUF, same prompt token ids, greedy, ROUNDS interleaved, at 1 thread each and at all of this
-# host's cores each (tbbench --threads, llama.cpp n_threads); tokens/s medians and the ratio
-# (goal: at least 1.0).
+# The built-in decode against llama.cpp's own llama-bench, on the same GGUF: llama-bench is
+# built once from the source of the same pinned llama-cpp-python 0.3.36 that setup.sh builds
+# (native flags, AMX off: the flags setup records), cached under target/llama-bench/ by those
+# flags. Decode: llama-bench's tg64 against `tbbench infer --gguf --max-tokens 65
+# --ignore-eos` (64 decode steps after a 19-token prompt). Prefill: llama-bench's pp64 and
+# pp512 against tbbench's prefill of a 64- and a 512-token prompt. At one thread each and at
+# all of this host's cores each, ROUNDS interleaved, medians and the ratio (goal: at least
+# 1.0). Each side's CPU features are printed.
 rounds=${3:-3}
 cores=$(nproc)
-for threads in $(printf '%s\n' 1 "$cores" | sort -un); do
-  declare -a ours=() theirs=()
-  for i in $(seq "$rounds"); do
-    "${CARGO_TARGET_DIR:-target}/release/tbbench" infer --gguf "$gguf" --nodes 1 --threads "$threads" \
-      --max-tokens 64 --ignore-eos --out "$tmp/d.json" >/dev/null
-    ours+=("$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['results']['decode_tokens_per_s'])" "$tmp/d.json")")
-    ids=$(python3 -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1]))['results']['prompt_ids']))" "$tmp/d.json")
-    theirs+=("$("$py" - "$gguf" "$ids" "$threads" <<'PY'
-import json, sys, time
-from llama_cpp import Llama
-n = int(sys.argv[3])
-llm = Llama(model_path=sys.argv[1], n_ctx=512, n_threads=n, n_threads_batch=n, verbose=False)
-llm.eval(json.loads(sys.argv[2]))
-tok, t = llm.sample(top_k=1, temp=0.0), time.perf_counter()
-for _ in range(63):
-    llm.eval([tok])
-    tok = llm.sample(top_k=1, temp=0.0)
-print(63 / (time.perf_counter() - t))
+llama_flags=$(cat .venv-infer/tbbench-llama-build.txt 2>/dev/null || true)
+[ -n "$llama_flags" ] || { echo "bench-infer: .venv-infer/tbbench-llama-build.txt is missing (rerun scripts/setup.sh)" >&2; exit 1; }
+cmake_args=${llama_flags#*CMAKE_ARGS=}
+key=$(printf '%s' "$llama_flags" | sha256sum | cut -c1-12)
+lb_dir="${CARGO_TARGET_DIR:-target}/llama-bench/$key"
+lb="$lb_dir/build/bin/llama-bench"
+if [ ! -x "$lb" ]; then
+  echo "bench-infer: building llama-bench from llama-cpp-python 0.3.36's llama.cpp ($cmake_args); about 6 min on 2 cores, log in $lb_dir/build.log"
+  mkdir -p "$lb_dir"
+  "$py" - "$lb_dir/src.tar.gz" <<'PY'
+import re, sys, urllib.request
+index = "https://pypi.org/simple/llama-cpp-python/"
+page = urllib.request.urlopen(index, timeout=60).read().decode()
+url = next(u for u in re.findall(r'href="([^"]+)"', page) if "llama_cpp_python-0.3.36.tar.gz" in u)
+url, _, digest = url.partition("#sha256=")
+data = urllib.request.urlopen(url, timeout=600).read()
+import hashlib
+if digest and hashlib.sha256(data).hexdigest() != digest:
+    sys.exit("bench-infer: the llama-cpp-python 0.3.36 source does not match PyPI's checksum")
+open(sys.argv[1], "wb").write(data)
 PY
-)")
+  rm -rf "$lb_dir/src" && mkdir -p "$lb_dir/src"
+  tar xzf "$lb_dir/src.tar.gz" -C "$lb_dir/src" --strip-components 1
+  rm -f "$lb_dir/src.tar.gz"
+  export PATH="$PWD/.venv-infer/bin:$PATH"   # setup's pip cmake
+  eval "set -- $cmake_args"
+  if ! { cmake -S "$lb_dir/src/vendor/llama.cpp" -B "$lb_dir/build" -DCMAKE_BUILD_TYPE=Release \
+           -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+           -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF "$@" \
+         && cmake --build "$lb_dir/build" --target llama-bench -j "$cores"; } >"$lb_dir/build.log" 2>&1; then
+    echo "bench-infer: the llama-bench build failed; the end of $lb_dir/build.log:" >&2
+    tail -n 20 "$lb_dir/build.log" >&2
+    exit 1
+  fi
+fi
+tb="${CARGO_TARGET_DIR:-target}/release/tbbench"
+words() { python3 -c "import sys; print(' '.join(['the network'] * int(sys.argv[1])))" "$1"; }
+# Which CPU features each side uses: the host's SIMD flags, llama.cpp's build (-march=native
+# less AMX: every flag listed but AMX), tbbench's decode kernel (its result file records it).
+simd=$(grep -m1 -oE '^flags.*' /proc/cpuinfo 2>/dev/null | tr ' ' '\n' \
+  | grep -E '^(avx2|avx512f|avx512bw|avx512_vnni|avx_vnni|amx_tile|amx_int8)$' | paste -sd ' ' - || true)
+echo "host SIMD: ${simd:-$(sysctl -n machdep.cpu.brand_string 2>/dev/null || echo unknown)}"
+echo "llama-bench: $(grep -m1 -oE 'Adding CPU backend variant.*' "$lb_dir/build.log" || echo 'build flags above'), AMX off"
+printf '\n%-36s%10s%12s%8s\n' "figure (tokens/s, medians)" tbbench llama.cpp ratio
+for threads in $(printf '%s\n' 1 "$cores" | sort -un); do
+  declare -a tg=() pp64=() pp512=() ltg=() lpp64=() lpp512=()
+  for i in $(seq "$rounds"); do
+    "$tb" infer --gguf "$gguf" --nodes 1 --threads "$threads" --max-tokens 65 --ignore-eos \
+      --out "$tmp/d.json" >/dev/null
+    tg+=("$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['results']['decode_tokens_per_s'])" "$tmp/d.json")")
+    [ -n "${kernel:-}" ] || { kernel=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['results']['kernel'])" "$tmp/d.json"); echo "tbbench decode kernel: $kernel"; }
+    for n in 64 512; do
+      # A prompt of n tokens (the chat turn's own tokens included): "the network" repeated.
+      "$tb" infer --gguf "$gguf" --nodes 1 --threads "$threads" --max-tokens 1 \
+        --prompt "$(words $(( (n - 16) / 2 )))" --out "$tmp/p.json" >/dev/null
+      v=$(python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['results']; print(r['prompt_tokens'] / r['prefill_s'])" "$tmp/p.json")
+      if [ "$n" = 64 ]; then pp64+=("$v"); else pp512+=("$v"); fi
+    done
+    "$lb" -m "$gguf" -t "$threads" -p 64,512 -n 64 -r 1 -o json >"$tmp/lb.json" 2>/dev/null
+    read -r a b c < <(python3 -c "
+import json, sys
+d = {(x['n_prompt'], x['n_gen']): x['avg_ts'] for x in json.load(open(sys.argv[1]))}
+print(d[(0, 64)], d[(64, 0)], d[(512, 0)])" "$tmp/lb.json")
+    ltg+=("$a"); lpp64+=("$b"); lpp512+=("$c")
   done
-  python3 - "${ours[*]}" "${theirs[*]}" "$threads" <<'PY'
+  python3 - "$threads" "${tg[*]}" "${ltg[*]}" "${pp64[*]}" "${lpp64[*]}" "${pp512[*]}" "${lpp512[*]}" <<'PY'
 import statistics as st, sys
-a = st.median(float(x) for x in sys.argv[1].split()); b = st.median(float(x) for x in sys.argv[2].split())
-label = f"decode tokens/s, {sys.argv[3]} thread(s)"
-print(f"{label:<34}{a:>10.1f}{b:>10.1f}{a / b:>8.3f}   (tbbench built-in vs llama.cpp)")
+t = sys.argv[1]
+med = lambda s: st.median(float(x) for x in s.split())
+for name, ours, theirs in (("tg64", 2, 3), ("pp64", 4, 5), ("pp512", 6, 7)):
+    a, b = med(sys.argv[ours]), med(sys.argv[theirs])
+    print(f"{name + ', ' + t + ' thread(s)':<36}{a:>10.1f}{b:>12.1f}{a / b:>8.2f}")
 PY
 done

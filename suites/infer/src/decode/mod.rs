@@ -288,15 +288,22 @@ fn teacher_forced(shard: &mut Shard, prompt: &[u32], run: &Timed) -> Result<Forc
     Ok(f)
 }
 
-/// Read bandwidth of this process in bytes/s: the best of three sums over 256 MiB, split over
-/// `threads` threads as the decode's products split their rows. The ceiling a token rate is
-/// quoted against.
-pub fn read_bandwidth(threads: usize) -> f64 {
+/// Read bandwidth of this process in bytes/s for a working set of `bytes` (the weights one
+/// step reads): the best of eight timed passes over a buffer that size, split over `threads`
+/// threads as the decode's products split their rows, each timing at least 64 MiB of reads.
+/// Weights that fit in the host's caches are read at the caches' speed, and so is this
+/// buffer: the ceiling quoted from it holds there too.
+pub fn read_bandwidth(threads: usize, bytes: usize) -> f64 {
     let threads = threads.max(1);
-    let v = vec![1.0f32; 64 << 20];
+    let floats = (bytes / 4)
+        .clamp(1 << 18, 64 << 20)
+        .next_multiple_of(16 * threads);
+    let v = vec![1.0f32; floats];
+    let passes = (64usize << 20).div_ceil(floats * 4).max(1);
     let part = v.len().div_ceil(threads).next_multiple_of(16);
     let mut best = 0f64;
-    for _ in 0..3 {
+    // One untimed pass brings the buffer in, as the previous token brought the weights.
+    for round in 0..9 {
         let t = Instant::now();
         let sums: Vec<f32> = std::thread::scope(|s| {
             let readers: Vec<_> = v
@@ -304,9 +311,11 @@ pub fn read_bandwidth(threads: usize) -> f64 {
                 .map(|chunk| {
                     s.spawn(move || {
                         let mut lanes = [0f32; 16];
-                        for c in chunk.chunks_exact(16) {
-                            for i in 0..16 {
-                                lanes[i] += c[i];
+                        for _ in 0..if round == 0 { 1 } else { passes } {
+                            for c in chunk.chunks_exact(16) {
+                                for i in 0..16 {
+                                    lanes[i] += c[i];
+                                }
                             }
                         }
                         std::hint::black_box(lanes.iter().sum::<f32>())
@@ -319,8 +328,8 @@ pub fn read_bandwidth(threads: usize) -> f64 {
                 .collect()
         });
         let secs = t.elapsed().as_secs_f64();
-        if sums.iter().all(|s| *s > 0.0) {
-            best = best.max((v.len() * 4) as f64 / secs);
+        if round > 0 && sums.iter().all(|s| *s > 0.0) {
+            best = best.max((v.len() * 4 * passes) as f64 / secs);
         }
     }
     best
@@ -414,7 +423,7 @@ fn measure(
     let mut bw = 0.0;
     for r in 0..size {
         if r == rank {
-            bw = read_bandwidth(threads);
+            bw = read_bandwidth(threads, shard.bytes_per_token());
         }
         ctx.comm.barrier()?;
     }
@@ -649,6 +658,7 @@ fn output(
         "percent_of_bandwidth_ceiling": m.decode_tps / m.ceiling.max(1e-12) * 100.0,
         "one_rank_decode_tokens_per_s": m.one_rank_tps,
         "speedup_over_one_rank": speedup,
+        "kernel": qdot::kernel(),
         "tokens": m.run.tokens,
         "ended_turn": m.run.ended_turn,
         "text": decoded,

@@ -138,6 +138,22 @@ pub fn to_f16(x: f32) -> f32 {
 
 /// One weight row (its blocks' quants, scales and, for Q4_1, minimums) times `a`, whose
 /// blocks line up with the row's.
+/// The kernel `row` runs on this CPU, as the result file records it.
+pub fn kernel() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if avx2::available() {
+            return "avx2 (x86-64 AVX2: maddubs/madd byte products)";
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        return "neon (aarch64 baseline: smull byte products)";
+    }
+    #[allow(unreachable_code)]
+    "portable (plain Rust, vectorized by the compiler)"
+}
+
 pub fn row(format: Format, q: &[u8], d: &[f32], m: &[f32], a: &Q8Activation) -> f64 {
     // The SIMD kernels read by pointer: these hold every read in bounds (cheap next to a row).
     let nb = d.len();
