@@ -104,7 +104,10 @@ words() { python3 -c "import sys; print(' '.join(['the network'] * int(sys.argv[
 simd=$(grep -m1 -oE '^flags.*' /proc/cpuinfo 2>/dev/null | tr ' ' '\n' \
   | grep -E '^(avx2|avx512f|avx512bw|avx512_vnni|avx_vnni|amx_tile|amx_int8)$' | paste -sd ' ' - || true)
 echo "host SIMD: ${simd:-$(sysctl -n machdep.cpu.brand_string 2>/dev/null || echo unknown)}"
-echo "llama-bench: $(grep -m1 -oE 'Adding CPU backend variant.*' "$lb_dir/build.log" || echo 'build flags above'), AMX off"
+echo "llama-bench: $(grep -m1 -oE 'Adding CPU backend variant.*[^ ]' "$lb_dir/build.log" || echo 'build flags above'), AMX off"
+kernel=$("$tb" infer --gguf "$gguf" --nodes 1 --max-tokens 1 --out "$tmp/k.json" >/dev/null \
+  && python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['results']['kernel'])" "$tmp/k.json")
+echo "tbbench decode kernel: $kernel"
 printf '\n%-36s%10s%12s%8s\n' "figure (tokens/s, medians)" tbbench llama.cpp ratio
 for threads in $(printf '%s\n' 1 "$cores" | sort -un); do
   declare -a tg=() pp64=() pp512=() ltg=() lpp64=() lpp512=()
@@ -112,7 +115,6 @@ for threads in $(printf '%s\n' 1 "$cores" | sort -un); do
     "$tb" infer --gguf "$gguf" --nodes 1 --threads "$threads" --max-tokens 65 --ignore-eos \
       --out "$tmp/d.json" >/dev/null
     tg+=("$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['results']['decode_tokens_per_s'])" "$tmp/d.json")")
-    [ -n "${kernel:-}" ] || { kernel=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['results']['kernel'])" "$tmp/d.json"); echo "tbbench decode kernel: $kernel"; }
     for n in 64 512; do
       # A prompt of n tokens (the chat turn's own tokens included): "the network" repeated.
       "$tb" infer --gguf "$gguf" --nodes 1 --threads "$threads" --max-tokens 1 \
