@@ -176,8 +176,13 @@ impl Collective for Broadcast {
         send: &mut [T],
         recv: &mut [T],
     ) -> Result<Algo> {
-        if comm.rank() == call.root {
+        if comm.rank() == call.root && !call.in_place {
+            // The root sends from its input, which it only reads, and fills its output after:
+            // the others then read lines the root has not just written (over shared memory a
+            // copy out of another core's freshly written cache lines costs twice as long).
+            let algo = comm.broadcast_in(Group::All, call.root, send, call.algo)?;
             stage(call, send, recv, 0);
+            return Ok(algo);
         }
         comm.broadcast_in(Group::All, call.root, recv, call.algo)
     }
