@@ -59,7 +59,13 @@ pub struct Gate {
     cap: usize,
     waiting: VecDeque<Stranger>,
     refused: usize,
+    /// Connections that closed before a complete greeting, held back until `flush` (see
+    /// `hold_closed`).
+    held: Option<Vec<SocketAddr>>,
 }
+
+/// Why a connection that ended before its greeting was refused.
+const CLOSED_EARLY: &str = "closed before a complete greeting";
 
 impl Gate {
     pub fn new(prefix: impl Into<String>, kind: &'static str) -> Gate {
@@ -79,6 +85,7 @@ impl Gate {
             cap: cap.max(1),
             waiting: VecDeque::new(),
             refused: 0,
+            held: None,
         }
     }
 
@@ -184,8 +191,34 @@ impl Gate {
         admitted
     }
 
+    /// Holds back the lines of connections that closed before a complete greeting until
+    /// `flush`. While ranks connect to each other, a rank that dies mid-greeting (the run
+    /// aborted elsewhere) closes its half-made connections: the abort ends this process before
+    /// `flush`, and its one line is not followed by one per connection the abort cut.
+    pub fn hold_closed(mut self) -> Gate {
+        self.held = Some(Vec::new());
+        self
+    }
+
+    /// Prints the lines held back by `hold_closed`.
+    pub fn flush(&mut self) {
+        for from in self.held.as_mut().map(std::mem::take).unwrap_or_default() {
+            self.log_refusal(from, CLOSED_EARLY);
+        }
+    }
+
     /// Logs a refusal (the connection is closed when dropped).
     pub fn refuse(&mut self, from: SocketAddr, why: &str) {
+        if why == CLOSED_EARLY {
+            if let Some(held) = &mut self.held {
+                held.push(from);
+                return;
+            }
+        }
+        self.log_refusal(from, why);
+    }
+
+    fn log_refusal(&mut self, from: SocketAddr, why: &str) {
         self.refused += 1;
         if self.refused <= REPORTED_REFUSALS {
             say(&format!(
@@ -221,7 +254,7 @@ fn read_on<T>(
         match (&s.stream).read(&mut s.got[have..]) {
             Ok(0) => {
                 s.got.truncate(have);
-                return Some(Err("closed before a complete greeting".into()));
+                return Some(Err(CLOSED_EARLY.into()));
             }
             Ok(n) => s.got.truncate(have + n),
             Err(e) => {
@@ -310,6 +343,34 @@ mod tests {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    #[test]
+    fn held_closures_wait_for_flush_and_other_refusals_do_not() {
+        let (l, addr) = listener();
+        let mut gate = Gate::new("test: ", "test").hold_closed();
+        // Half a greeting, then closed; then a wrong one.
+        let mut half = TcpStream::connect(addr).unwrap();
+        half.write_all(b"H").unwrap();
+        drop(half);
+        let mut wrong = TcpStream::connect(addr).unwrap();
+        wrong.write_all(b"NO").unwrap();
+        let start = Instant::now();
+        while gate.refused + gate.held.as_ref().map_or(0, Vec::len) < 2
+            && start.elapsed() < Duration::from_secs(5)
+        {
+            assert!(gate.step(&l, judge).is_empty());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(gate.refused, 1, "the wrong greeting is logged at once");
+        assert_eq!(
+            gate.held.as_ref().map(Vec::len),
+            Some(1),
+            "the closed one waits"
+        );
+        gate.flush();
+        assert_eq!(gate.refused, 2);
+        assert_eq!(gate.held.as_ref().map(Vec::len), Some(0));
     }
 
     #[test]

@@ -206,9 +206,10 @@ pub fn connect_mesh(
     let deadline = Instant::now() + opts.timeout;
     listener.set_nonblocking(true)?;
     // The port is open to anyone who finds it; strangers are read only as their bytes come.
-    let mut gate = Gate::new(format!("tbbench: rank {rank}: "), "data");
+    let mut gate = Gate::new(format!("tbbench: rank {rank}: "), "data").hold_closed();
     while expected > 0 {
         if Instant::now() > deadline {
+            gate.flush();
             let missing: Vec<String> = (rank + 1..size)
                 .filter(|p| conns[*p].iter().any(|c| c.is_none()))
                 .map(|p| names[p].to_string())
@@ -233,6 +234,7 @@ pub fn connect_mesh(
             expected -= 1;
         }
     }
+    gate.flush();
     let mut ready = Vec::with_capacity(size);
     for row in conns {
         let mut streams = Vec::new();
