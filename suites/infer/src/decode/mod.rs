@@ -228,9 +228,10 @@ fn generate(
 /// greedy choice. A sum split over ranks is added in another order than the whole one, and a
 /// difference of one rounding grows through the layers and the context: on SmolLM2-135M
 /// Q4_1 over 128 tokens (scores 17 to 38, two prompts), 3 tensor ranks differ from the whole
-/// model by up to 0.51 with near-ties flipped up to 0.20 below the best; the whole model itself, with
-/// half its attention outputs moved by one unit in the last place on every layer, differs
-/// from itself by 0.50 with flips up to 0.30. The tolerance is twice the larger.
+/// model by up to 0.51 with near-ties flipped up to 0.20 below the best; the whole model
+/// itself, with half its attention outputs moved by one unit in the last place on every
+/// layer, differs from itself by 0.50 with flips up to 0.30. The tolerance is twice the
+/// larger.
 pub const LOGIT_TOLERANCE: f32 = 1.0;
 
 /// The whole model fed the distributed run's own tokens (teacher forcing), on one rank: at
@@ -254,12 +255,7 @@ fn teacher_forced(shard: &mut Shard, prompt: &[u32], run: &Timed) -> Result<Forc
     shard.reset();
     let judge = |shard: &Shard, chosen: u32| -> (u32, f32, f32) {
         let l = shard.logits();
-        let (mut at, mut best) = (0usize, f32::NEG_INFINITY);
-        for (i, v) in l.iter().enumerate() {
-            if *v > best {
-                (at, best) = (i, *v);
-            }
-        }
+        let (at, best) = model::argmax(l);
         let theirs = l.get(chosen as usize).copied().unwrap_or(f32::NEG_INFINITY);
         (at as u32, best - theirs, theirs)
     };

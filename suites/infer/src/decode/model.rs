@@ -565,6 +565,17 @@ struct Layer {
     v_cache: Vec<f32>,
 }
 
+/// The greedy choice: (index, score) of the largest score, ties to the smallest index.
+pub fn argmax(scores: &[f32]) -> (usize, f32) {
+    let (mut at, mut best) = (0usize, f32::NEG_INFINITY);
+    for (i, v) in scores.iter().enumerate() {
+        if *v > best {
+            (at, best) = (i, *v);
+        }
+    }
+    (at, best)
+}
+
 /// The collective steps a shard needs; the runner's Comm provides them across ranks, and
 /// [`Alone`] on one process (the reference run).
 pub trait Collective {
@@ -995,13 +1006,7 @@ impl Shard {
         logits.resize(self.out.rows, 0.0);
         self.out.apply(&x, &mut logits, &self.threads);
         self.logits = logits;
-        let (mut best, mut at) = (f32::NEG_INFINITY, 0usize);
-        for (i, v) in self.logits.iter().enumerate() {
-            if *v > best {
-                best = *v;
-                at = i;
-            }
-        }
+        let (at, best) = argmax(&self.logits);
         let mut t = if pipeline {
             self.score = best;
             (self.out_first + at) as u32
