@@ -74,15 +74,67 @@ pub struct BarChart {
 const W: u32 = 760;
 const H: u32 = 380;
 
-/// Wraps an SVG in a figure that names its series, so a reader (and the browser test) can
-/// tell what each chart shows without parsing the drawing.
-fn figure(title: &str, series: &[&str], svg: &str) -> String {
+/// How a legend entry is drawn: a solid line (a series), a dashed line (a reference line) or
+/// a filled box (a bar series).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Key {
+    Line,
+    Dashed,
+    Box,
+}
+
+/// The legend, as HTML below the drawing: a legend inside the plot area sits on data wherever
+/// the data reaches its corner, and long network labels wrap here instead of overflowing.
+fn legend(entries: &[(&str, RGBColor, Key)]) -> String {
+    let mut s = String::from("<figcaption class=\"legend\">");
+    for (name, RGBColor(r, g, b), key) in entries {
+        let swatch = match key {
+            Key::Line => format!(
+                "<svg width=\"22\" height=\"10\"><line x1=\"1\" y1=\"5\" x2=\"21\" y2=\"5\" stroke=\"rgb({r},{g},{b})\" stroke-width=\"3\"/></svg>"
+            ),
+            Key::Dashed => format!(
+                "<svg width=\"22\" height=\"10\"><line x1=\"1\" y1=\"5\" x2=\"21\" y2=\"5\" stroke=\"rgb({r},{g},{b})\" stroke-width=\"2\" stroke-dasharray=\"5 3\"/></svg>"
+            ),
+            Key::Box => format!(
+                "<svg width=\"14\" height=\"12\"><rect x=\"1\" y=\"1\" width=\"12\" height=\"10\" fill=\"rgb({r},{g},{b})\"/></svg>"
+            ),
+        };
+        s.push_str(&format!(
+            "<span class=\"key\">{swatch}{}</span>",
+            escape(name)
+        ));
+    }
+    s.push_str("</figcaption>");
+    s
+}
+
+/// Wraps an SVG and its legend in a figure that names its series, so a reader (and the
+/// browser test) can tell what each chart shows without parsing the drawing.
+fn figure(title: &str, series: &[&str], svg: &str, legend: &str) -> String {
     let names: Vec<String> = series.iter().map(|s| escape(s)).collect();
     format!(
-        "<figure class=\"chart\" data-series=\"{}\" aria-label=\"{}\">{svg}</figure>\n",
+        "<figure class=\"chart\" data-series=\"{}\" aria-label=\"{}\">{svg}{legend}</figure>\n",
         names.join("|"),
         escape(title)
     )
+}
+
+/// A chart whose every series holds one value is no chart: a lone dot on an axis hides the
+/// number. It is shown as the values themselves.
+fn values_figure(title: &str, rows: &[(String, String)]) -> String {
+    let mut s = format!(
+        "<figure class=\"values\" aria-label=\"{t}\"><figcaption>{t}</figcaption><table class=\"values\"><tbody>",
+        t = escape(title)
+    );
+    for (name, value) in rows {
+        s.push_str(&format!(
+            "<tr><td>{}</td><td class=\"n\">{}</td></tr>",
+            escape(name),
+            escape(value)
+        ));
+    }
+    s.push_str("</tbody></table></figure>\n");
+    s
 }
 
 fn tx(axis: &XAxis, x: f64) -> f64 {
@@ -98,6 +150,12 @@ fn ty(log: bool, y: f64) -> f64 {
     } else {
         y
     }
+}
+
+/// Every figure these charts draw (times, rates, Gflops) is positive: a band's low edge, such
+/// as a median less a spread wider than it, stops at zero rather than below it.
+fn band_low(y: f64) -> f64 {
+    y.max(0.0)
 }
 
 fn padded(lo: f64, hi: f64, log: bool) -> (f64, f64) {
@@ -158,12 +216,18 @@ pub fn number_label(v: f64) -> String {
 /// The drawn chart in its figure, or one line saying why it could not be drawn.
 fn finish(
     title: &str,
-    names: &[&str],
+    entries: &[(&str, RGBColor, Key)],
     svg: &str,
     drawn: Result<(), Box<dyn std::error::Error>>,
 ) -> String {
+    // Reference lines are in the legend but are not data series.
+    let names: Vec<&str> = entries
+        .iter()
+        .filter(|e| e.2 != Key::Dashed)
+        .map(|e| e.0)
+        .collect();
     match drawn {
-        Ok(()) => figure(title, names, svg),
+        Ok(()) => figure(title, &names, svg, &legend(entries)),
         Err(e) => format!(
             "<p class=\"warn\">chart '{}' could not be drawn: {}</p>",
             escape(title),
@@ -173,10 +237,45 @@ fn finish(
 }
 
 pub fn line_chart(c: &LineChart) -> String {
+    if !c.series.is_empty() && c.series.iter().all(|s| s.points.len() <= 1) {
+        let rows: Vec<(String, String)> = c
+            .series
+            .iter()
+            .filter_map(|s| {
+                let p = s.points.first()?;
+                let at = match &c.x {
+                    XAxis::Bytes => format!(" at {}", size_label(p.0)),
+                    XAxis::Labels(l) => l
+                        .get(p.0.max(0.0) as usize)
+                        .map(|l| format!(" ({l})"))
+                        .unwrap_or_default(),
+                    XAxis::Linear | XAxis::Count => {
+                        format!(" at {} {}", number_label(p.0), c.x_label)
+                    }
+                };
+                Some((
+                    s.name.clone(),
+                    format!("{} {}{at}", number_label(p.1), c.y_label),
+                ))
+            })
+            .collect();
+        return values_figure(&c.title, &rows);
+    }
     let mut svg = String::new();
     let drawn = draw_lines(c, &mut svg);
-    let names: Vec<&str> = c.series.iter().map(|s| s.name.as_str()).collect();
-    finish(&c.title, &names, &svg, drawn)
+    let mut entries: Vec<(&str, RGBColor, Key)> = c
+        .series
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.name.as_str(), colour(s.colour.unwrap_or(i)), Key::Line))
+        .collect();
+    entries.extend(
+        c.hlines
+            .iter()
+            .enumerate()
+            .map(|(i, h)| (h.0.as_str(), colour(i), Key::Dashed)),
+    );
+    finish(&c.title, &entries, &svg, drawn)
 }
 
 fn draw_lines(c: &LineChart, out: &mut String) -> Result<(), Box<dyn std::error::Error>> {
@@ -195,7 +294,7 @@ fn draw_lines(c: &LineChart, out: &mut String) -> Result<(), Box<dyn std::error:
             s.points
                 .iter()
                 .map(|p| p.1)
-                .chain(s.band.iter().flat_map(|b| [b.1, b.2]))
+                .chain(s.band.iter().flat_map(|b| [band_low(b.1), b.2]))
         })
         .chain(c.hlines.iter().map(|h| h.1))
         .filter(|y| !c.log_y || *y > 0.0)
@@ -258,7 +357,16 @@ fn draw_lines(c: &LineChart, out: &mut String) -> Result<(), Box<dyn std::error:
                 let mut poly: Vec<(f64, f64)> = s
                     .band
                     .iter()
-                    .map(|b| (tx(&c.x, b.0), ty(c.log_y, b.1)))
+                    .map(|b| {
+                        // On a log axis a low edge at zero is the axis' bottom.
+                        let low = band_low(b.1);
+                        let y = if c.log_y && low <= 0.0 {
+                            y0
+                        } else {
+                            ty(c.log_y, low)
+                        };
+                        (tx(&c.x, b.0), y)
+                    })
                     .collect();
                 poly.extend(
                     s.band
@@ -274,12 +382,7 @@ fn draw_lines(c: &LineChart, out: &mut String) -> Result<(), Box<dyn std::error:
                 .filter(|p| !c.log_y || p.1 > 0.0)
                 .map(|p| (tx(&c.x, p.0), ty(c.log_y, p.1)))
                 .collect();
-            chart
-                .draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))?
-                .label(s.name.as_str())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(3))
-                });
+            chart.draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))?;
             chart.draw_series(pts.iter().map(|p| Circle::new(*p, 3, col.filled())))?;
             chart.draw_series(
                 s.marks.iter().map(|p| {
@@ -287,36 +390,47 @@ fn draw_lines(c: &LineChart, out: &mut String) -> Result<(), Box<dyn std::error:
                 }),
             )?;
         }
-        for (i, (label, y)) in c.hlines.iter().enumerate() {
+        for (i, (_, y)) in c.hlines.iter().enumerate() {
             let col = colour(i).mix(0.8);
             let y = ty(c.log_y, *y);
-            chart
-                .draw_series(DashedLineSeries::new(
-                    vec![(x0, y), (x1, y)],
-                    6,
-                    4,
-                    col.stroke_width(1),
-                ))?
-                .label(label.as_str())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], col));
+            chart.draw_series(DashedLineSeries::new(
+                vec![(x0, y), (x1, y)],
+                6,
+                4,
+                col.stroke_width(1),
+            ))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(200, 200, 200))
-            .label_font(("sans-serif", 13))
-            .draw()?;
         root.present()?;
     }
     Ok(())
 }
 
 pub fn bar_chart(c: &BarChart) -> String {
+    if c.categories.len() == 1 && c.series.len() == 1 {
+        let (name, vals) = &c.series[0];
+        let rows: Vec<(String, String)> = vals
+            .first()
+            .copied()
+            .flatten()
+            .map(|v| {
+                (
+                    format!("{} ({name})", c.categories[0]),
+                    format!("{} {}", number_label(v), c.y_label),
+                )
+            })
+            .into_iter()
+            .collect();
+        return values_figure(&c.title, &rows);
+    }
     let mut svg = String::new();
     let drawn = draw_bars(c, &mut svg);
-    let names: Vec<&str> = c.series.iter().map(|s| s.0.as_str()).collect();
-    finish(&c.title, &names, &svg, drawn)
+    let entries: Vec<(&str, RGBColor, Key)> = c
+        .series
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.0.as_str(), colour(i), Key::Box))
+        .collect();
+    finish(&c.title, &entries, &svg, drawn)
 }
 
 fn draw_bars(c: &BarChart, out: &mut String) -> Result<(), Box<dyn std::error::Error>> {
@@ -335,7 +449,7 @@ fn draw_bars(c: &BarChart, out: &mut String) -> Result<(), Box<dyn std::error::E
             }
         })
         .fold(0.0, f64::max);
-    let top = if top > 0.0 { top * 1.15 } else { 1.0 };
+    let top = if top > 0.0 { top * 1.08 } else { 1.0 };
     {
         let root = SVGBackend::with_string(out, (W, H)).into_drawing_area();
         root.fill(&WHITE)?;
@@ -368,7 +482,7 @@ fn draw_bars(c: &BarChart, out: &mut String) -> Result<(), Box<dyn std::error::E
             .axis_desc_style(("sans-serif", 14))
             .draw()?;
         let mut base = vec![0.0; n];
-        for (si, (name, vals)) in c.series.iter().enumerate() {
+        for (si, (_, vals)) in c.series.iter().enumerate() {
             let col = colour(si);
             let mut rects = Vec::new();
             for (i, v) in vals.iter().enumerate().take(n) {
@@ -385,18 +499,8 @@ fn draw_bars(c: &BarChart, out: &mut String) -> Result<(), Box<dyn std::error::E
                     base[i] += v;
                 }
             }
-            chart
-                .draw_series(rects)?
-                .label(name.as_str())
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], col.filled()));
+            chart.draw_series(rects)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(200, 200, 200))
-            .label_font(("sans-serif", 13))
-            .draw()?;
         root.present()?;
     }
     Ok(())
@@ -462,6 +566,74 @@ mod tests {
         );
         // Three bars plus two legend swatches.
         assert!(html.matches("<rect").count() >= 5, "{html}");
+    }
+
+    fn history_like(points: Vec<(f64, f64)>, band: Vec<(f64, f64, f64)>) -> LineChart {
+        LineChart {
+            title: "latency p50 over time".into(),
+            x_label: "run".into(),
+            y_label: "µs".into(),
+            x: XAxis::Labels(vec!["a".into(), "b".into(), "c".into()]),
+            log_y: false,
+            series: vec![Series {
+                name: "p50".into(),
+                points,
+                band,
+                ..Default::default()
+            }],
+            hlines: vec![],
+        }
+    }
+
+    #[test]
+    fn a_band_wider_than_its_values_stops_at_zero() {
+        // A spread of 40 around 30 µs: the band's low edge would be -10 µs.
+        let c = history_like(
+            vec![(0.0, 30.0), (1.0, 28.0), (2.0, 29.0)],
+            vec![(0.0, -10.0, 70.0), (1.0, 20.0, 36.0), (2.0, 25.0, 33.0)],
+        );
+        let html = line_chart(&c);
+        assert!(html.contains("<svg"), "{html}");
+        let negative: Vec<&str> = html
+            .lines()
+            .filter(|l| l.starts_with('-') && l[1..].parse::<f64>().is_ok())
+            .collect();
+        assert!(negative.is_empty(), "ticks below zero: {negative:?}");
+        // The check sees negative ticks where the data has them.
+        let below = history_like(vec![(0.0, -30.0), (1.0, 28.0)], vec![]);
+        assert!(line_chart(&below).lines().any(|l| l.starts_with('-')));
+    }
+
+    #[test]
+    fn a_chart_of_one_point_per_series_shows_the_values() {
+        let c = history_like(vec![(1.0, 12.345)], vec![]);
+        let html = line_chart(&c);
+        assert!(!html.contains("<svg"), "a lone dot drawn: {html}");
+        assert!(html.contains("12.3 µs (b)"), "{html}");
+        let bar = bar_chart(&BarChart {
+            title: "Gflops".into(),
+            y_label: "Gflops".into(),
+            categories: vec!["N=2000 1x1".into()],
+            series: vec![("tcp/lo".into(), vec![Some(57.7)])],
+            stacked: false,
+        });
+        assert!(
+            !bar.contains("<svg") && bar.contains("57.7 Gflops"),
+            "{bar}"
+        );
+    }
+
+    #[test]
+    fn legends_are_html_below_the_drawing() {
+        let c = history_like(vec![(0.0, 1.0), (1.0, 2.0)], vec![]);
+        let html = line_chart(&c);
+        let svg_end = html.find("</svg>").unwrap();
+        let legend = html
+            .find("<figcaption class=\"legend\">")
+            .expect("a legend");
+        assert!(legend > svg_end);
+        // The drawing itself does not name the series.
+        assert!(!html[..svg_end].contains(">p50<") && !html[..svg_end].contains("\np50\n"));
     }
 
     #[test]

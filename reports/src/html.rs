@@ -65,6 +65,44 @@ pub fn table(class: &str, headers: &[&str], rows: Vec<Vec<Cell>>) -> String {
         s.push_str(&format!("<th>{}</th>", escape(h)));
     }
     s.push_str("</tr></thead><tbody>\n");
+    body_rows(&mut s, rows);
+    s.push_str("</tbody></table>\n");
+    s
+}
+
+/// A table whose columns come in groups under a shared heading (a network's label over its
+/// p50/p99/p99.9 columns): `lead` columns first (each spanning both header rows), then each
+/// group's heading over its columns. Long labels are written once instead of per column.
+pub fn grouped_table(
+    class: &str,
+    lead: &[&str],
+    groups: &[(String, Vec<&str>)],
+    rows: Vec<Vec<Cell>>,
+) -> String {
+    let mut s = format!("<table class=\"{class}\"><thead><tr>");
+    for h in lead {
+        s.push_str(&format!("<th rowspan=\"2\">{}</th>", escape(h)));
+    }
+    for (g, cols) in groups {
+        s.push_str(&format!(
+            "<th class=\"group\" colspan=\"{}\">{}</th>",
+            cols.len(),
+            escape(g)
+        ));
+    }
+    s.push_str("</tr><tr>");
+    for (_, cols) in groups {
+        for c in cols {
+            s.push_str(&format!("<th>{}</th>", escape(c)));
+        }
+    }
+    s.push_str("</tr></thead><tbody>\n");
+    body_rows(&mut s, rows);
+    s.push_str("</tbody></table>\n");
+    s
+}
+
+fn body_rows(s: &mut String, rows: Vec<Vec<Cell>>) {
     for row in rows {
         s.push_str("<tr>");
         for c in row {
@@ -76,8 +114,6 @@ pub fn table(class: &str, headers: &[&str], rows: Vec<Vec<Cell>>) -> String {
         }
         s.push_str("</tr>\n");
     }
-    s.push_str("</tbody></table>\n");
-    s
 }
 
 pub fn section(id: &str, title: &str, body: &str) -> String {
@@ -93,14 +129,19 @@ body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:0 auto;max
 h1{font-size:1.6rem;margin-bottom:.2rem}h2{border-bottom:2px solid #ddd;padding-bottom:.2rem;margin-top:2.2rem}
 h3{margin-top:1.6rem}
 table{border-collapse:collapse;margin:.6rem 0 1rem;font-size:.86rem;display:block;max-width:100%;overflow-x:auto}
-th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:left;vertical-align:top}
-th{background:#f4f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}
+th,td{border:1px solid #ddd;padding:.25rem .45rem;text-align:left;vertical-align:top}
+td{overflow-wrap:anywhere}th{background:#f4f4f4;overflow-wrap:normal}th.group{text-align:center}
+td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .pass{background:#1a7f37;color:#fff;font-weight:700;padding:.1rem .5rem;border-radius:3px}
 .fail{background:#cf222e;color:#fff;font-weight:700;padding:.1rem .5rem;border-radius:3px}
 .regressed{color:#cf222e;font-weight:700}.improved{color:#1a7f37}
 .warn{color:#9a6700}.problems li{color:#cf222e}
-figure.chart{margin:1rem 0;display:inline-block}figure.chart svg{max-width:100%;height:auto;border:1px solid #eee}
-figcaption{font-size:.8rem;color:#555}
+figure.chart{margin:1rem 1rem 1rem 0;display:inline-block;vertical-align:top;max-width:760px}
+figure.chart svg{max-width:100%;height:auto;border:1px solid #eee}
+figcaption.legend{font-size:.82rem;color:#333;display:flex;flex-wrap:wrap;gap:.15rem 1.1rem;margin-top:.3rem}
+figcaption.legend .key{display:inline-flex;align-items:center;gap:.35rem}
+figcaption.legend svg{border:none}
+figure.values{margin:1rem 0}figure.values figcaption{font-weight:600;margin-bottom:.2rem}
 .meta{color:#555;font-size:.9rem}
 details summary{cursor:pointer}
 ";

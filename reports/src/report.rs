@@ -278,10 +278,15 @@ fn history(loaded: &[Loaded], threshold_pct: f64) -> (String, Vec<Value>) {
     (out, data)
 }
 
+/// Two tables: each run (file, suite, tool, network, which host ran which ranks) and each
+/// distinct host setup once (OS, CPU, memory, BLAS), so a row stays one line wide.
 fn environment(loaded: &[Loaded]) -> String {
-    let mut rows = Vec::new();
+    // Host setups, numbered in the order they first appear.
+    let mut setups: Vec<Vec<String>> = Vec::new();
+    let mut run_rows = Vec::new();
     for l in loaded {
         let r = &l.result;
+        let mut placed = Vec::new();
         for h in &r.hosts {
             let blas = h
                 .blas
@@ -292,57 +297,105 @@ fn environment(loaded: &[Loaded]) -> String {
                     } else {
                         format!(" [{}]", b.env.join(" "))
                     };
-                    format!("{}: {}{env}", b.name, b.kernel)
+                    // OpenBLAS's config string ("Cooperlake (OpenBLAS 0.3.21 NO_LAPACKE
+                    // DYNAMIC_ARCH ...)"): the kernel and the version; the whole string stays
+                    // in the result file.
+                    let mut words = b.kernel.split_whitespace();
+                    let kernel = words.next().unwrap_or("?");
+                    let version = match (words.next(), words.next()) {
+                        (Some(n), Some(v)) if n.trim_start_matches('(') == "OpenBLAS" => {
+                            format!(" (OpenBLAS {})", v.trim_end_matches(')'))
+                        }
+                        _ => String::new(),
+                    };
+                    format!("{} {kernel}{version}{env}", b.name)
                 })
                 .unwrap_or_else(|| "–".into());
-            rows.push(vec![
-                Cell::from(l.path.display().to_string()),
-                Cell::from(r.suite.as_str()),
-                Cell::from(short_time(&r.started_at)),
-                Cell::from(format!(
-                    "{} {} ({})",
-                    r.tool.name,
-                    r.tool.version,
-                    r.tool.git_commit.chars().take(10).collect::<String>()
-                )),
-                Cell::from(views::network_label(&r.network)),
-                Cell::from(h.hostname.as_str()),
-                Cell::from(format!("{} · {} · {}", h.os_version, h.kernel, h.arch)),
-                Cell::from(h.cpu_model.as_str()),
-                Cell::Num(format!("{}/{}", h.cores_physical, h.cores_logical)),
-                Cell::Num(format!(
-                    "{:.1}",
-                    h.memory_total_bytes as f64 / (1u64 << 30) as f64
-                )),
-                Cell::from(blas),
-                Cell::from(
-                    h.ranks
-                        .iter()
-                        .map(|r| r.to_string())
-                        .collect::<Vec<_>>()
-                        .join(","),
-                ),
-            ]);
+            let setup = vec![
+                h.hostname.clone(),
+                format!("{} · {} · {}", h.os_version, h.kernel, h.arch),
+                h.cpu_model.clone(),
+                format!("{}/{}", h.cores_physical, h.cores_logical),
+                format!("{:.1}", h.memory_total_bytes as f64 / (1u64 << 30) as f64),
+                blas,
+            ];
+            let id = match setups.iter().position(|s| *s == setup) {
+                Some(i) => i,
+                None => {
+                    setups.push(setup);
+                    setups.len() - 1
+                }
+            };
+            let ranks = h
+                .ranks
+                .iter()
+                .map(|r| r.to_string())
+                .collect::<Vec<_>>()
+                .join(",");
+            placed.push(format!("{} (host {}): {ranks}", h.hostname, id + 1));
         }
+        let file = l
+            .path
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_else(|| l.path.display().to_string());
+        run_rows.push(vec![
+            Cell::Html(format!(
+                "<span title=\"{}\">{}</span>",
+                escape(&l.path.display().to_string()),
+                escape(&file)
+            )),
+            Cell::from(r.suite.as_str()),
+            Cell::from(short_time(&r.started_at)),
+            Cell::from(format!(
+                "{} ({})",
+                r.tool.version,
+                r.tool.git_commit.chars().take(10).collect::<String>()
+            )),
+            Cell::from(views::network_label(&r.network)),
+            Cell::from(placed.join("; ")),
+        ]);
     }
     let mut s = html::table(
-        "environment",
+        "runs",
         &[
             "file",
             "suite",
             "started",
-            "tool",
+            "tbbench",
             "network",
+            "ranks per host",
+        ],
+        run_rows,
+    );
+    let host_rows = setups
+        .into_iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let mut row = vec![Cell::Num((i + 1).to_string())];
+            for (c, v) in f.into_iter().enumerate() {
+                row.push(if c == 3 || c == 4 {
+                    Cell::Num(v)
+                } else {
+                    Cell::from(v)
+                });
+            }
+            row
+        })
+        .collect();
+    s.push_str(&html::table(
+        "environment",
+        &[
             "host",
+            "name",
             "OS · kernel · arch",
             "CPU",
             "cores phys/log",
             "memory GiB",
-            "BLAS and kernel",
-            "ranks",
+            "BLAS and its kernel",
         ],
-        rows,
-    );
+        host_rows,
+    ));
     for l in loaded {
         let w = &l.result.warnings;
         let failed: Vec<_> = l

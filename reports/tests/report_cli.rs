@@ -178,7 +178,7 @@ fn report_of_recorded_runs_puts_networks_side_by_side() {
     assert!(html.contains("over time"));
 
     // Environment: hosts, BLAS, tool version of every run.
-    assert!(html.contains("BLAS and kernel") && html.contains("tbbench 0.1.0"));
+    assert!(html.contains("BLAS and its kernel") && html.contains("0.1.0 ("));
     let n_files = json_files(&fixtures()).len();
     assert_eq!(summary["files"].as_array().unwrap().len(), n_files);
     assert_eq!(summary["problems"].as_array().unwrap().len(), 0);
@@ -491,6 +491,16 @@ fn chromium() -> Option<PathBuf> {
 
 /// Loads a page headless; returns (the DOM after load, console messages).
 fn load_in_chromium(exe: &Path, page: &Path, screenshot: Option<&Path>) -> (String, Vec<String>) {
+    load_in_chromium_at(exe, page, screenshot, 1280)
+}
+
+/// As [`load_in_chromium`], in a window `width` CSS pixels wide.
+fn load_in_chromium_at(
+    exe: &Path,
+    page: &Path,
+    screenshot: Option<&Path>,
+    width: u32,
+) -> (String, Vec<String>) {
     let profile = tmpdir(&format!(
         "chromium-profile-{}",
         page.file_stem().unwrap().to_string_lossy()
@@ -507,11 +517,11 @@ fn load_in_chromium(exe: &Path, page: &Path, screenshot: Option<&Path>) -> (Stri
         "--hide-scrollbars",
         "--enable-logging=stderr",
         "--v=0",
-        "--window-size=1280,4000",
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
+    args.push(format!("--window-size={width},4000"));
     args.push(format!("--user-data-dir={}", profile.display()));
     match screenshot {
         Some(s) => args.push(format!("--screenshot={}", s.display())),
@@ -599,4 +609,206 @@ fn report_loads_in_headless_chromium_with_every_chart_drawn() {
     let png = std::fs::read(&shot).expect("screenshot written");
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     eprintln!("screenshot: {}", shot.display());
+}
+
+/// Measures the laid-out page: the script is added at the end of a copy of the report (the
+/// report itself has none), asks for the layout of what is above it, and leaves what it found
+/// in an attribute of <body> for --dump-dom to carry out.
+const MEASURE: &str = r#"<script>
+(() => {
+  const out = {tables: [], page: 0, legends: [], inside: []};
+  for (const t of document.querySelectorAll('table')) {
+    if (t.scrollWidth > t.clientWidth + 1) out.tables.push(t.className + ' ' + t.scrollWidth + '>' + t.clientWidth);
+  }
+  out.page = document.documentElement.scrollWidth - window.innerWidth;
+  for (const f of document.querySelectorAll('figure.chart')) {
+    const svg = f.querySelector('svg').getBoundingClientRect();
+    const leg = f.querySelector('figcaption.legend');
+    if (!leg || leg.getBoundingClientRect().top < svg.bottom - 1) out.legends.push(f.getAttribute('aria-label'));
+    const names = (f.getAttribute('data-series') || '').split('|');
+    for (const t of f.querySelector('svg').querySelectorAll('text')) {
+      if (names.includes(t.textContent.trim())) out.inside.push(t.textContent.trim());
+    }
+  }
+  document.body.setAttribute('data-measured', JSON.stringify(out));
+})();
+</script>"#;
+
+fn measured(exe: &Path, report: &Path, width: u32) -> Value {
+    let page = report.with_file_name(format!(
+        "{}-measured.html",
+        report.file_stem().unwrap().to_string_lossy()
+    ));
+    let html = std::fs::read_to_string(report).unwrap();
+    std::fs::write(&page, html.replace("</body>", &format!("{MEASURE}</body>"))).unwrap();
+    let (dom, console) = load_in_chromium_at(exe, &page, None, width);
+    assert!(console.is_empty(), "console messages: {console:?}");
+    let attr = dom
+        .split("data-measured=\"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .unwrap_or_else(|| panic!("the page was not measured: {}", &dom[..dom.len().min(300)]));
+    let json = attr
+        .replace("&quot;", "\"")
+        .replace("&gt;", ">")
+        .replace("&lt;", "<")
+        .replace("&amp;", "&");
+    serde_json::from_str(&json).unwrap()
+}
+
+#[test]
+fn report_fits_a_1400_pixel_window_with_legends_off_the_data() {
+    let Some(exe) = chromium() else {
+        assert!(
+            std::env::var_os("TBBENCH_REQUIRE_CHROMIUM").is_none(),
+            "TBBENCH_REQUIRE_CHROMIUM is set but /usr/bin/chromium is missing"
+        );
+        skipped("no chromium (scripts/setup.sh --deps installs Debian's package)");
+        return;
+    };
+    let dir = tmpdir("chromium-layout");
+    // Every recorded run, and a fifth network beside them: a copy of the shm run under a long
+    // label, the width a real interface name with its kind reaches.
+    let mut wide = fixture("network/link-shm.json");
+    wide["network"]["label"] = "tcp/thunderbolt-bridge0 (thunderbolt-bridge)".into();
+    wide["network"]["transport"] = "tcp".into();
+    wide["hosts"][0]["hostname"] = "mac-studio-rack-2.example.internal".into();
+    write_json(&dir.join("link-wide.json"), &wide);
+    let html = dir.join("report.html");
+    let o = run(
+        &[
+            "report",
+            fixtures().to_str().unwrap(),
+            dir.join("link-wide.json").to_str().unwrap(),
+            "-o",
+            html.to_str().unwrap(),
+        ],
+        LIMIT,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let m = measured(&exe, &html, 1400);
+    assert_eq!(
+        m["tables"],
+        serde_json::json!([]),
+        "tables wider than the page"
+    );
+    assert!(
+        m["page"].as_i64().unwrap() <= 0,
+        "the page scrolls sideways by {} px",
+        m["page"]
+    );
+    assert_eq!(m["legends"], serde_json::json!([]), "legends on the plot");
+    assert_eq!(
+        m["inside"],
+        serde_json::json!([]),
+        "series named inside a plot"
+    );
+
+    // The measurement itself can fail: a table wider than the page is seen.
+    let too_wide = dir.join("wide.html");
+    let cells: String = (0..60).map(|i| format!("<td>column{i}</td>")).collect();
+    std::fs::write(
+        &too_wide,
+        format!(
+            "<!DOCTYPE html><html><body><table class=\"t\"><tr>{cells}</tr></table></body></html>"
+        ),
+    )
+    .unwrap();
+    let m = measured(&exe, &too_wide, 1400);
+    assert!(m["page"].as_i64().unwrap() > 0, "{m}");
+}
+
+/// Scaling with ranks is drawn across runs of one matrix size only: a line from a 2-rank
+/// N=3000 run to a 4-rank N=48768 run would show problem size as scaling.
+#[test]
+fn hpl_scaling_joins_only_runs_of_one_n() {
+    let dir = tmpdir("hpl-scaling-n");
+    let mut names = Vec::new();
+    for (f, n) in [
+        ("hpl-1-ranks", 2000),
+        ("hpl-2-ranks", 3000),
+        ("hpl-4-ranks", 2000),
+    ] {
+        let mut v = fixture(&format!("hpl/{f}.json"));
+        v["results"]["runs"][0]["n"] = n.into();
+        let p = dir.join(format!("{f}.json"));
+        write_json(&p, &v);
+        names.push(p);
+    }
+    let report = |files: &[PathBuf]| -> String {
+        let html = dir.join("r.html");
+        let mut args: Vec<&str> = vec!["report"];
+        args.extend(files.iter().map(|p| p.to_str().unwrap()));
+        args.extend(["-o", html.to_str().unwrap()]);
+        let o = run(&args, LIMIT);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        std::fs::read_to_string(&html).unwrap()
+    };
+    let html = report(&names);
+    let fig = html
+        .split("<figure class=\"chart\"")
+        .find(|f| f.contains("Gflops vs number of ranks"))
+        .expect("1 and 4 ranks at N=2000 make a scaling chart");
+    let series = fig
+        .split("data-series=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap();
+    assert!(
+        series.contains("N=2000") && !series.contains("N=3000"),
+        "{series}"
+    );
+    // No two runs of one N: no scaling chart.
+    let html = report(&names[..2]);
+    assert!(
+        !html.contains("Gflops vs number of ranks"),
+        "a line across N"
+    );
+}
+
+/// History and compare join only runs of one configuration: a 128-token decode is not the
+/// next point of an 8-token one.
+#[test]
+fn decode_history_joins_only_runs_of_one_configuration() {
+    let dir = tmpdir("decode-history-config");
+    let base = fixture("decode/decode-smollm2-pp2.json");
+    let at = |v: &mut Value, t: &str| {
+        v["started_at"] = t.into();
+        v["finished_at"] = t.into();
+    };
+    let mut a = base.clone();
+    at(&mut a, "2026-12-01T10:00:00Z");
+    let mut b = base.clone();
+    at(&mut b, "2026-12-01T11:00:00Z");
+    b["params"]["max_tokens"] = 128.into();
+    write_json(&dir.join("a.json"), &a);
+    write_json(&dir.join("b.json"), &b);
+    let history = |dir: &Path| -> Vec<Value> {
+        let json = dir.join("s.json");
+        let o = run(
+            &[
+                "report",
+                dir.to_str().unwrap(),
+                "-o",
+                dir.join("r.html").to_str().unwrap(),
+                "--json",
+                json.to_str().unwrap(),
+            ],
+            LIMIT,
+        );
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        read_json(&json)["history"].as_array().unwrap().clone()
+    };
+    assert!(history(&dir).is_empty(), "8 and 128 tokens joined");
+    let mut c = a.clone();
+    at(&mut c, "2026-12-01T12:00:00Z");
+    write_json(&dir.join("c.json"), &c);
+    let h = history(&dir);
+    assert!(
+        !h.is_empty(),
+        "two runs of one configuration make a history"
+    );
+    assert!(h.iter().all(|x| x["points"].as_array().unwrap().len() == 2));
 }

@@ -330,8 +330,8 @@ impl SuiteView for LinkView {
     }
 }
 
-/// A table with a row per message size and, per network, one column per `columns` entry;
-/// `cells` gives a network's cells at one size (its first pair's row, if it measured it).
+/// A table with a row per message size and, per network, its `columns` under the network's
+/// label; `cells` gives a network's cells at one size (its first pair's row, if it measured it).
 fn size_table(
     class: &str,
     names: &[String],
@@ -343,10 +343,10 @@ fn size_table(
     let mut sizes: Vec<u64> = parsed.iter().flat_map(&sizes_of).collect();
     sizes.sort_unstable();
     sizes.dedup();
-    let mut headers: Vec<String> = vec!["size".into()];
-    for n in names {
-        headers.extend(columns.iter().map(|c| format!("{n} {c}")));
-    }
+    let groups: Vec<(String, Vec<&str>)> = names
+        .iter()
+        .map(|n| (n.clone(), columns.to_vec()))
+        .collect();
     let rows = sizes
         .iter()
         .map(|&s| {
@@ -357,8 +357,7 @@ fn size_table(
             row
         })
         .collect();
-    let h: Vec<&str> = headers.iter().map(|s| s.as_str()).collect();
-    html::table(class, &h, rows)
+    html::grouped_table(class, &["size"], &groups, rows)
 }
 
 fn percentile_table(names: &[String], parsed: &[LinkResults]) -> String {
@@ -396,16 +395,18 @@ fn bandwidth_table(mode: &str, names: &[String], parsed: &[LinkResults]) -> Stri
                 .map(|x| x.size_bytes)
                 .collect()
         },
-        &["Gbit/s", "GiB/s", "% of ceiling"],
+        // Each row names its own ceiling: shm's is memcpy at that size, so it changes per row.
+        &["Gbit/s", "ceiling Gbit/s", "% of ceiling"],
         |l, s| {
             let pair = first_pair(l);
             let x = l
                 .bandwidth
                 .iter()
                 .find(|x| x.mode == mode && x.size_bytes == s && Some(x.pair) == pair);
+            let factor = if mode == "bibw" { 2.0 } else { 1.0 };
             vec![
                 opt_num(x.map(|x| x.gbit_per_s.avg), 2),
-                opt_num(x.map(|x| x.gib_per_s.avg), 3),
+                opt_num(x.and_then(|x| x.ceiling_gbit_per_s).map(|c| c * factor), 1),
                 opt_num(
                     x.and_then(|x| x.percent_of_ceiling.as_ref().map(|p| p.avg)),
                     1,

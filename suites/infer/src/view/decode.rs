@@ -44,8 +44,27 @@ fn parse(r: &ResultFile) -> Result<DecodeResults, String> {
     DecodeResults::deserialize(&r.results).map_err(|e| format!("decode results unreadable: {e}"))
 }
 
-fn subject(d: &DecodeResults) -> String {
-    format!("{} {} x{}", d.model.name, d.parallel, d.ranks)
+/// The split as people say it: "tp ×2".
+fn split(d: &DecodeResults) -> String {
+    format!("{} ×{}", d.parallel, d.ranks)
+}
+
+/// What makes two decode runs the same work, so that history and compare join only those: the
+/// model, the split, threads per rank, the prompt's length and the tokens asked for (a run of
+/// 16 tokens and one of 128 differ in their prompt share of the time, not in the network).
+fn subject(r: &ResultFile, d: &DecodeResults) -> String {
+    let asked = r
+        .params
+        .get("max_tokens")
+        .and_then(|v| v.as_u64())
+        .unwrap_or(d.generated_tokens as u64);
+    format!(
+        "{} {}, {} thread(s) per rank, prompt {} + {asked} tokens",
+        d.model.name,
+        split(d),
+        d.threads_per_rank.unwrap_or(1),
+        d.prompt_tokens
+    )
 }
 
 impl SuiteView for DecodeView {
@@ -66,7 +85,7 @@ impl SuiteView for DecodeView {
         if d.matched == Some(false) {
             return vec![];
         }
-        let s = subject(&d);
+        let s = subject(r, &d);
         vec![
             Metric::new(
                 r,
@@ -105,8 +124,7 @@ impl SuiteView for DecodeView {
                 Cell::from(short_time(&l.result.started_at)),
                 Cell::from(net.as_str()),
                 Cell::from(d.model.name.as_str()),
-                Cell::from(d.parallel.as_str()),
-                Cell::Num(d.ranks.to_string()),
+                Cell::from(split(d)),
                 Cell::Num(d.threads_per_rank.unwrap_or(1).to_string()),
                 Cell::Num(d.prompt_tokens.to_string()),
                 num(d.prompt_tokens as f64 / d.prefill_s.max(1e-12), 1),
@@ -139,17 +157,16 @@ impl SuiteView for DecodeView {
                 "network",
                 "model",
                 "split",
-                "ranks",
                 "threads per rank",
                 "prompt tokens",
-                "prefill tokens/s",
-                "generated",
-                "decode tokens/s",
-                "per token p50 ms",
+                "prefill tok/s",
+                "tokens made",
+                "decode tok/s",
+                "p50 ms per token",
                 "p99 ms",
                 "% rank 0 waiting",
-                "speed-up vs 1 rank",
-                "% of bandwidth ceiling",
+                "× 1 rank",
+                "% of read ceiling",
                 "same tokens as 1 rank",
             ],
             rows,
@@ -157,23 +174,21 @@ impl SuiteView for DecodeView {
         body.push_str(
             "<p class=\"meta\">% rank 0 waiting: time in the network calls (all-reduce, stage \
              hand-over, the token's broadcast), including waiting for other ranks' compute. \
-             Bandwidth ceiling: the token rate if every rank only had to read its weights once \
-             per token at its measured read bandwidth. Models named \"(synthetic)\" have random \
+             × 1 rank: the decode rate over that of the whole model on one rank using every core of rank 0's host. Read \
+             ceiling: the token rate if every rank only had to read its weights once per token \
+             at its measured read bandwidth. Models named \"(synthetic)\" have random \
              weights at a real model's layer shapes.</p>\n",
         );
-        // Decode rate per split, networks as series (newest run of each).
-        let mut cats: Vec<String> = parsed
-            .iter()
-            .map(|d| format!("{} x{}", d.parallel, d.ranks))
-            .collect();
+        // Decode rate per model and split, networks as series (newest run of each): a model's
+        // bar never stands for another model's.
+        let category = |d: &DecodeResults| format!("{} {}", d.model.name, split(d));
+        let mut cats: Vec<String> = parsed.iter().map(category).collect();
         cats.sort();
         cats.dedup();
-        let mut nets: Vec<String> = names.clone();
-        nets.dedup();
-        let mut uniq = Vec::new();
-        for n in nets {
-            if !uniq.contains(&n) {
-                uniq.push(n);
+        let mut uniq: Vec<String> = Vec::new();
+        for n in &names {
+            if !uniq.contains(n) {
+                uniq.push(n.clone());
             }
         }
         let series = uniq
@@ -186,9 +201,7 @@ impl SuiteView for DecodeView {
                             .iter()
                             .zip(&parsed)
                             .rev()
-                            .find(|(nn, d)| {
-                                *nn == n && &format!("{} x{}", d.parallel, d.ranks) == c
-                            })
+                            .find(|(nn, d)| *nn == n && &category(d) == c)
                             .map(|(_, d)| d.decode_tokens_per_s)
                     })
                     .collect();
@@ -196,7 +209,7 @@ impl SuiteView for DecodeView {
             })
             .collect();
         body.push_str(&chart::bar_chart(&BarChart {
-            title: "Decode tokens/s per split, networks side by side".into(),
+            title: "Decode tokens/s per model and split, networks side by side".into(),
             y_label: "tokens/s".into(),
             categories: cats,
             series,
