@@ -49,6 +49,7 @@ fn problems(
     interfaces: &[Interface],
     rdma: &Rdma,
     blas: &tbbench_schema::Blas,
+    cpu_vectors: Option<&str>,
     transparent_hugepages: Option<&str>,
 ) -> Vec<String> {
     let mut p = Vec::new();
@@ -107,6 +108,11 @@ fn problems(
     if blas.name == "rust-fallback" {
         p.push("no BLAS found: hpl runs on tbbench's own slower kernels (Linux: apt install libopenblas0)".into());
     }
+    if blas.name == "openblas" {
+        if let Some(line) = tbbench_hpl::kernels::kernel_below_cpu(&blas.kernel, cpu_vectors) {
+            p.push(line);
+        }
+    }
     if blas.env.iter().any(|e| e.starts_with("OPENBLAS_CORETYPE=")) {
         let kernel: Vec<&str> = blas
             .env
@@ -145,6 +151,7 @@ pub fn run(json: bool) -> Result<i32> {
         &interfaces,
         &rdma,
         &blas,
+        tbbench_hpl::kernels::cpu_vectors(),
         host.transparent_hugepages.as_deref(),
     );
     let env = Env {
@@ -305,7 +312,7 @@ mod tests {
             kernel: String::new(),
             env: vec![],
         };
-        let p = problems(&ifs, &rdma, &blas, Some("never"));
+        let p = problems(&ifs, &rdma, &blas, Some("avx2"), Some("never"));
         let has = |s: &str| p.iter().any(|l| l.contains(s));
         assert!(
             has("bridge0 (Thunderbolt Bridge) is on with en2, en3"),
@@ -318,7 +325,7 @@ mod tests {
         assert!(has("RDMA is disabled"), "{p:#?}");
         assert!(has("no BLAS found"), "{p:#?}");
         assert!(has("transparent huge pages are off"), "{p:#?}");
-        let fine = problems(&[], &rdma, &blas, Some("madvise"));
+        let fine = problems(&[], &rdma, &blas, Some("avx2"), Some("madvise"));
         assert!(!fine.iter().any(|l| l.contains("huge pages")), "{fine:#?}");
         // A forced kernel is named, with only the variables that force it.
         let forced = tbbench_schema::Blas {
@@ -329,13 +336,26 @@ mod tests {
                 "OPENBLAS_THREAD_TIMEOUT=18".into(),
             ],
         };
-        let f = problems(&[], &rdma, &forced, None);
+        let f = problems(&[], &rdma, &forced, Some("avx2"), None);
         assert!(
             f.iter()
                 .any(|l| l.starts_with("OPENBLAS_CORETYPE=Haswell: OpenBLAS's kernel is forced")),
             "{f:#?}"
         );
         assert!(!f.iter().any(|l| l.contains("TIMEOUT")), "{f:#?}");
+        assert!(!f.iter().any(|l| l.contains("kernel on a CPU")), "{f:#?}");
+        // A kernel generations older than the CPU (a VM hiding its model from OpenBLAS).
+        let old = tbbench_schema::Blas {
+            name: "openblas".into(),
+            kernel: "Prescott (OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH)".into(),
+            env: vec![],
+        };
+        let o = problems(&[], &rdma, &old, Some("avx512"), None);
+        assert!(
+            o.iter()
+                .any(|l| l.starts_with("OpenBLAS runs its Prescott kernel on a CPU with AVX-512")),
+            "{o:#?}"
+        );
         assert!(
             !has("en0") && !has("lo0"),
             "healthy interfaces are not problems: {p:#?}"

@@ -35,3 +35,41 @@ fn env_reports_this_hosts_interfaces_rdma_and_blas() {
         assert!(out.contains(section), "{section} missing:\n{out}");
     }
 }
+
+/// OpenBLAS made to run a kernel from before AVX (as its DYNAMIC_ARCH build does on CPUs it
+/// does not know, such as VMs that hide the model): env names it as a problem on a CPU with
+/// AVX2 or AVX-512.
+#[test]
+fn an_openblas_kernel_older_than_the_cpu_is_a_problem() {
+    let o = std::process::Command::new(bin())
+        .args(["env", "--json"])
+        .env("OPENBLAS_CORETYPE", "Prescott")
+        .output()
+        .expect("tbbench starts");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("env --json is JSON");
+    if v["blas"]["name"] != "openblas" {
+        skipped("no OpenBLAS on this host (scripts/setup.sh installs libopenblas0)");
+        return;
+    }
+    let avx2 = has_avx2_and_fma();
+    let problems: Vec<&str> = v["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p.as_str())
+        .collect();
+    let named = problems
+        .iter()
+        .any(|p| p.starts_with("OpenBLAS runs its Prescott kernel on a CPU with"));
+    assert_eq!(named, avx2, "{problems:#?}");
+}
+
+#[cfg(target_arch = "x86_64")]
+fn has_avx2_and_fma() -> bool {
+    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn has_avx2_and_fma() -> bool {
+    false
+}

@@ -361,6 +361,61 @@ pub fn trsv_upper(k: usize, a: &[f64], lda: usize, x: &mut [f64]) {
 
 /// What a result file (and `tbbench env`) records about this host's BLAS: the library, its
 /// kernel, and the variables that change the kernel choice or its threads, as set.
+/// The widest vector unit this CPU has that a DGEMM kernel would use: "avx512", "avx2" or
+/// None (older x86, or not x86: NEON kernels are not judged).
+pub fn cpu_vectors() -> Option<&'static str> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::is_x86_feature_detected!("avx512f") {
+            return Some("avx512");
+        }
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            return Some("avx2");
+        }
+    }
+    None
+}
+
+/// One line when OpenBLAS runs a kernel of an older x86 generation than the CPU (its
+/// DYNAMIC_ARCH build did not recognise the CPU, common in VMs that hide the model, or
+/// OPENBLAS_CORETYPE forced it): DGEMM then runs at a fraction of what the CPU does. Seen on
+/// a 16-core Sapphire Rapids VM: OpenBLAS 0.3.21 chose Prescott (SSE3); `hpl --n 12000` on 1
+/// rank ran at 112.7 Gflops with it and 447.1 with OPENBLAS_CORETYPE=SkylakeX. `kernel` is the library's core name (openblas_get_corename), `cpu` is
+/// [`cpu_vectors`]. Kernels of AVX2's generation on an AVX-512 CPU are OpenBLAS's own choice
+/// for some (Zen 4 runs "Zen") and are not flagged.
+pub fn kernel_below_cpu(kernel: &str, cpu: Option<&str>) -> Option<String> {
+    // OpenBLAS's x86 core names from before AVX (SSE2/SSE3/SSSE3/SSE4 kernels).
+    const PRE_AVX: [&str; 12] = [
+        "katmai",
+        "coppermine",
+        "northwood",
+        "prescott",
+        "banias",
+        "core2",
+        "penryn",
+        "dunnington",
+        "nehalem",
+        "atom",
+        "opteron",
+        "barcelona",
+    ];
+    let core = kernel.split_whitespace().next()?.to_lowercase();
+    let cpu = cpu?;
+    if !PRE_AVX.contains(&core.as_str()) && core != "sandybridge" {
+        return None;
+    }
+    // Sandybridge (AVX without FMA) is old only beside AVX2's FMA.
+    let wanted = match cpu {
+        "avx512" => "SkylakeX",
+        _ => "Haswell",
+    };
+    Some(format!(
+        "OpenBLAS runs its {} kernel on a CPU with {}: DGEMM and hpl reach a fraction of the CPU's rate (OPENBLAS_CORETYPE={wanted} for the run, or a newer OpenBLAS that knows the CPU)",
+        kernel.split_whitespace().next().unwrap_or(kernel),
+        if cpu == "avx512" { "AVX-512" } else { "AVX2 and FMA" }
+    ))
+}
+
 pub fn record() -> tbbench_schema::Blas {
     let env: Vec<String> = [
         "OPENBLAS_CORETYPE",
@@ -384,6 +439,35 @@ pub fn record() -> tbbench_schema::Blas {
             kernel: "tbbench kernels (pure Rust, one thread): no BLAS found".into(),
             env,
         },
+    }
+}
+
+#[cfg(test)]
+mod kernel_tests {
+    use super::kernel_below_cpu;
+
+    #[test]
+    fn an_older_kernel_than_the_cpu_is_named() {
+        let p = kernel_below_cpu("Prescott (OpenBLAS 0.3.21 DYNAMIC_ARCH)", Some("avx512"));
+        assert!(
+            p.as_deref()
+                .is_some_and(|l| l.contains("Prescott") && l.contains("SkylakeX")),
+            "{p:?}"
+        );
+        assert!(kernel_below_cpu("Sandybridge", Some("avx2")).is_some());
+        assert!(kernel_below_cpu("Nehalem", Some("avx2")).is_some());
+        // The kernels OpenBLAS picks for these CPUs itself.
+        for (k, cpu) in [
+            ("SkylakeX", "avx512"),
+            ("Cooperlake", "avx512"),
+            ("Zen", "avx512"),
+            ("Haswell", "avx2"),
+        ] {
+            assert_eq!(kernel_below_cpu(k, Some(cpu)), None, "{k} on {cpu}");
+        }
+        // No x86 vector unit known (Arm, old x86): nothing judged.
+        assert_eq!(kernel_below_cpu("Prescott", None), None);
+        assert_eq!(kernel_below_cpu("neoversen1", None), None);
     }
 }
 

@@ -97,10 +97,18 @@ impl Suite for HplSuite {
         // Chosen (and, unless told, measured) before any clock starts.
         let u12_solve = swap_solve::solver();
         let mine = kernels::record();
-        if let Some(all) = ctx.comm.gather(0, &serde_json::to_vec(&mine)?)? {
+        // With it, whether its kernel is older than its CPU (a host's own CPU tells).
+        let below = kernels::kernel_below_cpu(&mine.kernel, kernels::cpu_vectors())
+            .filter(|_| mine.name == "openblas");
+        if let Some(all) = ctx.comm.gather(0, &serde_json::to_vec(&(mine, below))?)? {
             for (r, bytes) in all.iter().enumerate() {
-                let b: Blas = serde_json::from_slice(bytes)?;
+                let (b, below): (Blas, Option<String>) = serde_json::from_slice(bytes)?;
                 let host = ctx.rank_hosts[r].clone();
+                if let Some(w) = below.map(|w| format!("{host}: {w}")) {
+                    if !warnings.contains(&w) {
+                        warnings.push(w);
+                    }
+                }
                 if let Some(h) = ctx.hosts.iter_mut().find(|h| h.hostname == host) {
                     h.blas = Some(b);
                 }
@@ -120,7 +128,7 @@ impl Suite for HplSuite {
             ));
         }
         let runs = if planned.is_empty() {
-            vec![auto_run(config, ctx, dgemm, threads, &mut warnings)?]
+            vec![auto_run(config, ctx, dgemm, threads)?]
         } else {
             planned
         };
@@ -331,7 +339,6 @@ fn auto_run(
     ctx: &Context,
     dgemm: Option<f64>,
     threads: usize,
-    warnings: &mut Vec<String>,
 ) -> Result<Variant> {
     let grid = plain_grid(config, ctx.size());
     let nb = config.nb;
@@ -345,6 +352,11 @@ fn auto_run(
         );
     }
     let mut n = from_memory;
+    let memory = format!(
+        "{:.0}% of the smallest host's free memory (--mem-fraction)",
+        config.mem_fraction * 100.0
+    );
+    let mut why = format!("N {n} from {memory}; no time estimate without the DGEMM probe");
     if let Some(rate) = dgemm.filter(|r| *r > 0.0) {
         // Ranks that really run at once: no more per host than its cores allow at --threads.
         let parallel: usize = ctx
@@ -352,36 +364,69 @@ fn auto_run(
             .iter()
             .map(|h| h.ranks.len().min((h.cores_logical / threads.max(1)).max(1)))
             .sum();
-        let aggregate = rate * parallel.max(1) as f64 * 1e9;
+        // The solve reaches a share of the probed DGEMM rate: panels, swaps and broadcasts
+        // run beside the updates, and ranks that share cores take turns. Measured on a 2-core
+        // VM, N ~16k: 2 ranks reached 0.99 of 2 x the probe, 4 ranks (oversubscribed) 0.81.
+        let oversubscribed = ctx
+            .hosts
+            .iter()
+            .any(|h| h.ranks.len() * threads.max(1) > h.cores_logical);
+        let efficiency = if oversubscribed { 0.8 } else { 0.95 };
+        let aggregate = rate * parallel.max(1) as f64 * 1e9 * efficiency;
         let by_time =
             ((config.auto_time_budget_s * aggregate * 1.5).cbrt() as usize / nb * nb).max(nb);
+        let took = |n: usize| about(check::flops(n) / aggregate);
         if by_time < n {
-            warnings.push(format!(
-                "N {from_memory} would fill {:.0}% of memory but take about {:.0} min at the probed {rate:.1} Gflops/rank; running N {by_time} (about {:.0} min). --n sets N",
-                config.mem_fraction * 100.0,
-                check::flops(from_memory) / aggregate / 60.0,
-                check::flops(by_time) / aggregate / 60.0
-            ));
+            why = format!(
+                "N {by_time} from the time budget (--max-minutes {}): {} at the probed {rate:.1} Gflops/rank; {memory} would allow N {from_memory} ({}). --n sets N",
+                config.auto_time_budget_s / 60.0,
+                took(by_time),
+                took(from_memory),
+            );
             n = by_time;
+        } else {
+            why = format!(
+                "N {n} from {memory}: {} at the probed {rate:.1} Gflops/rank, inside --max-minutes {}",
+                took(n),
+                config.auto_time_budget_s / 60.0
+            );
         }
+    }
+    if ctx.rank() == 0 {
+        println!("tbbench: {why}");
     }
     let mut v = Variant::plain(n, nb, grid);
     v.algo.depth = depth;
     Ok(v)
 }
 
+/// "about 40 s", "about 12 min": a time estimate in the unit people plan with.
+fn about(seconds: f64) -> String {
+    if seconds < 90.0 {
+        format!("about {:.0} s", seconds.max(1.0))
+    } else {
+        format!("about {:.0} min", seconds / 60.0)
+    }
+}
+
 fn run_one(v: &Variant, ctx: &mut Context, dgemm: Option<f64>) -> Result<RunResult> {
     let rank = ctx.rank();
     let mut m = LocalMatrix::generate(v.n, v.nb, v.grid, rank, HPL_SEED);
+    // The bar fills with the work done, not the columns: the first tenth of the columns holds
+    // about a quarter of the flops and the last tenth a thousandth, so a bar by columns (and
+    // its ETA) would race ahead at the end and crawl at the start.
+    const STEPS: u64 = 1000;
+    let total = check::flops(v.n);
     let bar = (ctx.progress && rank == 0).then(|| {
-        let b = indicatif::ProgressBar::new(v.n as u64);
+        let b = indicatif::ProgressBar::new(STEPS);
         b.set_style(
             indicatif::ProgressStyle::with_template(
-                "{prefix} [{bar:30}] {pos}/{len} columns {msg}",
+                "{prefix} [{bar:30}] {percent}% of the flops, {msg}, about {eta} left",
             )
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         b.set_prefix(format!("HPL N={}", v.n));
+        b.set_message(format!("column 0/{}", v.n));
         b
     });
     let mut times = Timings::default();
@@ -389,12 +434,12 @@ fn run_one(v: &Variant, ctx: &mut Context, dgemm: Option<f64>) -> Result<RunResu
     let start = Instant::now();
     factor::factor(&mut m, &mut ctx.comm, &v.algo, &mut times, |done| {
         if let Some(b) = &bar {
-            b.set_position(done as u64);
             // Work done so far: all of HPL's flops minus those of the trailing system left.
-            let left = v.n - done;
-            let flops = check::flops(v.n) - check::flops(left);
+            let flops = total - check::flops(v.n - done);
+            b.set_position((flops / total * STEPS as f64) as u64);
             b.set_message(format!(
-                "{:.1} Gflops",
+                "column {done}/{}, {:.1} Gflops",
+                v.n,
                 flops / start.elapsed().as_secs_f64() / 1e9
             ));
         }

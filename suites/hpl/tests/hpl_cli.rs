@@ -549,3 +549,45 @@ fn the_u12_solver_can_be_chosen_and_a_bad_choice_is_refused() {
     );
     assert!(!out.exists(), "no result file for a refused run");
 }
+
+/// Without --n, the output names the limit that chose N: memory or the time budget.
+#[test]
+fn the_output_says_which_limit_chose_n() {
+    let dir = tmpdir("hpl-n-limit");
+    let out = dir.join("r.json");
+    let go = |extra: &[&str]| -> String {
+        let mut args = vec!["hpl", "--nodes", "1", "--out", out.to_str().unwrap()];
+        args.extend(extra);
+        let o = run(&args, Duration::from_secs(120));
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        text(&o.stdout)
+    };
+    // A tiny memory share: N of a few thousand, well inside 5 minutes on any host.
+    let o = go(&["--mem-fraction", "0.002", "--max-minutes", "5"]);
+    let line = o
+        .lines()
+        .find(|l| l.starts_with("tbbench: N "))
+        .unwrap_or_else(|| panic!("{o}"));
+    assert!(
+        line.contains("of the smallest host's free memory (--mem-fraction)"),
+        "{line}"
+    );
+    assert!(line.contains("inside --max-minutes 5"), "{line}");
+    // Half the memory in one second: the budget chooses.
+    let o = go(&["--mem-fraction", "0.5", "--max-minutes", "0.02"]);
+    let line = o
+        .lines()
+        .find(|l| l.starts_with("tbbench: N "))
+        .unwrap_or_else(|| panic!("{o}"));
+    assert!(
+        line.contains("from the time budget (--max-minutes 0.02)"),
+        "{line}"
+    );
+    let n: usize = line["tbbench: N ".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(read_json(&out)["results"]["runs"][0]["n"], n);
+}
