@@ -8,6 +8,7 @@ use crate::http::{self, FailKind, Url};
 use crate::openai::{self, BodyOptions};
 use crate::prompt::{self, Calibration};
 use crate::request::{self, Record, Target, TokenSource};
+use crate::server_tokenizer::Tokenizer;
 use crate::{load, table, InferConfig};
 use anyhow::{anyhow, bail, Context as _, Result};
 use serde_json::{json, Value};
@@ -187,6 +188,10 @@ pub fn run(config: &InferConfig, tool: &Tool) -> Result<i32> {
         );
     }
     let network = describe_network(&url, &probe);
+    // A stream that carries no count of its own: the server's tokenizer counts its text.
+    let tokenizer = (probe.token_source == Some(TokenSource::Chunks))
+        .then(|| Tokenizer::probe(&url, &model, auth.as_deref(), timeout))
+        .flatten();
 
     // Warm-up: full-size requests, untimed; their prompt token counts tune the word count.
     options.max_tokens = config.max_tokens;
@@ -265,6 +270,10 @@ pub fn run(config: &InferConfig, tool: &Tool) -> Result<i32> {
             (None, None) => unreachable!("a level is a concurrency or a rate"),
         };
         first_index += config.requests;
+        let records = match &tokenizer {
+            Some(t) => recount(t, records),
+            None => records,
+        };
         let level = Level::new(conc, rate, records, lags);
         println!("{}", table::row(&level));
         levels.push(level);
@@ -301,6 +310,7 @@ pub fn run(config: &InferConfig, tool: &Tool) -> Result<i32> {
         "run_tag": tag,
         "stream_usage": options.include_usage,
         "token_source": source,
+        "token_counter": tokenizer.as_ref().map(Tokenizer::name),
         "tokens_approximate": source == Some(TokenSource::Chunks),
         "prompt": {
             "target_tokens": config.prompt_tokens,
@@ -347,6 +357,19 @@ pub fn run(config: &InferConfig, tool: &Tool) -> Result<i32> {
         return Ok(1);
     }
     Ok(0)
+}
+
+/// Requests counted by their chunks get the server tokenizer's count of their text instead,
+/// once the level is done (never while it is timed).
+fn recount(t: &Tokenizer, mut records: Vec<Record>) -> Vec<Record> {
+    for r in records.iter_mut() {
+        if r.ok && r.token_source == Some(TokenSource::Chunks) {
+            if let Some(n) = t.count(&r.text) {
+                r.set_tokens(n, TokenSource::Tokenizer);
+            }
+        }
+    }
+    records
 }
 
 fn level_warnings(config: &InferConfig, levels: &[Level]) -> Vec<String> {

@@ -18,6 +18,7 @@ pub mod prompt;
 pub mod request;
 pub mod sse;
 mod table;
+mod server_tokenizer;
 pub mod view;
 
 pub use openai::Api;

@@ -18,6 +18,8 @@ pub enum TokenSource {
     Usage,
     /// The server's own timings (llama-server `timings.predicted_n`, exo's generation_stats).
     ServerTimings,
+    /// The server's tokenizer applied to the text it streamed (servers that send neither).
+    Tokenizer,
     /// Stream chunks that carried text: approximate, since a chunk may hold several tokens.
     Chunks,
 }
@@ -49,6 +51,28 @@ impl Target<'_> {
         )
     }
 }
+
+impl Record {
+    /// Sets the output token count and what it came from, and the figures that follow from
+    /// it: TPOT and the decode rate over the time from the first token to the end.
+    pub fn set_tokens(&mut self, tokens: u64, source: TokenSource) {
+        self.output_tokens = Some(tokens);
+        self.token_source = Some(source);
+        self.tpot_ms = None;
+        self.decode_tokens_per_s = None;
+        if let (Some(ttft), Some(e2e), true) = (self.ttft_ms, self.e2e_ms, tokens >= 2) {
+            let decode_ms = e2e - ttft;
+            if decode_ms > 0.0 {
+                self.tpot_ms = Some(decode_ms / (tokens - 1) as f64);
+                self.decode_tokens_per_s = Some((tokens - 1) as f64 / (decode_ms / 1e3));
+            }
+        }
+    }
+}
+
+/// The streamed text kept per request for counting (an answer of --max-tokens tokens is far
+/// shorter).
+const STREAMED_TEXT_KEPT: usize = 1 << 20;
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Record {
@@ -91,6 +115,10 @@ pub struct Record {
     pub usage: Option<Usage>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_timings: Option<ServerTimings>,
+    /// The streamed text (reasoning and content), for counting its tokens after the level;
+    /// not written.
+    #[serde(skip)]
+    pub text: String,
     /// The longest gap between two text-bearing chunks.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gap_max_ms: Option<f64>,
@@ -225,6 +253,10 @@ fn stream(target: &Target, body: &[u8], start: Instant, rec: &mut Record) -> Res
                     let has_reasoning = !c.reasoning.is_empty();
                     if has_content || has_reasoning {
                         rec.token_chunks += 1;
+                        if rec.text.len() < STREAMED_TEXT_KEPT {
+                            rec.text.push_str(&c.reasoning);
+                            rec.text.push_str(&c.content);
+                        }
                         first_any.get_or_insert(now);
                         if has_content {
                             first_content.get_or_insert(now);
@@ -284,19 +316,11 @@ fn stream(target: &Target, body: &[u8], start: Instant, rec: &mut Record) -> Res
         (None, Some(n)) => (n, TokenSource::ServerTimings),
         (None, None) => (rec.token_chunks, TokenSource::Chunks),
     };
-    rec.output_tokens = Some(tokens);
-    rec.token_source = Some(source);
     rec.prompt_tokens = usage
         .and_then(|u| u.prompt_tokens)
         .or(timings.as_ref().and_then(|t| t.prompt_tokens));
     rec.usage = usage;
     rec.server_timings = timings;
-    if let (Some(ttft), true) = (first_any, tokens >= 2) {
-        let decode = end.duration_since(ttft).as_secs_f64();
-        if decode > 0.0 {
-            rec.tpot_ms = Some(decode * 1e3 / (tokens - 1) as f64);
-            rec.decode_tokens_per_s = Some((tokens - 1) as f64 / decode);
-        }
-    }
+    rec.set_tokens(tokens, source);
     Ok(())
 }

@@ -112,6 +112,13 @@ fn good_stream(s: &mut TcpStream, ttft_ms: u64, gap_ms: u64, tokens: u64, usage:
 }
 
 fn serve(script: impl Fn(usize) -> Act + Send + Sync + 'static) -> Server {
+    serve_with(script, false)
+}
+
+/// `tokenizer`: the server answers llama.cpp's `POST /tokenize`, counting each "tökN" word as
+/// two tokens (a stream chunk that holds two tokens) and any other word as one; without it
+/// the tokenizer paths are not found, as on a server that has none.
+fn serve_with(script: impl Fn(usize) -> Act + Send + Sync + 'static, tokenizer: bool) -> Server {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/v1", l.local_addr().unwrap());
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -128,6 +135,28 @@ fn serve(script: impl Fn(usize) -> Act + Send + Sync + 'static) -> Server {
                     return;
                 }
                 seen.lock().unwrap().push(req.clone());
+                if req.starts_with("POST /tokenize") || req.starts_with("POST /extras/") {
+                    let body = req.split("\r\n\r\n").nth(1).unwrap_or("");
+                    let content = serde_json::from_str::<serde_json::Value>(body)
+                        .ok()
+                        .and_then(|v| v["content"].as_str().map(str::to_string));
+                    let answer = match (tokenizer && req.starts_with("POST /tokenize"), content) {
+                        (true, Some(c)) => {
+                            let n = c.split_whitespace().count() + c.matches("tök").count();
+                            Some(serde_json::json!({ "tokens": vec![7; n] }).to_string())
+                        }
+                        _ => None,
+                    };
+                    let _ = match answer {
+                        Some(body) => write!(
+                            s,
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        ),
+                        None => write!(s, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"),
+                    };
+                    return;
+                }
                 if req.starts_with("GET /v1/models") {
                     let body = r#"{"object":"list","data":[{"id":"scripted-model"}]}"#;
                     let _ = write!(
@@ -420,6 +449,48 @@ fn a_server_that_refuses_stream_options_is_asked_again_without() {
     assert!(warnings.contains("refused stream_options"), "{warnings}");
     assert!(warnings.contains("approximate"), "{warnings}");
     assert!(stderr.contains("approximate"), "{stderr}");
+}
+
+/// A stream without usage from a server that has a tokenizer: the run counts the streamed
+/// text with it, and a chunk that carried two tokens counts two.
+#[test]
+fn a_stream_without_usage_is_counted_by_the_servers_tokenizer() {
+    let server = serve_with(|_| Act::RefuseStreamOptions, true);
+    let dir = tmpdir("infer-tokenizer");
+    let out = dir.join("r.json");
+    let (o, _) = infer(&server.url, &out, &["--model", "m", "--requests", "3"]);
+    let stderr = text(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    let r = read_json(&out);
+    assert_eq!(
+        r["results"]["token_source"], "tokenizer",
+        "{}",
+        r["results"]
+    );
+    assert_eq!(r["results"]["token_counter"], "llama.cpp /tokenize");
+    assert_eq!(r["results"]["tokens_approximate"], false);
+    for p in level(&r, 0)["per_request"].as_array().unwrap() {
+        // Six chunks of "tökN ", two tokens each.
+        assert_eq!(p["token_chunks"], 6, "{p}");
+        assert_eq!(p["output_tokens"], 12, "{p}");
+        assert_eq!(p["token_source"], "tokenizer");
+    }
+    assert!(!r["warnings"].to_string().contains("approximate"));
+    // The counting came after the level: every stream was asked for before any count.
+    let seen = server.seen.lock().unwrap().clone();
+    let last_stream = seen
+        .iter()
+        .rposition(|q| q.contains("chat/completions"))
+        .unwrap();
+    // (The probe before the run counts "" and "hello world"; the recounts hold the answers.)
+    let first_count = seen
+        .iter()
+        .position(|q| q.starts_with("POST /tokenize") && q.contains("tök"))
+        .unwrap();
+    assert!(
+        first_count > last_stream,
+        "counted while streams were timed"
+    );
 }
 
 #[test]

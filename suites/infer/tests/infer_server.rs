@@ -257,6 +257,16 @@ fn token_counts_and_timings_agree_with_llama_cpp_python() {
         "{}",
         r["warnings"]
     );
+    // llama-cpp-python streams no usage: its tokenizer endpoint counts the streamed text.
+    assert_eq!(
+        r["results"]["token_source"], "tokenizer",
+        "{}",
+        r["results"]
+    );
+    assert_eq!(
+        r["results"]["token_counter"],
+        "llama-cpp-python /extras/tokenize/count"
+    );
 
     // Timings: the last perf blocks are the measured requests, in order (one at a time).
     assert!(perf.len() >= requests, "perf lines: {perf:?}");
@@ -346,8 +356,10 @@ fn token_counts_and_timings_agree_with_llama_cpp_python() {
         if usage == counted {
             same += 1;
         }
+        // The answer's text counted again may split one boundary differently from how it
+        // was generated: at most one token apart.
         assert!(
-            usage.abs_diff(counted) <= 2,
+            usage.abs_diff(counted) <= 1,
             "tbbench counted {counted}, the server's usage says {usage}"
         );
     }

@@ -284,83 +284,16 @@ fn teacher_forced(shard: &mut Shard, prompt: &[u32], run: &Timed) -> Result<Forc
     Ok(f)
 }
 
-/// Read bandwidth of this process in bytes/s for a working set of `bytes` (the weights one
-/// step reads): the best of eight timed passes over a buffer that size, split over `threads`
-/// threads as the decode's products split their rows, each timing at least 64 MiB of reads.
-/// Weights that fit in the host's caches are read at the caches' speed, and so is this
-/// buffer: the ceiling quoted from it holds there too.
-pub fn read_bandwidth(threads: usize, bytes: usize) -> f64 {
-    let threads = threads.max(1);
-    let floats = (bytes / 4)
-        .clamp(1 << 18, 64 << 20)
-        .next_multiple_of(16 * threads);
-    let v = vec![1.0f32; floats];
-    let passes = (64usize << 20).div_ceil(floats * 4).max(1);
-    let part = v.len().div_ceil(threads).next_multiple_of(16);
-    let mut best = 0f64;
-    // One untimed pass brings the buffer in, as the previous token brought the weights.
-    for round in 0..9 {
-        let t = Instant::now();
-        let sums: Vec<f32> = std::thread::scope(|s| {
-            let readers: Vec<_> = v
-                .chunks(part)
-                .map(|chunk| {
-                    s.spawn(move || {
-                        let mut lanes = [0f32; 16];
-                        for _ in 0..if round == 0 { 1 } else { passes } {
-                            for c in chunk.chunks_exact(16) {
-                                for i in 0..16 {
-                                    lanes[i] += c[i];
-                                }
-                            }
-                        }
-                        std::hint::black_box(lanes.iter().sum::<f32>())
-                    })
-                })
-                .collect();
-            readers
-                .into_iter()
-                .map(|r| r.join().unwrap_or(0.0))
-                .collect()
-        });
-        let secs = t.elapsed().as_secs_f64();
-        if round > 0 && sums.iter().all(|s| *s > 0.0) {
-            best = best.max((v.len() * 4 * passes) as f64 / secs);
-        }
-    }
-    best
-}
-
-/// The fastest a token can come when every rank must read its weights once per token:
-/// tensor parallel, the ranks of a host read together (sharing its bandwidth) and hosts in
-/// parallel; pipeline, the stages read one after another. Tokens/s.
-pub fn bandwidth_ceiling(parallel: Parallel, bytes: &[f64], bw: &[f64], hosts: &[String]) -> f64 {
-    let host_bw = |h: &str| {
-        hosts
-            .iter()
-            .zip(bw)
-            .filter(|(x, _)| x.as_str() == h)
-            .map(|(_, b)| *b)
-            .fold(0.0, f64::max)
-    };
+/// The fastest a token can come when every rank must read its weights once per token, from
+/// each rank's bytes and read bandwidth. Tensor parallel: the ranks read at once (their
+/// bandwidths measured at once, so ranks sharing a host share its memory there too) and the
+/// token waits for the slowest. Pipeline: the stages read one after another (each measured
+/// alone). Tokens/s.
+pub fn bandwidth_ceiling(parallel: Parallel, bytes: &[f64], bw: &[f64]) -> f64 {
+    let each = bytes.iter().zip(bw).map(|(b, r)| b / r.max(1e-9));
     let secs = match parallel {
-        Parallel::Tp => {
-            let mut uniq: Vec<&String> = hosts.iter().collect();
-            uniq.sort();
-            uniq.dedup();
-            uniq.iter()
-                .map(|h| {
-                    let b: f64 = hosts
-                        .iter()
-                        .zip(bytes)
-                        .filter(|(x, _)| x == h)
-                        .map(|(_, b)| *b)
-                        .sum();
-                    b / host_bw(h)
-                })
-                .fold(0.0, f64::max)
-        }
-        Parallel::Pp => hosts.iter().zip(bytes).map(|(h, b)| b / host_bw(h)).sum(),
+        Parallel::Tp => each.fold(0.0, f64::max),
+        Parallel::Pp => each.sum(),
     };
     if secs > 0.0 {
         1.0 / secs
@@ -415,13 +348,24 @@ fn measure(
     let (rank, size) = (ctx.rank(), ctx.size());
     let threads = config.threads.unwrap_or_else(|| ctx.threads_per_rank());
     shard.set_threads(threads)?;
-    // In turn, so ranks sharing a host do not measure each other.
+    // Tensor-parallel ranks read their weights at the same time in every step, so they are
+    // measured at once (ranks sharing a host share its memory bandwidth, as in the decode);
+    // pipeline stages read one after another, so in turn.
     let mut bw = 0.0;
-    for r in 0..size {
-        if r == rank {
-            bw = read_bandwidth(threads, shard.bytes_per_token());
+    match config.parallel {
+        Parallel::Tp => {
+            ctx.comm.barrier()?;
+            bw = shard.read_bandwidth();
+            ctx.comm.barrier()?;
         }
-        ctx.comm.barrier()?;
+        Parallel::Pp => {
+            for r in 0..size {
+                if r == rank {
+                    bw = shard.read_bandwidth();
+                }
+                ctx.comm.barrier()?;
+            }
+        }
     }
     let stop = stop.filter(|_| !config.ignore_eos);
     phase(
@@ -480,7 +424,7 @@ fn measure(
     let decode_tps = run.per_token.len() as f64 / run.decode.as_secs_f64().max(1e-12);
     let col = |k: usize| all.chunks(FIELDS).map(|c| c[k]).collect::<Vec<f64>>();
     let (bytes, bws) = (col(3), col(4));
-    let ceiling = bandwidth_ceiling(config.parallel, &bytes, &bws, &ctx.rank_hosts);
+    let ceiling = bandwidth_ceiling(config.parallel, &bytes, &bws);
     Ok(Some(Measured {
         per_token: ms_summary(&run.per_token),
         run,
@@ -882,30 +826,12 @@ mod tests {
     #[test]
     fn ceilings_follow_how_ranks_read() {
         let gb = 1e9;
-        let hosts = |h: &[&str]| h.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        // Two hosts, 1 GB each at 10 GB/s: tensor parallel reads at once, 10 tokens/s;
-        // a pipeline reads one stage after the other, 5 tokens/s.
-        let c = bandwidth_ceiling(
-            Parallel::Tp,
-            &[gb, gb],
-            &[10.0 * gb, 10.0 * gb],
-            &hosts(&["a", "b"]),
-        );
-        assert!((c - 10.0).abs() < 1e-9, "{c}");
-        let c = bandwidth_ceiling(
-            Parallel::Pp,
-            &[gb, gb],
-            &[10.0 * gb, 10.0 * gb],
-            &hosts(&["a", "b"]),
-        );
+        // Two ranks, 1 GB each, read at 10 and 5 GB/s: tensor parallel reads at once and
+        // waits for the slower, 5 tokens/s; a pipeline reads one stage after the other,
+        // 1 / (0.1 + 0.2) tokens/s.
+        let c = bandwidth_ceiling(Parallel::Tp, &[gb, gb], &[10.0 * gb, 5.0 * gb]);
         assert!((c - 5.0).abs() < 1e-9, "{c}");
-        // Both ranks on one host share its bandwidth even in tensor parallel.
-        let c = bandwidth_ceiling(
-            Parallel::Tp,
-            &[gb, gb],
-            &[10.0 * gb, 10.0 * gb],
-            &hosts(&["a", "a"]),
-        );
-        assert!((c - 5.0).abs() < 1e-9, "{c}");
+        let c = bandwidth_ceiling(Parallel::Pp, &[gb, gb], &[10.0 * gb, 5.0 * gb]);
+        assert!((c - 1.0 / 0.3).abs() < 1e-9, "{c}");
     }
 }

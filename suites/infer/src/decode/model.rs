@@ -404,6 +404,19 @@ impl Matrix {
         }
     }
 
+    /// The memory a product with this matrix reads, as byte slices (quants, scales, minimums).
+    fn memory(&self) -> Vec<&[u8]> {
+        fn bytes_of(v: &[f32]) -> &[u8] {
+            // SAFETY: f32 has no padding and any byte pattern is a valid u8; the slice covers
+            // exactly v's initialized elements and borrows v.
+            unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+        }
+        match &self.w {
+            Weights::F32(w) => vec![bytes_of(w)],
+            Weights::Blocks { scale, min, q, .. } => vec![q, bytes_of(scale), bytes_of(min)],
+        }
+    }
+
     /// How the weights are held: "f32", or the block format kept.
     fn held(&self) -> &'static str {
         match &self.w {
@@ -1024,6 +1037,79 @@ impl Shard {
     /// Bytes of weights one step reads: every matrix of this rank's layers and its share of
     /// the output rows (the embedding contributes one row, left out).
     pub fn bytes_per_token(&self) -> usize {
+        self.weights_read_per_token().iter().map(|s| s.len()).sum()
+    }
+
+    /// The memory behind [`Self::bytes_per_token`], for timing how fast this host reads it.
+    pub fn weights_read_per_token(&self) -> Vec<&[u8]> {
+        self.layers
+            .iter()
+            .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down])
+            .chain([&self.out])
+            .flat_map(Matrix::memory)
+            .collect()
+    }
+
+    /// How fast this rank reads the weights a step reads, in bytes/s: the best of eight timed
+    /// passes over those very weights, dealt out over the decode's own threads as its products
+    /// deal out rows. Weights that sit in the host's caches are read at the caches' speed
+    /// here as in the decode, so the ceiling quoted from it holds there too; no buffer is
+    /// allocated beside them.
+    pub fn read_bandwidth(&self) -> f64 {
+        let weights = self.weights_read_per_token();
+        let total: usize = weights.iter().map(|w| w.len()).sum();
+        if total == 0 {
+            return 0.0;
+        }
+        // Pieces of at most 256 KiB, a few per thread, each read start to end by one thread.
+        const PIECE: usize = 256 << 10;
+        let pieces: Vec<&[u8]> = weights.iter().flat_map(|w| w.chunks(PIECE)).collect();
+        let threads = self.threads.count();
+        let per_job = pieces
+            .len()
+            .div_ceil(super::pool::MAX_CHUNKS)
+            .max(pieces.len().div_ceil(16 * threads))
+            .max(1);
+        let jobs: Vec<&[&[u8]]> = pieces.chunks(per_job).collect();
+        let read = |i: usize| {
+            let mut acc = [0u64; 4];
+            for p in jobs[i] {
+                let words = p.chunks_exact(32);
+                for w in words.clone() {
+                    for (k, a) in acc.iter_mut().enumerate() {
+                        let b: [u8; 8] = w[8 * k..8 * k + 8].try_into().unwrap_or([0; 8]);
+                        *a = a.wrapping_add(u64::from_ne_bytes(b));
+                    }
+                }
+                for b in words.remainder() {
+                    acc[0] = acc[0].wrapping_add(*b as u64);
+                }
+            }
+            std::hint::black_box(acc);
+        };
+        // Tiny models are read several times a round, so a round is long enough to time.
+        let passes = (64usize << 20).div_ceil(total).max(1);
+        let mut best = 0f64;
+        // One untimed round brings the weights in, as the previous token did.
+        for round in 0..9 {
+            let t = std::time::Instant::now();
+            for _ in 0..if round == 0 { 1 } else { passes } {
+                match &self.threads.pool {
+                    Some(pool) => pool.run(jobs.len(), &read),
+                    None => (0..jobs.len()).for_each(read),
+                }
+            }
+            let secs = t.elapsed().as_secs_f64();
+            if round > 0 && secs > 0.0 {
+                best = best.max((total * passes) as f64 / secs);
+            }
+        }
+        best
+    }
+
+    /// The sum of the matrices' sizes (equals [`Self::bytes_per_token`]).
+    #[cfg(test)]
+    fn matrix_bytes(&self) -> usize {
         let m = |x: &Matrix| x.bytes();
         self.layers
             .iter()
@@ -1208,6 +1294,26 @@ pub mod tests {
     }
 
     /// The tiny llama loads, tokenizes and decodes, whole and split.
+    /// The read-bandwidth pass covers exactly the bytes a step reads, on one thread or many.
+    #[test]
+    fn the_bandwidth_pass_reads_what_a_step_reads() {
+        let g = Gguf::parse(tiny_llama(false)).unwrap();
+        for split in [
+            Split::Tensor { rank: 0, size: 1 },
+            Split::Tensor { rank: 1, size: 2 },
+            Split::Pipeline { rank: 0, size: 2 },
+        ] {
+            let mut s = Shard::load(&g, split).unwrap();
+            assert_eq!(s.bytes_per_token(), s.matrix_bytes(), "{split:?}");
+            assert!(s.bytes_per_token() > 0);
+            for threads in [1, 3] {
+                s.set_threads(threads).unwrap();
+                let bw = s.read_bandwidth();
+                assert!(bw.is_finite() && bw > 0.0, "{split:?} {threads}: {bw}");
+            }
+        }
+    }
+
     #[test]
     fn tiny_llama_runs_whole_and_split() {
         for tied in [false, true] {
