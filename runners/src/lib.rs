@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod comm;
 pub mod driver;
+pub mod energy;
 pub mod gate;
 pub mod hostfile;
 pub mod launch;

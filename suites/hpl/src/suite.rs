@@ -71,6 +71,12 @@ pub struct RunResult {
     pub efficiency_vs_dgemm: Option<f64>,
     /// Each rank's time split; communication is broadcast + swap (+ part of panel and solve).
     pub per_rank: Vec<Timings>,
+    /// The hosts' energy over the solve (`joules`, `avg_watts`, ...), or why there is none
+    /// (`unavailable`); see tbbench_runners::energy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub energy: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gflops_per_watt: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -431,6 +437,7 @@ fn run_one(v: &Variant, ctx: &mut Context, dgemm: Option<f64>) -> Result<RunResu
     });
     let mut times = Timings::default();
     ctx.comm.barrier()?;
+    let energy = tbbench_runners::energy::Span::begin(ctx);
     let start = Instant::now();
     factor::factor(&mut m, &mut ctx.comm, &v.algo, &mut times, |done| {
         if let Some(b) = &bar {
@@ -450,6 +457,8 @@ fn run_one(v: &Variant, ctx: &mut Context, dgemm: Option<f64>) -> Result<RunResu
         b.finish_and_clear();
     }
     ctx.comm.allreduce_f64(&mut wall, ReduceOp::Max)?;
+    // The meters stop after the slowest rank's solve: its energy is the solve's.
+    let energy = energy.end(ctx)?;
     drop(m);
     let norms = residual_norms(v, ctx, &x)?;
     let resid = check::scaled_residual(norms.r_inf, norms.a_inf, norms.x_inf, norms.b_inf, v.n);
@@ -498,6 +507,12 @@ fn run_one(v: &Variant, ctx: &mut Context, dgemm: Option<f64>) -> Result<RunResu
             .filter(|r| *r > 0.0)
             .map(|r| gflops / (r * ctx.size() as f64)),
         per_rank,
+        gflops_per_watt: energy
+            .as_ref()
+            .and_then(|e| e["avg_watts"].as_f64())
+            .filter(|w| *w > 0.0)
+            .map(|w| gflops / w),
+        energy,
     })
 }
 

@@ -40,6 +40,9 @@ struct Run {
     passed: bool,
     #[serde(default)]
     efficiency_vs_dgemm: Option<f64>,
+    /// Absent where the hosts' energy was not read.
+    #[serde(default)]
+    gflops_per_watt: Option<f64>,
     #[serde(default)]
     per_rank: Vec<Split>,
 }
@@ -192,6 +195,7 @@ impl SuiteView for HplView {
                     num(x.time_s, 2),
                     num(x.gflops, 2),
                     opt_num(x.efficiency_vs_dgemm.map(|e| e * 100.0), 1),
+                    opt_num(x.gflops_per_watt, 2),
                     opt_num(comm, 1),
                     Cell::from(format!("{:.4e}", x.resid)),
                     verdict(x.passed),
@@ -200,6 +204,7 @@ impl SuiteView for HplView {
                     "started_at": l.result.started_at, "network": name, "ranks": l.result.ranks.len(),
                     "n": x.n, "nb": x.nb, "p": x.p, "q": x.q, "code": x.code, "time_s": x.time_s,
                     "gflops": x.gflops, "efficiency_vs_dgemm": x.efficiency_vs_dgemm,
+                    "gflops_per_watt": x.gflops_per_watt,
                     "dgemm_gflops_single_rank": h.dgemm_gflops_single_rank,
                     "resid": x.resid, "threshold": x.threshold, "passed": x.passed,
                     "slowest_rank_s": {"panel": s.panel, "broadcast": s.broadcast, "swap": s.swap,
@@ -221,6 +226,7 @@ impl SuiteView for HplView {
                 "time s",
                 "Gflops",
                 "% of DGEMM",
+                "Gflops/W",
                 "% comm",
                 "resid",
                 "check",
@@ -229,7 +235,8 @@ impl SuiteView for HplView {
         ));
         body.push_str(
             "<p class=\"meta\">% of DGEMM: Gflops over (ranks × the single-rank DGEMM rate \
-             measured at start). % comm: broadcast + row swaps as a share of the slowest \
+             measured at start). Gflops/W: over the hosts' package energy during the solve, where \
+             their counters were read. % comm: broadcast + row swaps as a share of the slowest \
              rank's time.</p>\n",
         );
 

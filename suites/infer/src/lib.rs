@@ -16,9 +16,9 @@ pub mod load;
 pub mod openai;
 pub mod prompt;
 pub mod request;
+mod server_tokenizer;
 pub mod sse;
 mod table;
-mod server_tokenizer;
 pub mod view;
 
 pub use openai::Api;

@@ -183,6 +183,19 @@ struct Timed {
     ended_turn: bool,
 }
 
+/// Tokens a prompt is run through in one batch: the batch's activations (tokens × the
+/// feed-forward width) stay a few MiB, and longer prompts go in several batches.
+const PREFILL_BATCH: usize = 256;
+
+/// The prompt through the model in batches of [`PREFILL_BATCH`]; the token after it.
+fn prefill(shard: &mut Shard, c: &mut dyn Collective, prompt: &[u32]) -> Result<u32> {
+    let mut next = 0;
+    for (i, batch) in prompt.chunks(PREFILL_BATCH).enumerate() {
+        next = shard.prefill(c, batch, i * PREFILL_BATCH)?;
+    }
+    Ok(next)
+}
+
 /// Prompt then up to `n` generated tokens, ending early at `stop` (the end of turn; every
 /// rank has the same token, so all stop together); the first generated token comes from the
 /// prompt's last step, so the decode phase is one step fewer than the tokens.
@@ -195,10 +208,7 @@ fn generate(
 ) -> Result<Timed> {
     shard.reset();
     let t0 = Instant::now();
-    let mut next = 0;
-    for (pos, tok) in prompt.iter().enumerate() {
-        next = shard.step(c, *tok, pos)?;
-    }
+    let mut next = prefill(shard, c, prompt)?;
     let prefill = t0.elapsed();
     let mut tokens = vec![next];
     let mut scores = vec![shard.score()];
@@ -259,9 +269,7 @@ fn teacher_forced(shard: &mut Shard, prompt: &[u32], run: &Timed) -> Result<Forc
         let theirs = l.get(chosen as usize).copied().unwrap_or(f32::NEG_INFINITY);
         (at as u32, best - theirs, theirs)
     };
-    for (pos, tok) in prompt.iter().enumerate() {
-        shard.step(&mut Alone, *tok, pos)?;
-    }
+    prefill(shard, &mut Alone, prompt)?;
     let mut f = Forced {
         best: Vec::with_capacity(tokens.len()),
         gap: Vec::with_capacity(tokens.len()),
@@ -323,6 +331,8 @@ struct Measured {
     bws: Vec<f64>,
     ceiling: f64,
     threads: usize,
+    /// The hosts' energy over the run of the prompt and the generated tokens (rank 0).
+    energy: Option<serde_json::Value>,
 }
 
 /// Says on rank 0's terminal what starts now: building weights and the 1-rank check can take
@@ -376,6 +386,8 @@ fn measure(
             config.max_tokens
         ),
     );
+    // Each host's energy over the prompt and the generated tokens.
+    let energy = tbbench_runners::energy::Span::begin(ctx);
     let mut ranks = Ranks {
         comm: &mut ctx.comm,
         waited: Duration::ZERO,
@@ -384,6 +396,7 @@ fn measure(
     };
     let run = generate(shard, &mut ranks, prompt, config.max_tokens, stop)?;
     let waited = ranks.waited;
+    let energy = energy.end(ctx)?;
     let steps = run.per_token.len().max(1) as f64;
     const FIELDS: usize = 6;
     let mine: [f64; FIELDS] = [
@@ -438,6 +451,7 @@ fn measure(
         bws,
         ceiling,
         threads,
+        energy,
     }))
 }
 
@@ -598,6 +612,11 @@ fn output(
         "percent_of_bandwidth_ceiling": m.decode_tps / m.ceiling.max(1e-12) * 100.0,
         "one_rank_decode_tokens_per_s": m.one_rank_tps,
         "speedup_over_one_rank": speedup,
+        "energy": m.energy,
+        // Over every token the run put through the model: the prompt's and the generated.
+        "joules_per_token": m.energy.as_ref().and_then(|e| e["joules"].as_f64()).map(|j| {
+            j / (prompt.len() + m.run.tokens.len()).max(1) as f64
+        }),
         "kernel": qdot::kernel(),
         "tokens": m.run.tokens,
         "ended_turn": m.run.ended_turn,

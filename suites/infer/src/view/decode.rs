@@ -38,6 +38,9 @@ struct DecodeResults {
     speedup_over_one_rank: Option<f64>,
     #[serde(default)]
     percent_of_bandwidth_ceiling: Option<f64>,
+    /// Absent where the hosts' energy was not read.
+    #[serde(default)]
+    joules_per_token: Option<f64>,
 }
 
 fn parse(r: &ResultFile) -> Result<DecodeResults, String> {
@@ -138,6 +141,7 @@ impl SuiteView for DecodeView {
                 ),
                 html::opt_num(d.speedup_over_one_rank, 2),
                 html::opt_num(d.percent_of_bandwidth_ceiling, 0),
+                html::opt_num(d.joules_per_token, 2),
                 match d.matched {
                     Some(m) => verdict(m),
                     None => Cell::from("not compared"),
@@ -167,6 +171,7 @@ impl SuiteView for DecodeView {
                 "% rank 0 waiting",
                 "× 1 rank",
                 "% of read ceiling",
+                "J per token",
                 "same tokens as 1 rank",
             ],
             rows,
@@ -176,7 +181,8 @@ impl SuiteView for DecodeView {
              hand-over, the token's broadcast), including waiting for other ranks' compute. \
              × 1 rank: the decode rate over that of the whole model on one rank using every core of rank 0's host. Read \
              ceiling: the token rate if every rank only had to read its weights once per token \
-             at its measured read bandwidth. Models named \"(synthetic)\" have random \
+             at its measured read bandwidth. J per token: the hosts' package energy over the prompt \
+             and the generated tokens, where their counters were read. Models named \"(synthetic)\" have random \
              weights at a real model's layer shapes.</p>\n",
         );
         // Decode rate per model and split, networks as series (newest run of each): a model's

@@ -1,0 +1,289 @@
+//! Energy a host used over a suite's timed part, from its own counters: Linux RAPL through
+//! powercap (`/sys/class/powercap/intel-rapl:N/energy_uj`, microjoules since some point,
+//! wrapping at `max_energy_range_uj`; AMD's packages appear under the same name). The
+//! package zones (`intel-rapl:N`) are read and summed; their sub-zones (`intel-rapl:N:M`,
+//! cores and uncore) are parts of a package and would count twice. `TBBENCH_POWERCAP_ROOT`
+//! points elsewhere than /sys/class/powercap (the tests' own counter trees).
+//!
+//! A counter can wrap more than once over a long run (a 262 J range wraps every 2.6 s at
+//! 100 W), so a thread reads every counter every [`SAMPLE`] and adds up the steps, each step
+//! taken modulo the range. Where no counter can be read, the result says why instead of a
+//! figure (macOS: IOReport's counters are not read yet).
+
+use crate::suite::Context;
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How often the counters are read: well inside the shortest wrap of a package counter.
+pub const SAMPLE: Duration = Duration::from_millis(200);
+
+/// One package counter.
+#[derive(Debug, Clone)]
+struct Counter {
+    /// The zone's `name` (package-0, package-1).
+    name: String,
+    energy: PathBuf,
+    /// Microjoules at which the counter wraps to zero.
+    range_uj: u64,
+}
+
+fn root() -> PathBuf {
+    std::env::var_os("TBBENCH_POWERCAP_ROOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/sys/class/powercap"))
+}
+
+fn read_u64(p: &Path) -> Result<u64, String> {
+    let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+    text.trim()
+        .parse()
+        .map_err(|_| format!("{}: not a number: {:?}", p.display(), text.trim()))
+}
+
+/// The package counters under `root`, readable now; Err says why there are none.
+fn counters(root: &Path) -> Result<Vec<Counter>, String> {
+    if cfg!(target_os = "macos") && std::env::var_os("TBBENCH_POWERCAP_ROOT").is_none() {
+        return Err("macOS: IOReport's energy counters are not read by this build".into());
+    }
+    let entries = std::fs::read_dir(root)
+        .map_err(|e| format!("no powercap counters ({}: {e})", root.display()))?;
+    let mut found = Vec::new();
+    let mut refused = None;
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        // Packages only: "intel-rapl:0", not its parts "intel-rapl:0:1".
+        let Some(index) = name.strip_prefix("intel-rapl:") else {
+            continue;
+        };
+        if index.contains(':') {
+            continue;
+        }
+        let dir = e.path();
+        let energy = dir.join("energy_uj");
+        match (
+            read_u64(&energy),
+            read_u64(&dir.join("max_energy_range_uj")),
+        ) {
+            (Ok(_), Ok(range_uj)) if range_uj > 0 => found.push(Counter {
+                name: std::fs::read_to_string(dir.join("name"))
+                    .map(|n| n.trim().to_string())
+                    .unwrap_or(name),
+                energy,
+                range_uj,
+            }),
+            (Err(why), _) | (_, Err(why)) => refused = Some(why),
+            _ => refused = Some(format!("{}: a zero range", dir.display())),
+        }
+    }
+    found.sort_by(|a, b| a.name.cmp(&b.name));
+    if found.is_empty() {
+        return Err(match refused {
+            // Since Linux 5.10 energy_uj is readable by root only.
+            Some(why) => format!("powercap counters unreadable ({why}; root reads them)"),
+            None => format!("no RAPL package counters under {}", root.display()),
+        });
+    }
+    Ok(found)
+}
+
+/// The energy one host used over a measured span.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HostEnergy {
+    pub host: String,
+    pub joules: f64,
+    pub seconds: f64,
+    /// The counters summed (package-0, ...).
+    pub domains: Vec<String>,
+    /// How many times a counter passed its range and started again.
+    pub wraps: u64,
+}
+
+/// Reads the counters on a thread until stopped.
+pub struct Meter {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<(f64, u64)>,
+    started: Instant,
+    domains: Vec<String>,
+}
+
+impl Meter {
+    /// Starts reading this host's counters; Err says why it cannot.
+    pub fn start() -> Result<Meter, String> {
+        let counters = counters(&root())?;
+        let first: Vec<u64> = counters
+            .iter()
+            .map(|c| read_u64(&c.energy))
+            .collect::<Result<_, _>>()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let domains = counters.iter().map(|c| c.name.clone()).collect();
+        let thread = std::thread::Builder::new()
+            .name("energy".into())
+            .spawn(move || {
+                let mut last = first;
+                let (mut uj, mut wraps) = (0u128, 0u64);
+                loop {
+                    let stopping = flag.load(Ordering::Acquire);
+                    for (c, prev) in counters.iter().zip(last.iter_mut()) {
+                        // A read that fails mid-run (a hot-unplugged zone) adds nothing.
+                        let Ok(now) = read_u64(&c.energy) else {
+                            continue;
+                        };
+                        let step = if now >= *prev {
+                            now - *prev
+                        } else {
+                            wraps += 1;
+                            c.range_uj - *prev + now
+                        };
+                        uj += step as u128;
+                        *prev = now;
+                    }
+                    if stopping {
+                        return (uj as f64 / 1e6, wraps);
+                    }
+                    std::thread::park_timeout(SAMPLE);
+                }
+            })
+            .map_err(|e| format!("cannot start the energy thread: {e}"))?;
+        Ok(Meter {
+            stop,
+            thread,
+            started: Instant::now(),
+            domains,
+        })
+    }
+
+    /// Stops, reads the counters a last time, and gives what was used since the start.
+    pub fn finish(self, host: &str) -> HostEnergy {
+        let seconds = self.started.elapsed().as_secs_f64();
+        self.stop.store(true, Ordering::Release);
+        self.thread.thread().unpark();
+        let (joules, wraps) = self.thread.join().unwrap_or((0.0, 0));
+        HostEnergy {
+            host: host.to_string(),
+            joules,
+            seconds,
+            domains: self.domains,
+            wraps,
+        }
+    }
+}
+
+/// A suite's timed part, metered on each host by the host's first rank.
+pub struct Span {
+    meter: Option<Result<Meter, String>>,
+}
+
+impl Span {
+    /// Starts metering on this host if this rank is the host's first; call on every rank,
+    /// just before the timed part.
+    pub fn begin(ctx: &Context) -> Span {
+        let me = ctx.rank();
+        let first_here = ctx
+            .my_host()
+            .and_then(|h| h.ranks.iter().min().copied())
+            .is_none_or(|r| r == me);
+        Span {
+            meter: first_here.then(Meter::start),
+        }
+    }
+
+    /// Stops metering and gathers every host's figure to rank 0, which gets the run's
+    /// `energy` record (None elsewhere). A collective: every rank calls it, after the
+    /// timed part.
+    pub fn end(self, ctx: &mut Context) -> Result<Option<serde_json::Value>> {
+        let host = ctx.rank_hosts[ctx.rank()].clone();
+        let mine: Option<Result<HostEnergy, String>> =
+            self.meter.map(|m| m.map(|m| m.finish(&host)));
+        let all = ctx.comm.gather(0, &serde_json::to_vec(&mine)?)?;
+        let Some(all) = all else { return Ok(None) };
+        let mut hosts = Vec::new();
+        let mut missing = Vec::new();
+        for bytes in all {
+            match serde_json::from_slice::<Option<Result<HostEnergy, String>>>(&bytes)? {
+                Some(Ok(h)) => hosts.push(h),
+                Some(Err(why)) => missing.push(why),
+                None => {}
+            }
+        }
+        Ok(Some(record(&hosts, &missing)))
+    }
+}
+
+/// The `energy` record: the hosts' joules summed over the longest span, or why there is
+/// none. A run where some hosts could not be read has no total (it would be a part).
+pub fn record(hosts: &[HostEnergy], missing: &[String]) -> serde_json::Value {
+    if let Some(why) = missing.first() {
+        return serde_json::json!({ "unavailable": why });
+    }
+    if hosts.is_empty() {
+        return serde_json::json!({ "unavailable": "no host was metered" });
+    }
+    let joules: f64 = hosts.iter().map(|h| h.joules).sum();
+    let seconds = hosts.iter().map(|h| h.seconds).fold(0.0, f64::max);
+    serde_json::json!({
+        "joules": joules,
+        "avg_watts": if seconds > 0.0 { joules / seconds } else { 0.0 },
+        "seconds": seconds,
+        "source": "powercap (RAPL package counters)",
+        "hosts": hosts,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn zone(root: &Path, name: &str, label: &str, uj: u64, range: u64) {
+        let d = root.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("name"), format!("{label}\n")).unwrap();
+        std::fs::write(d.join("energy_uj"), format!("{uj}\n")).unwrap();
+        std::fs::write(d.join("max_energy_range_uj"), format!("{range}\n")).unwrap();
+    }
+
+    #[test]
+    fn packages_are_read_and_their_parts_left_out() {
+        let root = std::env::temp_dir().join(format!("tbbench-powercap-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        zone(&root, "intel-rapl:0", "package-0", 5, 100);
+        zone(&root, "intel-rapl:0:0", "core", 3, 100);
+        zone(&root, "intel-rapl:1", "package-1", 7, 100);
+        std::fs::create_dir_all(root.join("dtpm")).unwrap();
+        let c = counters(&root).unwrap();
+        let names: Vec<&str> = c.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["package-0", "package-1"]);
+        // Nothing readable: one line saying why.
+        let empty = root.join("empty");
+        std::fs::create_dir_all(&empty).unwrap();
+        assert!(counters(&empty)
+            .unwrap_err()
+            .contains("no RAPL package counters"));
+        std::fs::write(root.join("intel-rapl:1/energy_uj"), "garbage").unwrap();
+        std::fs::remove_dir_all(root.join("intel-rapl:0")).unwrap();
+        assert!(counters(&root).unwrap_err().contains("not a number"));
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn a_record_without_every_host_has_no_total() {
+        let h = HostEnergy {
+            host: "a".into(),
+            joules: 10.0,
+            seconds: 2.0,
+            domains: vec!["package-0".into()],
+            wraps: 0,
+        };
+        let r = record(std::slice::from_ref(&h), &[]);
+        assert_eq!(r["joules"], 10.0);
+        assert_eq!(r["avg_watts"], 5.0);
+        let r = record(&[h], &["powercap counters unreadable".into()]);
+        assert!(r.get("joules").is_none());
+        assert_eq!(r["unavailable"], "powercap counters unreadable");
+    }
+}

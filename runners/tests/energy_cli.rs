@@ -1,0 +1,197 @@
+//! Energy over a suite's timed part, read from a powercap counter tree that a thread of this
+//! test advances while the run goes (TBBENCH_POWERCAP_ROOT points the ranks at it): a known
+//! power, a range small enough that the counter wraps during the run, and a sub-zone that
+//! must not be added to its package.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::*;
+
+/// The counter's power and range: 60 W wraps a 30 J range every half second, more than once
+/// in any run below and slower than the meter's 0.2 s reads.
+const WATTS: f64 = 60.0;
+const RANGE_UJ: u64 = 30_000_000;
+
+fn write_atomically(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// A package zone and one of its parts; a thread advances both at WATTS until dropped.
+struct Counters {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Counters {
+    fn start(root: &Path) -> Counters {
+        for (zone, name) in [("intel-rapl:0", "package-0"), ("intel-rapl:0:0", "core")] {
+            let d = root.join(zone);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("name"), format!("{name}\n")).unwrap();
+            std::fs::write(d.join("max_energy_range_uj"), format!("{RANGE_UJ}\n")).unwrap();
+            write_atomically(&d.join("energy_uj"), "29000000\n");
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let root = root.to_path_buf();
+        let thread = std::thread::spawn(move || {
+            let t0 = Instant::now();
+            while !flag.load(Ordering::Relaxed) {
+                let uj = 29_000_000 + (t0.elapsed().as_secs_f64() * WATTS * 1e6) as u64;
+                for zone in ["intel-rapl:0", "intel-rapl:0:0"] {
+                    write_atomically(
+                        &root.join(zone).join("energy_uj"),
+                        &format!("{}\n", uj % RANGE_UJ),
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        Counters {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Counters {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn tbbench(root: &Path, args: &[&str]) -> std::process::Output {
+    let out = Command::new(bin())
+        .args(args)
+        .env("TBBENCH_POWERCAP_ROOT", root)
+        .output()
+        .expect("tbbench starts");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    out
+}
+
+/// The watts the run saw: the counter's, within what the meter's 0.2 s reads and the span's
+/// edges leave open.
+fn assert_watts(energy: &serde_json::Value) {
+    let watts = energy["avg_watts"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{energy}"));
+    let seconds = energy["seconds"].as_f64().unwrap();
+    assert!(seconds > 0.5, "{energy}");
+    // One read's worth (0.2 s of WATTS) may fall either side of the span.
+    let slack = 0.25 / seconds + 0.05;
+    assert!(
+        (watts / WATTS - 1.0).abs() < slack,
+        "{watts} W measured against the counter's {WATTS} W: {energy}"
+    );
+    let joules = energy["joules"].as_f64().unwrap();
+    assert!((joules / seconds - watts).abs() < 1e-6 * watts);
+    // The package alone: its part ("core") is not added again.
+    let host = &energy["hosts"][0];
+    assert_eq!(
+        host["domains"],
+        serde_json::json!(["package-0"]),
+        "{energy}"
+    );
+    assert!(
+        host["wraps"].as_u64().unwrap() >= 1,
+        "the counter never wrapped: {energy}"
+    );
+}
+
+#[test]
+fn hpl_and_the_decode_record_the_energy_of_their_timed_part() {
+    let dir = tmpdir("energy");
+    let root = dir.join("powercap");
+    let _counters = Counters::start(&root);
+
+    // HPL on two ranks of one host: one meter for the host, the solve's joules and Gflops/W.
+    let out = dir.join("hpl.json");
+    tbbench(
+        &root,
+        &[
+            "hpl",
+            "--nodes",
+            "2",
+            "--n",
+            "5000",
+            "--no-dgemm-probe",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    let run = &read_json(&out)["results"]["runs"][0];
+    let energy = &run["energy"];
+    assert_watts(energy);
+    let seconds = energy["seconds"].as_f64().unwrap();
+    let time = run["time_s"].as_f64().unwrap();
+    assert!(
+        seconds >= time * 0.9 && seconds <= time + 1.0,
+        "span {seconds} s, solve {time} s"
+    );
+    let gpw = run["gflops_per_watt"].as_f64().unwrap();
+    let want = run["gflops"].as_f64().unwrap() / energy["avg_watts"].as_f64().unwrap();
+    assert!((gpw - want).abs() < 1e-9 * want, "{gpw} vs {want}");
+
+    // The decode: joules per token over the prompt and the generated tokens.
+    let out = dir.join("decode.json");
+    tbbench(
+        &root,
+        &[
+            "infer",
+            "--shape",
+            "llama-3.2-3b",
+            "--layers",
+            "2",
+            "--nodes",
+            "1",
+            "--max-tokens",
+            "48",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    let r = &read_json(&out)["results"];
+    assert_watts(&r["energy"]);
+    let tokens = r["prompt_tokens"].as_u64().unwrap() + r["generated_tokens"].as_u64().unwrap();
+    let jpt = r["joules_per_token"].as_f64().unwrap();
+    let want = r["energy"]["joules"].as_f64().unwrap() / tokens as f64;
+    assert!((jpt - want).abs() < 1e-9 * want, "{jpt} vs {want}");
+}
+
+#[test]
+fn no_counters_is_said_and_the_run_goes_on() {
+    let dir = tmpdir("energy-none");
+    let empty = dir.join("powercap");
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = dir.join("hpl.json");
+    tbbench(
+        &empty,
+        &[
+            "hpl",
+            "--nodes",
+            "1",
+            "--n",
+            "1000",
+            "--no-dgemm-probe",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    let run = &read_json(&out)["results"]["runs"][0];
+    let why = run["energy"]["unavailable"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{run}"));
+    assert!(why.contains("no RAPL package counters"), "{why}");
+    assert!(run.get("gflops_per_watt").is_none());
+}
