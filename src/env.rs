@@ -13,6 +13,8 @@ struct Env {
     interfaces: Vec<Interface>,
     rdma: Rdma,
     blas: tbbench_schema::Blas,
+    /// The energy counters suites read (`counters`), or why there are none (`none_because`).
+    energy: serde_json::Value,
     /// One line per problem found, each saying what to do.
     problems: Vec<String>,
 }
@@ -154,11 +156,16 @@ pub fn run(json: bool) -> Result<i32> {
         tbbench_hpl::kernels::cpu_vectors(),
         host.transparent_hugepages.as_deref(),
     );
+    let energy = match tbbench_runners::energy::available() {
+        Ok(names) => serde_json::json!({ "counters": names }),
+        Err(why) => serde_json::json!({ "none_because": why }),
+    };
     let env = Env {
         host,
         interfaces,
         rdma,
         blas,
+        energy,
         problems,
     };
     if json {
@@ -248,6 +255,20 @@ fn print_text(e: &Env) {
     println!("{}: {}{env}", e.blas.name, e.blas.kernel);
     if let Some(thp) = &h.transparent_hugepages {
         println!("transparent huge pages: {thp}");
+    }
+    println!("\n# energy");
+    match e.energy["counters"].as_array() {
+        Some(c) => println!(
+            "powercap: {} (hpl, infer --gguf, link and coll record joules)",
+            c.iter()
+                .filter_map(|v| v.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        None => println!(
+            "none: {}",
+            e.energy["none_because"].as_str().unwrap_or("unknown")
+        ),
     }
     println!("\n# problems");
     if e.problems.is_empty() {

@@ -91,6 +91,11 @@ fn counters(root: &Path) -> Result<Vec<Counter>, String> {
     Ok(found)
 }
 
+/// This host's energy counters by name, or why none can be read (what `tbbench env` shows).
+pub fn available() -> Result<Vec<String>, String> {
+    counters(&root()).map(|c| c.into_iter().map(|c| c.name).collect())
+}
+
 /// The energy one host used over a measured span.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HostEnergy {

@@ -156,6 +156,9 @@ pub struct CollResults {
     pub tuning: Vec<Probe>,
     pub rows: Vec<Row>,
     pub best: Vec<Best>,
+    /// The hosts' energy over the whole sweep, or why there is none (reports/README.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub energy: Option<serde_json::Value>,
 }
 
 pub struct CollSuite;
@@ -196,7 +199,9 @@ impl Suite for CollSuite {
             tuning: Vec::new(),
             rows: Vec::new(),
             best: Vec::new(),
+            energy: None,
         };
+        let energy = tbbench_runners::energy::Span::begin(ctx);
         if config.algos.contains(&Algo::Auto) && n > 1 {
             results.tuning = harness::tune(config, ctx)?;
         }
@@ -230,6 +235,7 @@ impl Suite for CollSuite {
                 results.best.extend(best);
             }
         }
+        results.energy = energy.end(ctx)?;
         ctx.comm.release_scratch();
         if ctx.rank() != 0 {
             return Ok(None);

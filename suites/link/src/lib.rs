@@ -122,6 +122,9 @@ pub struct LinkResults {
     pub ceiling_source: Option<&'static str>,
     pub latency: Vec<LatencyRow>,
     pub bandwidth: Vec<BandwidthRow>,
+    /// The hosts' energy over the whole sweep, or why there is none (reports/README.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub energy: Option<serde_json::Value>,
 }
 
 pub struct LinkSuite;
@@ -197,7 +200,9 @@ impl Suite for LinkSuite {
             ceiling_source: source,
             latency: Vec::new(),
             bandwidth: Vec::new(),
+            energy: None,
         };
+        let energy = tbbench_runners::energy::Span::begin(ctx);
         for peer in 1..ctx.size() {
             if ctx.rank() == 0 || ctx.rank() == peer {
                 harness::measure_pair(
@@ -212,6 +217,7 @@ impl Suite for LinkSuite {
             // The ranks outside this pair wait here for its whole sweep.
             ctx.comm.barrier_patient()?;
         }
+        results.energy = energy.end(ctx)?;
         if ctx.rank() != 0 {
             return Ok(None);
         }
