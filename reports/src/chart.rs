@@ -249,13 +249,12 @@ pub fn line_chart(c: &LineChart) -> String {
                         .get(p.0.max(0.0) as usize)
                         .map(|l| format!(" ({l})"))
                         .unwrap_or_default(),
-                    XAxis::Linear | XAxis::Count => {
-                        format!(" at {} {}", number_label(p.0), c.x_label)
-                    }
+                    XAxis::Count => format!(" at {} {}", p.0.round(), c.x_label),
+                    XAxis::Linear => format!(" at {} {}", number_label(p.0), c.x_label),
                 };
                 Some((
                     s.name.clone(),
-                    format!("{} {}{at}", number_label(p.1), c.y_label),
+                    format!("{}: {}{at}", c.y_label, number_label(p.1)),
                 ))
             })
             .collect();
@@ -415,7 +414,7 @@ pub fn bar_chart(c: &BarChart) -> String {
             .map(|v| {
                 (
                     format!("{} ({name})", c.categories[0]),
-                    format!("{} {}", number_label(v), c.y_label),
+                    format!("{}: {}", c.y_label, number_label(v)),
                 )
             })
             .into_iter()
@@ -609,7 +608,7 @@ mod tests {
         let c = history_like(vec![(1.0, 12.345)], vec![]);
         let html = line_chart(&c);
         assert!(!html.contains("<svg"), "a lone dot drawn: {html}");
-        assert!(html.contains("12.3 µs (b)"), "{html}");
+        assert!(html.contains("µs: 12.3 (b)"), "{html}");
         let bar = bar_chart(&BarChart {
             title: "Gflops".into(),
             y_label: "Gflops".into(),
@@ -618,7 +617,7 @@ mod tests {
             stacked: false,
         });
         assert!(
-            !bar.contains("<svg") && bar.contains("57.7 Gflops"),
+            !bar.contains("<svg") && bar.contains("Gflops: 57.7"),
             "{bar}"
         );
     }

@@ -132,6 +132,7 @@ table{border-collapse:collapse;margin:.6rem 0 1rem;font-size:.86rem;display:bloc
 th,td{border:1px solid #ddd;padding:.25rem .45rem;text-align:left;vertical-align:top}
 td{overflow-wrap:anywhere}th{background:#f4f4f4;overflow-wrap:normal}th.group{text-align:center}
 td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+.pass,.fail{white-space:nowrap}
 .pass{background:#1a7f37;color:#fff;font-weight:700;padding:.1rem .5rem;border-radius:3px}
 .fail{background:#cf222e;color:#fff;font-weight:700;padding:.1rem .5rem;border-radius:3px}
 .regressed{color:#cf222e;font-weight:700}.improved{color:#1a7f37}

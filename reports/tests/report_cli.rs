@@ -812,3 +812,36 @@ fn decode_history_joins_only_runs_of_one_configuration() {
     );
     assert!(h.iter().all(|x| x["points"].as_array().unwrap().len() == 2));
 }
+
+/// Collectives on 2 and on 4 ranks of one network are two series, each named with its rank
+/// count: the newer does not hide the other, and the two are never read as one.
+#[test]
+fn coll_runs_of_different_rank_counts_stay_apart() {
+    let dir = tmpdir("coll-ranks");
+    let two = fixture("coll/coll-shm-2.json");
+    let mut four = two.clone();
+    four["ranks"] = serde_json::json!(["vm", "vm", "vm", "vm"]);
+    four["results"]["ranks"] = 4.into();
+    four["started_at"] = "2030-01-01T00:00:00Z".into();
+    write_json(&dir.join("two.json"), &two);
+    write_json(&dir.join("four.json"), &four);
+    let html = dir.join("r.html");
+    let o = run(
+        &[
+            "report",
+            dir.to_str().unwrap(),
+            "-o",
+            html.to_str().unwrap(),
+        ],
+        LIMIT,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let page = std::fs::read_to_string(&html).unwrap();
+    let label = two["network"]["label"].as_str().unwrap();
+    for n in [2, 4] {
+        assert!(
+            page.contains(&format!("{label}, {n} ranks")),
+            "no series for {n} ranks"
+        );
+    }
+}

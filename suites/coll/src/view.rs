@@ -8,7 +8,7 @@ use tbbench_reports::chart::{self, size_label, LineChart, Series, XAxis};
 use tbbench_reports::html::{self, Cell};
 use tbbench_reports::load::Loaded;
 use tbbench_reports::metrics::{Better, Metric};
-use tbbench_reports::views::{newest_per_network, series_names, SuiteView};
+use tbbench_reports::views::{network_id, series_names, SuiteView};
 use tbbench_schema::{ResultFile, Summary};
 
 /// The report views of the results this crate writes (suite "coll").
@@ -118,7 +118,13 @@ impl SuiteView for CollView {
                 out.push(Metric::new(
                     r,
                     "time",
-                    &format!("{op} {}", size_label(b.size_bytes as f64)),
+                    // The rank count is part of what was measured: compare and history join
+                    // only runs of the same count.
+                    &format!(
+                        "{op} {}, {} ranks",
+                        size_label(b.size_bytes as f64),
+                        c.ranks
+                    ),
                     "us",
                     Better::Lower,
                     b.time_us,
@@ -131,7 +137,11 @@ impl SuiteView for CollView {
                 out.push(Metric::new(
                     r,
                     "busbw",
-                    &format!("{op} {}", size_label(b.size_bytes as f64)),
+                    &format!(
+                        "{op} {}, {} ranks",
+                        size_label(b.size_bytes as f64),
+                        c.ranks
+                    ),
                     "GB/s",
                     Better::Higher,
                     b.busbw_gbps,
@@ -144,8 +154,24 @@ impl SuiteView for CollView {
     }
 
     fn section(&self, runs: &[&Loaded]) -> (String, serde_json::Value) {
-        let shown = newest_per_network(runs);
-        let names = series_names(&shown);
+        // A collective's figures depend on the rank count as much as on the network: the
+        // newest run of each (network, ranks), named with both.
+        let mut shown: Vec<&Loaded> = Vec::new();
+        for r in runs {
+            let id = (network_id(&r.result), r.result.ranks.len());
+            match shown
+                .iter_mut()
+                .find(|o| (network_id(&o.result), o.result.ranks.len()) == id)
+            {
+                Some(slot) => *slot = r,
+                None => shown.push(r),
+            }
+        }
+        let names: Vec<String> = series_names(&shown)
+            .into_iter()
+            .zip(&shown)
+            .map(|(n, r)| format!("{n}, {} ranks", r.result.ranks.len()))
+            .collect();
         let parsed: Vec<CollResults> = shown
             .iter()
             .map(|r| parse(&r.result).expect("checked at load"))
@@ -153,7 +179,7 @@ impl SuiteView for CollView {
         let mut body = String::new();
         if shown.len() > 1 {
             body.push_str(&format!(
-                "<p>{} networks side by side (the newest run of each). Bus bandwidth (busbw) \
+                "<p>{} networks and rank counts side by side (the newest run of each). Bus bandwidth (busbw) \
                  is nccl-tests' figure: the array's size over the time, times 2(n−1)/n for \
                  all-reduce, (n−1)/n for reduce-scatter, all-gather and all-to-all, 1 for \
                  broadcast and reduce, so it compares with the link's own rate.</p>\n",

@@ -217,6 +217,12 @@ fn refuse_unused_flags(args: &InferArgs, m: &clap::ArgMatches) -> Result<(), Str
     if !unused.is_empty() {
         return Err(format!("{mode} does not use {}", unused.join(", ")));
     }
+    if args.shape.is_some() && !given(&["prompt"]).is_empty() {
+        return Err(
+            "--prompt: a synthetic model (--shape) has random weights and no tokenizer, so no text to read; its prompt is 16 random token ids"
+                .into(),
+        );
+    }
     if args.endpoint.is_none() && args.parallel != "tp" && !given(&["algo"]).is_empty() {
         return Err(
             "--algo picks the tensor-parallel all-reduce's algorithm; --parallel pp does not all-reduce (add --parallel tp)"

@@ -62,7 +62,7 @@ fn synthetic_shapes_split_over_ranks_give_the_1_rank_tokens() {
 fn impossible_splits_and_sizes_are_refused_in_one_line() {
     let dir = tmpdir("decode-refuse");
     let out = dir.join("r.json");
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 7] = [
         // Qwen3.5-27B has 4 KV heads: 3 ranks cannot share them.
         (
             &[
@@ -94,6 +94,18 @@ fn impossible_splits_and_sizes_are_refused_in_one_line() {
         (
             &["--endpoint", "http://127.0.0.1:9/v1", "--threads", "2"],
             "cannot be used with '--threads",
+        ),
+        // A synthetic model has no tokenizer: a prompt's text would be silently dropped.
+        (
+            &[
+                "--shape",
+                "llama-3.2-3b",
+                "--layers",
+                "1",
+                "--prompt",
+                "hello",
+            ],
+            "no tokenizer",
         ),
     ];
     for (args, want) in cases {

@@ -133,8 +133,10 @@ impl SuiteView for DecodeView {
                 num(d.prompt_tokens as f64 / d.prefill_s.max(1e-12), 1),
                 Cell::Num(d.generated_tokens.to_string()),
                 num(d.decode_tokens_per_s, 2),
-                num(d.per_token_ms.median, 2),
-                num(d.per_token_ms.p99, 2),
+                Cell::Num(format!(
+                    "{:.2} / {:.2}",
+                    d.per_token_ms.median, d.per_token_ms.p99
+                )),
                 num(
                     d.comm_share_per_rank.first().copied().unwrap_or(0.0) * 100.0,
                     0,
@@ -166,8 +168,7 @@ impl SuiteView for DecodeView {
                 "prefill tok/s",
                 "tokens made",
                 "decode tok/s",
-                "p50 ms per token",
-                "p99 ms",
+                "ms per token, p50 / p99",
                 "% rank 0 waiting",
                 "× 1 rank",
                 "% of read ceiling",
