@@ -448,14 +448,7 @@ impl Matrix {
                 let a = &a;
                 threads.rows(self.rows * self.cols, y, |first, ys| {
                     for (i, yr) in ys.iter_mut().enumerate() {
-                        let r = first + i;
-                        let qs = &q[r * nb * qb..(r + 1) * nb * qb];
-                        let sc = &scale[r * nb..(r + 1) * nb];
-                        let mins = if min.is_empty() {
-                            &[][..]
-                        } else {
-                            &min[r * nb..(r + 1) * nb]
-                        };
+                        let (qs, sc, mins) = block_row(q, scale, min, first + i, nb * qb, nb);
                         *yr = qdot::row(*format, qs, sc, mins, a) as f32;
                     }
                 })
@@ -505,14 +498,7 @@ impl Matrix {
             for t0 in (0..n).step_by(TILE) {
                 let t1 = (t0 + TILE).min(n);
                 for (i, yr) in ys.chunks_exact_mut(n).enumerate() {
-                    let r = first + i;
-                    let qs = &q[r * nb * qb..(r + 1) * nb * qb];
-                    let sc = &scale[r * nb..(r + 1) * nb];
-                    let mins = if min.is_empty() {
-                        &[][..]
-                    } else {
-                        &min[r * nb..(r + 1) * nb]
-                    };
+                    let (qs, sc, mins) = block_row(q, scale, min, first + i, nb * qb, nb);
                     let mut t = t0;
                     while t + 4 <= t1 {
                         let four = qdot::row4(
@@ -537,6 +523,28 @@ impl Matrix {
             }
         }
     }
+}
+
+/// Row `r` of a block matrix: its quants (`qbytes` per row), scales and, for Q4_1, minimums
+/// (`nb` blocks per row; other formats have none).
+fn block_row<'a>(
+    q: &'a [u8],
+    scale: &'a [f32],
+    min: &'a [f32],
+    r: usize,
+    qbytes: usize,
+    nb: usize,
+) -> (&'a [u8], &'a [f32], &'a [f32]) {
+    let mins = if min.is_empty() {
+        &[][..]
+    } else {
+        &min[r * nb..(r + 1) * nb]
+    };
+    (
+        &q[r * qbytes..(r + 1) * qbytes],
+        &scale[r * nb..(r + 1) * nb],
+        mins,
+    )
 }
 
 /// The threads one rank multiplies with. A product's rows are dealt out in chunks and each

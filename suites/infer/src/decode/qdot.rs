@@ -154,20 +154,27 @@ pub fn kernel() -> &'static str {
     "portable (plain Rust, vectorized by the compiler)"
 }
 
-pub fn row(format: Format, q: &[u8], d: &[f32], m: &[f32], a: &Q8Activation) -> f64 {
-    // The SIMD kernels read by pointer: these hold every read in bounds (cheap next to a row).
+/// The SIMD kernels read by pointer: these hold every read of a row and its activations in
+/// bounds (cheap next to a row).
+fn check_lengths(format: Format, q: &[u8], d: &[f32], m: &[f32], acts: &[&Q8Activation]) {
     let nb = d.len();
-    assert!(
-        a.blocks() == nb && a.q.len() == nb * QK && a.qsum.len() == nb && a.dsum.len() == nb,
-        "activation of {} blocks for a row of {nb}",
-        a.blocks()
-    );
+    for a in acts {
+        assert!(
+            a.blocks() == nb && a.q.len() == nb * QK && a.qsum.len() == nb && a.dsum.len() == nb,
+            "activation of {} blocks for a row of {nb}",
+            a.blocks()
+        );
+    }
     assert_eq!(q.len(), nb * format.quant_bytes(), "quants for {nb} blocks");
     assert!(
         format != Format::Q4_1 || m.len() == nb,
         "{} Q4_1 minimums for {nb} blocks",
         m.len()
     );
+}
+
+pub fn row(format: Format, q: &[u8], d: &[f32], m: &[f32], a: &Q8Activation) -> f64 {
+    check_lengths(format, q, d, m, &[a]);
     #[cfg(target_arch = "x86_64")]
     {
         if avx2::available() {
@@ -189,20 +196,7 @@ pub fn row(format: Format, q: &[u8], d: &[f32], m: &[f32], a: &Q8Activation) -> 
 /// what [`row`] gives for that activation; the AVX2 kernel unpacks each weight block once for
 /// the four, so a batch of tokens costs less than its tokens one at a time.
 pub fn row4(format: Format, q: &[u8], d: &[f32], m: &[f32], a: [&Q8Activation; 4]) -> [f64; 4] {
-    let nb = d.len();
-    for x in a {
-        assert!(
-            x.blocks() == nb && x.q.len() == nb * QK && x.qsum.len() == nb && x.dsum.len() == nb,
-            "activation of {} blocks for a row of {nb}",
-            x.blocks()
-        );
-    }
-    assert_eq!(q.len(), nb * format.quant_bytes(), "quants for {nb} blocks");
-    assert!(
-        format != Format::Q4_1 || m.len() == nb,
-        "{} Q4_1 minimums for {nb} blocks",
-        m.len()
-    );
+    check_lengths(format, q, d, m, &a);
     #[cfg(target_arch = "x86_64")]
     {
         if avx2::available() {
