@@ -120,7 +120,7 @@ fn every_suite_records_the_energy_of_its_timed_part() {
 
     // HPL on two ranks of one host: one meter for the host, the solve's joules and Gflops/W.
     let out = dir.join("hpl.json");
-    tbbench(
+    let printed = tbbench(
         &root,
         &[
             "hpl",
@@ -136,6 +136,8 @@ fn every_suite_records_the_energy_of_its_timed_part() {
     let run = &read_json(&out)["results"]["runs"][0];
     let energy = &run["energy"];
     assert_watts(energy);
+    let stdout = text(&printed.stdout);
+    assert!(stdout.contains("Gflops/W"), "{stdout}");
     // The solve outlasts the counter's range (N 6000 takes seconds on two ranks), so the
     // check above saw the counter wrap and followed it.
     assert!(
@@ -154,7 +156,7 @@ fn every_suite_records_the_energy_of_its_timed_part() {
 
     // The decode: joules per token over the prompt and the generated tokens.
     let out = dir.join("decode.json");
-    tbbench(
+    let printed = tbbench(
         &root,
         &[
             "infer",
@@ -172,6 +174,8 @@ fn every_suite_records_the_energy_of_its_timed_part() {
     );
     let r = &read_json(&out)["results"];
     assert_watts(&r["energy"]);
+    let stdout = text(&printed.stdout);
+    assert!(stdout.contains("J per token"), "{stdout}");
     let tokens = r["prompt_tokens"].as_u64().unwrap() + r["generated_tokens"].as_u64().unwrap();
     let jpt = r["joules_per_token"].as_f64().unwrap();
     let want = r["energy"]["joules"].as_f64().unwrap() / tokens as f64;

@@ -164,6 +164,14 @@ impl Suite for HplSuite {
                     check::result_line(&r.code, r.n, r.nb, r.p, r.q, r.time_s, r.gflops)
                 );
                 println!("{}", check::residual_line(r.resid, r.threshold));
+                if let (Some(e), Some(gpw)) = (&r.energy, r.gflops_per_watt) {
+                    println!(
+                        "energy: {:.0} J over {:.2} s, {:.1} W (package counters): {gpw:.2} Gflops/W",
+                        e["joules"].as_f64().unwrap_or(0.0),
+                        e["seconds"].as_f64().unwrap_or(0.0),
+                        e["avg_watts"].as_f64().unwrap_or(0.0)
+                    );
+                }
                 println!();
             }
             results.push(r);

@@ -515,6 +515,13 @@ fn output(
             _ => String::new(),
         }
     );
+    if let Some(j) = m.energy.as_ref().and_then(|e| e["joules"].as_f64()) {
+        let tokens = (prompt.len() + m.run.tokens.len()).max(1);
+        println!(
+            "energy: {j:.1} J for {tokens} tokens (prompt and generated), {:.3} J per token (package counters)",
+            j / tokens as f64
+        );
+    }
     if let Some(t) = &decoded {
         println!("text: {t:?}");
     }
