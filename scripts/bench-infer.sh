@@ -65,6 +65,16 @@ cores=$(nproc)
 llama_flags=$(cat .venv-infer/tbbench-llama-build.txt 2>/dev/null || true)
 [ -n "$llama_flags" ] || { echo "bench-infer: .venv-infer/tbbench-llama-build.txt is missing (rerun scripts/setup.sh)" >&2; exit 1; }
 cmake_args=${llama_flags#*CMAKE_ARGS=}
+# LLAMA_CPU=avx2: llama.cpp built for an AVX2-only CPU (AVX2, FMA, F16C; no AVX-512, no
+# VNNI, no AMX) on whatever host this is: the stand-in for an AVX2-only host's peer where none
+# is at hand (tbbench's own kernels are AVX2 on every x86-64 host). Cached apart by its flags.
+if [ "${LLAMA_CPU:-native}" = avx2 ]; then
+  cmake_args="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+  llama_flags="llama-cpp-python==0.3.36 CMAKE_ARGS=$cmake_args"
+  echo "bench-infer: LLAMA_CPU=avx2: llama.cpp built for an AVX2-only CPU ($cmake_args)"
+elif [ "${LLAMA_CPU:-native}" != native ]; then
+  echo "bench-infer: LLAMA_CPU is native (default) or avx2, not '$LLAMA_CPU'" >&2; exit 1
+fi
 key=$(printf '%s' "$llama_flags" | sha256sum | cut -c1-12)
 lb_dir="${CARGO_TARGET_DIR:-target}/llama-bench/$key"
 lb="$lb_dir/build/bin/llama-bench"
@@ -104,7 +114,7 @@ words() { python3 -c "import sys; print(' '.join(['the network'] * int(sys.argv[
 simd=$(grep -m1 -oE '^flags.*' /proc/cpuinfo 2>/dev/null | tr ' ' '\n' \
   | grep -E '^(avx2|avx512f|avx512bw|avx512_vnni|avx_vnni|amx_tile|amx_int8)$' | paste -sd ' ' - || true)
 echo "host SIMD: ${simd:-$(sysctl -n machdep.cpu.brand_string 2>/dev/null || echo unknown)}"
-echo "llama-bench: $(grep -m1 -oE 'Adding CPU backend variant.*[^ ]' "$lb_dir/build.log" || echo 'build flags above'), AMX off"
+echo "llama-bench: $(grep -m1 -oE 'Adding CPU backend variant.*[^ ]' "$lb_dir/build.log" || echo 'build flags above'), AMX off${LLAMA_CPU:+ (LLAMA_CPU=$LLAMA_CPU)}"
 kernel=$("$tb" infer --gguf "$gguf" --nodes 1 --max-tokens 1 --out "$tmp/k.json" >/dev/null \
   && python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['results']['kernel'])" "$tmp/k.json")
 echo "tbbench decode kernel: $kernel"
