@@ -36,6 +36,16 @@ fn json_files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// `tbbench report INPUTS... -o HTML`, which must succeed; the page it wrote.
+fn report_page(inputs: &[&Path], html: &Path) -> String {
+    let mut args: Vec<&str> = vec!["report"];
+    args.extend(inputs.iter().map(|p| p.to_str().unwrap()));
+    args.extend(["-o", html.to_str().unwrap()]);
+    let o = run(&args, LIMIT);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    std::fs::read_to_string(html).unwrap()
+}
+
 /// Scales every bandwidth figure of a link result by `bw` and every latency figure by `lat`:
 /// a synthetic slowdown of a real run.
 fn scaled(mut v: Value, bw: f64, lat: f64) -> Value {
@@ -268,18 +278,7 @@ fn hostile_strings_in_a_result_show_as_text() {
     v["network"]["label"] = "<img src=x onerror=alert(2)>".into();
     v["warnings"] = serde_json::json!(["\"><b>bold</b>"]);
     write_json(&dir.join("evil.json"), &v);
-    let html = dir.join("r.html");
-    let o = run(
-        &[
-            "report",
-            dir.join("evil.json").to_str().unwrap(),
-            "-o",
-            html.to_str().unwrap(),
-        ],
-        LIMIT,
-    );
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    let page = std::fs::read_to_string(&html).unwrap();
+    let page = report_page(&[&dir.join("evil.json")], &dir.join("r.html"));
     assert!(!page.contains("<script"), "script tag reached the page");
     assert!(!page.contains("<img"), "img tag reached the page");
     assert!(
@@ -675,17 +674,7 @@ fn report_fits_a_1400_pixel_window_with_legends_off_the_data() {
     wide["hosts"][0]["hostname"] = "mac-studio-rack-2.example.internal".into();
     write_json(&dir.join("link-wide.json"), &wide);
     let html = dir.join("report.html");
-    let o = run(
-        &[
-            "report",
-            fixtures().to_str().unwrap(),
-            dir.join("link-wide.json").to_str().unwrap(),
-            "-o",
-            html.to_str().unwrap(),
-        ],
-        LIMIT,
-    );
-    assert!(o.status.success(), "{}", text(&o.stderr));
+    report_page(&[&fixtures(), &dir.join("link-wide.json")], &html);
     let m = measured(&exe, &html, 1400);
     assert_eq!(
         m["tables"],
@@ -736,13 +725,8 @@ fn hpl_scaling_joins_only_runs_of_one_n() {
         names.push(p);
     }
     let report = |files: &[PathBuf]| -> String {
-        let html = dir.join("r.html");
-        let mut args: Vec<&str> = vec!["report"];
-        args.extend(files.iter().map(|p| p.to_str().unwrap()));
-        args.extend(["-o", html.to_str().unwrap()]);
-        let o = run(&args, LIMIT);
-        assert!(o.status.success(), "{}", text(&o.stderr));
-        std::fs::read_to_string(&html).unwrap()
+        let inputs: Vec<&Path> = files.iter().map(|p| p.as_path()).collect();
+        report_page(&inputs, &dir.join("r.html"))
     };
     let html = report(&names);
     let fig = html
@@ -825,18 +809,7 @@ fn coll_runs_of_different_rank_counts_stay_apart() {
     four["started_at"] = "2030-01-01T00:00:00Z".into();
     write_json(&dir.join("two.json"), &two);
     write_json(&dir.join("four.json"), &four);
-    let html = dir.join("r.html");
-    let o = run(
-        &[
-            "report",
-            dir.to_str().unwrap(),
-            "-o",
-            html.to_str().unwrap(),
-        ],
-        LIMIT,
-    );
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    let page = std::fs::read_to_string(&html).unwrap();
+    let page = report_page(&[&dir], &dir.join("r.html"));
     let label = two["network"]["label"].as_str().unwrap();
     for n in [2, 4] {
         assert!(

@@ -80,6 +80,23 @@ fn tbbench(root: &Path, args: &[&str]) -> std::process::Output {
     out
 }
 
+/// `tbbench hpl` on `nodes` local ranks at order `n`, without the DGEMM probe.
+fn hpl(root: &Path, nodes: &str, n: &str, out: &Path) -> std::process::Output {
+    tbbench(
+        root,
+        &[
+            "hpl",
+            "--nodes",
+            nodes,
+            "--n",
+            n,
+            "--no-dgemm-probe",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    )
+}
+
 /// The watts the run saw: the counter's, within what the meter's 0.2 s reads and the span's
 /// edges leave open.
 fn assert_watts(energy: &serde_json::Value) {
@@ -120,19 +137,7 @@ fn every_suite_records_the_energy_of_its_timed_part() {
 
     // HPL on two ranks of one host: one meter for the host, the solve's joules and Gflops/W.
     let out = dir.join("hpl.json");
-    let printed = tbbench(
-        &root,
-        &[
-            "hpl",
-            "--nodes",
-            "2",
-            "--n",
-            "6000",
-            "--no-dgemm-probe",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    );
+    let printed = hpl(&root, "2", "6000", &out);
     let run = &read_json(&out)["results"]["runs"][0];
     let energy = &run["energy"];
     assert_watts(energy);
@@ -222,19 +227,7 @@ fn no_counters_is_said_and_the_run_goes_on() {
     let empty = dir.join("powercap");
     std::fs::create_dir_all(&empty).unwrap();
     let out = dir.join("hpl.json");
-    tbbench(
-        &empty,
-        &[
-            "hpl",
-            "--nodes",
-            "1",
-            "--n",
-            "1000",
-            "--no-dgemm-probe",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    );
+    hpl(&empty, "1", "1000", &out);
     let run = &read_json(&out)["results"]["runs"][0];
     let why = run["energy"]["unavailable"]
         .as_str()
