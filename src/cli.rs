@@ -27,6 +27,9 @@ pub enum Command {
     Run(QuickArgs),
     /// What this host offers (interfaces, RDMA devices, BLAS, cores, memory) and what is wrong.
     Env(EnvArgs),
+    /// What a decode or an HPL solve would do on each measured network (and on published RDMA
+    /// over Thunderbolt 5), from link, coll and decode/hpl result files.
+    Predict(PredictArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -95,6 +98,45 @@ pub struct QuickArgs {
     /// Where the result files and report.html go (default: results/quick-<UTC time>).
     #[arg(long)]
     pub out_dir: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+#[command(group(clap::ArgGroup::new("workload").required(true).args(["shape", "gguf", "hpl_n"])))]
+pub struct PredictArgs {
+    /// Result files and folders: the networks' link and coll results, and a decode (or hpl)
+    /// result the computation is taken from.
+    #[arg(required = true)]
+    pub inputs: Vec<PathBuf>,
+    /// A decode of a published model shape, as `tbbench infer --shape` runs it.
+    #[arg(long)]
+    pub shape: Option<String>,
+    /// With --shape: as many of its layers as the decode built (`infer --layers`).
+    #[arg(long, requires = "shape", value_parser = clap::value_parser!(u64).range(1..))]
+    pub layers: Option<u64>,
+    /// A decode of this GGUF model (its hyper-parameters are read from the file).
+    #[arg(long)]
+    pub gguf: Option<PathBuf>,
+    /// An HPL solve of this order instead of a decode.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub hpl_n: Option<u64>,
+    /// With --hpl-n: the block size.
+    #[arg(long, default_value_t = 192, requires = "hpl_n", value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub nb: u64,
+    /// How the decode splits the model over the ranks.
+    #[arg(long, default_value = "tp", value_parser = ["tp", "pp"])]
+    pub parallel: String,
+    /// Rank counts to predict for: 2 or 2,4,8.
+    #[arg(long, required = true, value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub nodes: Vec<u64>,
+    /// The decode's all-reduce algorithm (as `infer --algo`): auto takes the fastest measured.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "ring", "mesh", "rd", "tree"])]
+    pub algo: String,
+    /// Also write {workload, predictions[]} here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// The result file (default: results/predict-<UTC time>.json).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 fn parse_threshold(s: &str) -> Result<f64, String> {

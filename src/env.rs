@@ -3,9 +3,9 @@
 
 use anyhow::Result;
 use serde::Serialize;
-use tbbench_runners::netinfo::{self, Interface, LinkKind};
+use tbbench_runners::hostcheck::{self, Rdma};
+use tbbench_runners::netinfo::{self, Interface};
 use tbbench_runners::sysinfo;
-use tbbench_runners::transport::verbs::devices::{self, DeviceInfo};
 
 #[derive(Serialize)]
 struct Env {
@@ -19,34 +19,8 @@ struct Env {
     problems: Vec<String>,
 }
 
-#[derive(Serialize)]
-struct Rdma {
-    /// macOS: what `rdma_ctl status` prints; None elsewhere or where it is missing.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    enabled: Option<String>,
-    devices: Vec<DeviceInfo>,
-    /// Why there are none, where there are none.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    none_because: Option<String>,
-}
-
-fn rdma_ctl_status() -> Option<String> {
-    if !cfg!(target_os = "macos") {
-        return None;
-    }
-    let o = std::process::Command::new("rdma_ctl")
-        .arg("status")
-        .output()
-        .ok()?;
-    let t = String::from_utf8_lossy(&o.stdout).trim().to_string();
-    Some(if t.is_empty() {
-        String::from_utf8_lossy(&o.stderr).trim().to_string()
-    } else {
-        t
-    })
-}
-
-/// The problems a cluster owner would want pointed out, each as one line.
+/// The problems a cluster owner would want pointed out, each as one line (the rules live in
+/// the runner, which `tbbench doctor` reads too; the BLAS kernel's age is the hpl suite's).
 fn problems(
     interfaces: &[Interface],
     rdma: &Rdma,
@@ -54,100 +28,27 @@ fn problems(
     cpu_vectors: Option<&str>,
     transparent_hugepages: Option<&str>,
 ) -> Vec<String> {
-    let mut p = Vec::new();
-    for i in interfaces {
-        let wired = matches!(
-            i.kind,
-            LinkKind::Ethernet | LinkKind::ThunderboltIp | LinkKind::ThunderboltBridge
-        );
-        if i.kind == LinkKind::ThunderboltBridge && !i.bridge_members.is_empty() {
-            p.push(format!(
-                "{} (Thunderbolt Bridge) is on with {}: RDMA over those ports needs it off (System Settings > Network > Thunderbolt Bridge > Inactive), and IP over each port is faster without it",
-                i.name,
-                i.bridge_members.join(", ")
-            ));
-        }
-        if wired && i.up && i.ipv4.is_empty() {
-            p.push(format!(
-                "{} ({}) is up but has no IPv4 address: tbbench binds data to IPv4 (give it one, e.g. 10.0.N.x/24 per cable)",
-                i.name, i.kind
-            ));
-        }
-        if i.kind == LinkKind::ThunderboltIp && !i.up {
-            p.push(format!(
-                "{} (thunderbolt-ip) is down: is a cable in?",
-                i.name
-            ));
-        }
-    }
-    for d in &rdma.devices {
-        for port in &d.ports {
-            if port.state != "active" {
-                p.push(format!(
-                    "RDMA device {} port {} is {}: the link is not up",
-                    d.name, port.port, port.state
-                ));
-            }
-        }
-        if let Some(iface) = &d.interface {
-            if let Some(i) = interfaces.iter().find(|i| &i.name == iface) {
-                if i.ipv4.is_empty() {
-                    p.push(format!(
-                        "RDMA device {} maps to {iface}, which has no IPv4 address: its GID (the IPv4-mapped address) cannot be found",
-                        d.name
-                    ));
-                }
-            }
-        }
-    }
-    if let Some(e) = &rdma.enabled {
-        if e.to_lowercase().contains("disabled") {
-            p.push(format!(
-                "RDMA is disabled ({e}): enable it with `rdma_ctl enable` in recoveryOS"
-            ));
-        }
-    }
-    if blas.name == "rust-fallback" {
-        p.push("no BLAS found: hpl runs on tbbench's own slower kernels (Linux: apt install libopenblas0)".into());
-    }
-    if blas.name == "openblas" {
-        if let Some(line) = tbbench_hpl::kernels::kernel_below_cpu(&blas.kernel, cpu_vectors) {
-            p.push(line);
-        }
-    }
-    if blas.env.iter().any(|e| e.starts_with("OPENBLAS_CORETYPE=")) {
-        let kernel: Vec<&str> = blas
-            .env
-            .iter()
-            .filter(|e| e.starts_with("OPENBLAS_CORETYPE=") || e.starts_with("OPENBLAS_L2_SIZE="))
-            .map(String::as_str)
-            .collect();
-        p.push(format!(
-            "{}: OpenBLAS's kernel is forced (hpl Gflops follow it; results record it)",
-            kernel.join(" ")
-        ));
-    }
-    if transparent_hugepages == Some("never") {
-        p.push("transparent huge pages are off (never): hpl's matrix lies in 4 KiB pages and runs slower (enable: echo madvise > /sys/kernel/mm/transparent_hugepage/enabled)".into());
-    }
-    p
+    let blas_below_cpu = if blas.name == "openblas" {
+        tbbench_hpl::kernels::kernel_below_cpu(&blas.kernel, cpu_vectors)
+    } else {
+        None
+    };
+    hostcheck::problems(&hostcheck::HostState {
+        interfaces,
+        rdma,
+        blas,
+        blas_below_cpu,
+        transparent_hugepages,
+    })
+    .into_iter()
+    .map(|p| p.detail)
+    .collect()
 }
 
 pub fn run(json: bool) -> Result<i32> {
     let host = sysinfo::this_host();
     let interfaces = netinfo::interfaces()?;
-    let rdma = match devices::list_devices() {
-        Ok(devices) => Rdma {
-            enabled: rdma_ctl_status(),
-            devices,
-            none_because: None,
-        },
-        Err(why) => Rdma {
-            enabled: rdma_ctl_status(),
-            devices: vec![],
-            none_because: Some(why),
-        },
-    };
+    let rdma = hostcheck::rdma();
     let blas = tbbench_hpl::kernels::record();
     let problems = problems(
         &interfaces,
@@ -282,6 +183,8 @@ fn print_text(e: &Env) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tbbench_runners::netinfo::LinkKind;
+    use tbbench_runners::transport::verbs::devices::{self, DeviceInfo};
 
     fn iface(name: &str, kind: LinkKind, up: bool, ipv4: &[&str], members: &[&str]) -> Interface {
         Interface {

@@ -4,6 +4,7 @@
 
 mod cli;
 mod env;
+mod predict;
 mod quick;
 mod registry;
 
@@ -98,12 +99,49 @@ fn run_command(cli: &Cli, suites: &[tbbench_runners::cli::Registration]) -> anyh
         }),
         Command::Run(a) => quick::run(a, suites, &generator()),
         Command::Env(a) => env::run(a.json),
+        Command::Predict(a) => predict::run(
+            &predict::PredictOptions {
+                inputs: a.inputs.clone(),
+                workload: if let Some(n) = a.hpl_n {
+                    predict::WorkloadSpec::Hpl {
+                        n: n as usize,
+                        nb: a.nb as usize,
+                    }
+                } else if let Some(g) = &a.gguf {
+                    predict::WorkloadSpec::Gguf {
+                        path: g.clone(),
+                        tensor_parallel: a.parallel == "tp",
+                    }
+                } else {
+                    predict::WorkloadSpec::Shape {
+                        name: a.shape.clone().unwrap_or_default(),
+                        layers: a.layers.map(|l| l as usize),
+                        tensor_parallel: a.parallel == "tp",
+                    }
+                },
+                nodes: a.nodes.iter().map(|n| *n as usize).collect(),
+                algo: Some(a.algo.clone()),
+                json: a.json.clone(),
+                out: a.out.clone(),
+            },
+            &tool(),
+        ),
     }
 }
 
 fn main() {
     // Before any thread starts (see the function).
     tbbench_hpl::kernels::before_threads();
+    // Suites that report a host's BLAS (doctor) read it through the runner, from the hpl
+    // suite's loader.
+    tbbench_runners::hostcheck::set_blas_probe(|| {
+        use tbbench_hpl::kernels;
+        let blas = kernels::record();
+        let below = (blas.name == "openblas")
+            .then(|| kernels::kernel_below_cpu(&blas.kernel, kernels::cpu_vectors()))
+            .flatten();
+        (blas, below)
+    });
     // `--over` prints the networks side by side with the report's own key figures.
     tbbench_runners::launch::set_side_by_side(tbbench_reports::report::network_table);
     use clap::{CommandFactory, FromArgMatches};
@@ -115,6 +153,8 @@ fn main() {
         suites.push(entry.registration);
         views.extend(entry.views);
     }
+    // Predictions are not a suite (they run nothing) but the report shows them.
+    views.push(Box::new(predict::view::PredictView));
     tbbench_reports::views::install(views);
     // Suites first in help, in the registry's order; then the other commands.
     let others: Vec<String> = Cli::command()

@@ -7,6 +7,7 @@ pub mod comm;
 pub mod driver;
 pub mod energy;
 pub mod gate;
+pub mod hostcheck;
 pub mod hostfile;
 pub mod launch;
 pub mod mpi_boot;

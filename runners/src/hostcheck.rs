@@ -1,0 +1,289 @@
+//! What is wrong with this host for a cluster run, each problem as a kind and one line saying
+//! what to do: read by `tbbench env` (one host, for a person setting it up) and by `tbbench
+//! doctor` (every host of a run, before a long one), so both name the same problems the same
+//! way. Pure functions over what the OS said (interfaces, RDMA devices, the BLAS record), so
+//! the rules are tested without the hardware.
+
+use crate::netinfo::{Interface, LinkKind};
+use crate::transport::verbs::devices::{self, DeviceInfo};
+use serde::Serialize;
+
+/// This host's BLAS and, where its kernel is older than the CPU's vector unit, the line
+/// saying so. Only the program that loads BLAS knows them (the hpl suite's kernels do), so it
+/// installs this once at start ([`set_blas_probe`]); suites that report BLAS read it here
+/// without depending on the hpl suite.
+pub type BlasProbe = fn() -> (tbbench_schema::Blas, Option<String>);
+
+static BLAS_PROBE: std::sync::OnceLock<BlasProbe> = std::sync::OnceLock::new();
+
+/// Sets how [`blas`] finds this host's BLAS; the first call wins.
+pub fn set_blas_probe(probe: BlasProbe) {
+    let _ = BLAS_PROBE.set(probe);
+}
+
+/// This host's BLAS record and any kernel-behind-the-CPU line, or "not probed" where the
+/// program installed no probe.
+pub fn blas() -> (tbbench_schema::Blas, Option<String>) {
+    match BLAS_PROBE.get() {
+        Some(probe) => probe(),
+        None => (
+            tbbench_schema::Blas {
+                name: "unknown".into(),
+                kernel: "not probed (no BLAS probe installed)".into(),
+                env: Vec::new(),
+            },
+            None,
+        ),
+    }
+}
+
+/// This host's RDMA side: whether it is enabled (macOS), its devices, or why there are none.
+#[derive(Debug, Serialize)]
+pub struct Rdma {
+    /// macOS: what `rdma_ctl status` prints; None elsewhere or where it is missing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<String>,
+    pub devices: Vec<DeviceInfo>,
+    /// Why there are none, where there are none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub none_because: Option<String>,
+}
+
+/// Reads this host's RDMA devices (queries only) and, on macOS, `rdma_ctl status`.
+pub fn rdma() -> Rdma {
+    match devices::list_devices() {
+        Ok(devices) => Rdma {
+            enabled: rdma_ctl_status(),
+            devices,
+            none_because: None,
+        },
+        Err(why) => Rdma {
+            enabled: rdma_ctl_status(),
+            devices: vec![],
+            none_because: Some(why),
+        },
+    }
+}
+
+fn rdma_ctl_status() -> Option<String> {
+    if !cfg!(target_os = "macos") {
+        return None;
+    }
+    let o = std::process::Command::new("rdma_ctl")
+        .arg("status")
+        .output()
+        .ok()?;
+    let t = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    Some(if t.is_empty() {
+        String::from_utf8_lossy(&o.stderr).trim().to_string()
+    } else {
+        t
+    })
+}
+
+/// One problem of one host: a stable kind (what scripts match on) and one line that says what
+/// is wrong and what to do.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct HostProblem {
+    pub kind: String,
+    pub detail: String,
+}
+
+fn problem(kind: &str, detail: String) -> HostProblem {
+    HostProblem {
+        kind: kind.into(),
+        detail,
+    }
+}
+
+/// What the problems are judged from. `blas_below_cpu` is the line the BLAS's owner gives
+/// when its kernel is older than the CPU (the hpl suite knows OpenBLAS's kernel names; the
+/// runner does not), None when it is not.
+pub struct HostState<'a> {
+    pub interfaces: &'a [Interface],
+    pub rdma: &'a Rdma,
+    pub blas: &'a tbbench_schema::Blas,
+    pub blas_below_cpu: Option<String>,
+    pub transparent_hugepages: Option<&'a str>,
+}
+
+/// The problems a cluster owner would want pointed out, in a fixed order.
+pub fn problems(s: &HostState) -> Vec<HostProblem> {
+    let mut p = Vec::new();
+    for i in s.interfaces {
+        let wired = matches!(
+            i.kind,
+            LinkKind::Ethernet | LinkKind::ThunderboltIp | LinkKind::ThunderboltBridge
+        );
+        if i.kind == LinkKind::ThunderboltBridge && !i.bridge_members.is_empty() {
+            p.push(problem("thunderbolt-bridge", format!(
+                "{} (Thunderbolt Bridge) is on with {}: RDMA over those ports needs it off (System Settings > Network > Thunderbolt Bridge > Inactive), and IP over each port is faster without it",
+                i.name,
+                i.bridge_members.join(", ")
+            )));
+        }
+        if wired && i.up && i.ipv4.is_empty() {
+            p.push(problem("interface-no-ipv4", format!(
+                "{} ({}) is up but has no IPv4 address: tbbench binds data to IPv4 (give it one, e.g. 10.0.N.x/24 per cable)",
+                i.name, i.kind
+            )));
+        }
+        if i.kind == LinkKind::ThunderboltIp && !i.up {
+            p.push(problem(
+                "thunderbolt-down",
+                format!("{} (thunderbolt-ip) is down: is a cable in?", i.name),
+            ));
+        }
+    }
+    for d in &s.rdma.devices {
+        for port in &d.ports {
+            if port.state != "active" {
+                p.push(problem(
+                    "rdma-not-active",
+                    format!(
+                        "RDMA device {} port {} is {}: the link is not up",
+                        d.name, port.port, port.state
+                    ),
+                ));
+            }
+        }
+        if let Some(iface) = &d.interface {
+            if let Some(i) = s.interfaces.iter().find(|i| &i.name == iface) {
+                if i.ipv4.is_empty() {
+                    p.push(problem("rdma-no-ipv4", format!(
+                        "RDMA device {} maps to {iface}, which has no IPv4 address: its GID (the IPv4-mapped address) cannot be found",
+                        d.name
+                    )));
+                }
+            }
+        }
+    }
+    if let Some(e) = &s.rdma.enabled {
+        if e.to_lowercase().contains("disabled") {
+            p.push(problem(
+                "rdma-disabled",
+                format!("RDMA is disabled ({e}): enable it with `rdma_ctl enable` in recoveryOS"),
+            ));
+        }
+    }
+    let blas = s.blas;
+    if blas.name == "rust-fallback" {
+        p.push(problem("no-blas", "no BLAS found: hpl runs on tbbench's own slower kernels (Linux: apt install libopenblas0)".into()));
+    }
+    if let Some(line) = &s.blas_below_cpu {
+        p.push(problem("blas-kernel-below-cpu", line.clone()));
+    }
+    if blas.env.iter().any(|e| e.starts_with("OPENBLAS_CORETYPE=")) {
+        let kernel: Vec<&str> = blas
+            .env
+            .iter()
+            .filter(|e| e.starts_with("OPENBLAS_CORETYPE=") || e.starts_with("OPENBLAS_L2_SIZE="))
+            .map(String::as_str)
+            .collect();
+        p.push(problem(
+            "blas-kernel-forced",
+            format!(
+                "{}: OpenBLAS's kernel is forced (hpl Gflops follow it; results record it)",
+                kernel.join(" ")
+            ),
+        ));
+    }
+    if s.transparent_hugepages == Some("never") {
+        p.push(problem("no-huge-pages", "transparent huge pages are off (never): hpl's matrix lies in 4 KiB pages and runs slower (enable: echo madvise > /sys/kernel/mm/transparent_hugepage/enabled)".into()));
+    }
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::verbs::devices::PortInfo;
+
+    fn iface(name: &str, kind: LinkKind, up: bool, ipv4: &[&str], members: &[&str]) -> Interface {
+        Interface {
+            name: name.into(),
+            kind,
+            up,
+            mtu: Some(1500),
+            speed_gbit_per_s: None,
+            ipv4: ipv4.iter().map(|a| a.parse().unwrap()).collect(),
+            ipv6: vec![],
+            hardware_port: None,
+            bridge_members: members.iter().map(|m| m.to_string()).collect(),
+        }
+    }
+
+    /// Each problem carries the kind `tbbench doctor` files it under; a healthy host has none.
+    #[test]
+    fn every_problem_has_its_kind_and_a_healthy_host_has_none() {
+        let ifs = vec![
+            iface("bridge0", LinkKind::ThunderboltBridge, true, &[], &["en2"]),
+            iface("en3", LinkKind::ThunderboltIp, true, &[], &[]),
+            iface("en4", LinkKind::ThunderboltIp, false, &[], &[]),
+            iface("en0", LinkKind::Ethernet, true, &["192.168.1.5"], &[]),
+        ];
+        let rdma = Rdma {
+            enabled: Some("RDMA is disabled".into()),
+            devices: vec![DeviceInfo {
+                name: "rdma_en3".into(),
+                interface: Some("en3".into()),
+                emulated: false,
+                ports: vec![PortInfo {
+                    port: 1,
+                    state: "down".into(),
+                    active_mtu_bytes: 1024,
+                    link_layer: "ethernet".into(),
+                    lid: 0,
+                }],
+            }],
+            none_because: None,
+        };
+        let blas = tbbench_schema::Blas {
+            name: "rust-fallback".into(),
+            kernel: String::new(),
+            env: vec!["OPENBLAS_CORETYPE=Prescott".into()],
+        };
+        let p = problems(&HostState {
+            interfaces: &ifs,
+            rdma: &rdma,
+            blas: &blas,
+            blas_below_cpu: Some("OpenBLAS runs its Prescott kernel on a CPU with AVX2".into()),
+            transparent_hugepages: Some("never"),
+        });
+        let kinds: Vec<&str> = p.iter().map(|x| x.kind.as_str()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "thunderbolt-bridge",
+                "interface-no-ipv4",
+                "interface-no-ipv4",
+                "thunderbolt-down",
+                "rdma-not-active",
+                "rdma-no-ipv4",
+                "rdma-disabled",
+                "no-blas",
+                "blas-kernel-below-cpu",
+                "blas-kernel-forced",
+                "no-huge-pages"
+            ]
+        );
+        let healthy = Rdma {
+            enabled: None,
+            devices: vec![],
+            none_because: Some("no RDMA device".into()),
+        };
+        let openblas = tbbench_schema::Blas {
+            name: "openblas".into(),
+            kernel: "Haswell".into(),
+            env: vec![],
+        };
+        let none = problems(&HostState {
+            interfaces: &ifs[3..],
+            rdma: &healthy,
+            blas: &openblas,
+            blas_below_cpu: None,
+            transparent_hugepages: Some("madvise"),
+        });
+        assert!(none.is_empty(), "{none:#?}");
+    }
+}

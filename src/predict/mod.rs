@@ -1,0 +1,686 @@
+//! `tbbench predict`: what a workload would do on each network the given result files
+//! measured (and on published RDMA over Thunderbolt 5), from those files alone. Computation
+//! comes from a measured decode or HPL run, communication from the networks' link and coll
+//! rows at the sizes the workload sends (model.rs). Reads result files only; runs nothing.
+
+pub mod model;
+pub mod view;
+
+use anyhow::{bail, Context, Result};
+use model::{CollRow, NetworkFigures, PointToPoint};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use tbbench_infer::decode::model::{Config, Shard, Split};
+use tbbench_reports::load::Loaded;
+use tbbench_reports::views::network_label;
+use tbbench_schema::{Check, Network, ResultFile, RunRecord, Tool};
+
+/// What `tbbench predict` was asked.
+pub struct PredictOptions {
+    pub inputs: Vec<PathBuf>,
+    pub workload: WorkloadSpec,
+    pub nodes: Vec<usize>,
+    pub algo: Option<String>,
+    pub json: Option<PathBuf>,
+    pub out: Option<PathBuf>,
+}
+
+pub enum WorkloadSpec {
+    Shape {
+        name: String,
+        layers: Option<usize>,
+        tensor_parallel: bool,
+    },
+    Gguf {
+        path: PathBuf,
+        tensor_parallel: bool,
+    },
+    Hpl {
+        n: usize,
+        nb: usize,
+    },
+}
+
+/// A decode workload as decode result files name it.
+struct DecodeWorkload {
+    /// `results.model.name` of a decode of this model.
+    name: String,
+    /// Layers built (a synthetic shape may build fewer than its model has).
+    layers: usize,
+    cfg: Config,
+    tensor_parallel: bool,
+    /// Weight bytes one token reads on one rank of `n`, for the weaker compute estimate.
+    bytes_per_rank: Box<dyn Fn(usize) -> f64>,
+    describe: String,
+}
+
+/// One decode result's figures that predictions use.
+struct DecodeRun {
+    file: String,
+    label: String,
+    name: String,
+    layers: usize,
+    parallel: String,
+    ranks: usize,
+    threads: usize,
+    /// Mean ms per generated token.
+    step_ms: f64,
+    /// The slowest rank's computation per token (the step less its network time).
+    compute_ms: f64,
+    tokens_per_s: f64,
+    /// The fastest rank's measured weight-read bandwidth, bytes/s.
+    read_bandwidth: f64,
+}
+
+struct HplRun {
+    file: String,
+    label: String,
+    ranks: usize,
+    dgemm_gflops: Option<f64>,
+    runs: Vec<(usize, usize, f64, Option<f64>)>,
+}
+
+fn f(v: &Value) -> Option<f64> {
+    v.as_f64().filter(|x| x.is_finite())
+}
+
+fn decode_run(l: &Loaded) -> Option<DecodeRun> {
+    let r = &l.result.results;
+    let compute = r["per_token_compute_ms_per_rank"]
+        .as_array()?
+        .iter()
+        .filter_map(f)
+        .fold(f64::NAN, f64::max);
+    let step_ms = f(&r["per_token_ms"]["mean"])?;
+    Some(DecodeRun {
+        file: l.path.display().to_string(),
+        label: network_label(&l.result.network),
+        name: r["model"]["name"].as_str()?.to_string(),
+        layers: r["model"]["layers"].as_u64()? as usize,
+        parallel: r["parallel"].as_str().unwrap_or("").to_string(),
+        ranks: r["ranks"].as_u64()? as usize,
+        threads: r["threads_per_rank"].as_u64().unwrap_or(0) as usize,
+        step_ms,
+        compute_ms: if compute.is_finite() {
+            compute
+        } else {
+            step_ms
+        },
+        tokens_per_s: f(&r["decode_tokens_per_s"])?,
+        read_bandwidth: r["read_bandwidth_gb_per_s_per_rank"]
+            .as_array()
+            .map(|a| a.iter().filter_map(f).fold(0.0, f64::max) * 1e9)
+            .unwrap_or(0.0),
+    })
+}
+
+fn hpl_run(l: &Loaded) -> HplRun {
+    let r = &l.result.results;
+    HplRun {
+        file: l.path.display().to_string(),
+        label: network_label(&l.result.network),
+        ranks: l.result.ranks.len(),
+        dgemm_gflops: f(&r["dgemm_gflops_single_rank"]).filter(|g| *g > 0.0),
+        runs: r["runs"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter(|x| x["passed"].as_bool() == Some(true))
+                    .filter_map(|x| {
+                        Some((
+                            x["n"].as_u64()? as usize,
+                            x["nb"].as_u64()? as usize,
+                            f(&x["gflops"])?,
+                            f(&x["efficiency_vs_dgemm"]),
+                        ))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+    }
+}
+
+/// Every network the link and coll results measured, newest figures winning, in the order
+/// networks first appear; then the published RDMA over Thunderbolt 5 figures.
+fn networks(loaded: &[&Loaded]) -> Vec<NetworkFigures> {
+    let mut out: Vec<NetworkFigures> = Vec::new();
+    for l in loaded {
+        let suite = l.result.suite.as_str();
+        if suite != "link" && suite != "coll" {
+            continue;
+        }
+        let label = network_label(&l.result.network);
+        let at = match out.iter().position(|n| n.label == label) {
+            Some(i) => i,
+            None => {
+                out.push(NetworkFigures {
+                    label: label.clone(),
+                    link_kind: l.result.network.link_kind.clone(),
+                    source: "measured",
+                    ..Default::default()
+                });
+                out.len() - 1
+            }
+        };
+        let net = &mut out[at];
+        let r = &l.result.results;
+        let mut used = false;
+        if suite == "link" {
+            // One pair's rows (the first the file lists): a point-to-point link.
+            let pair = &r["latency"][0]["pair"];
+            let of_pair = |rows: &Value| -> Vec<Value> {
+                rows.as_array()
+                    .map(|a| a.iter().filter(|x| &x["pair"] == pair).cloned().collect())
+                    .unwrap_or_default()
+            };
+            let latency: Vec<(f64, f64)> = of_pair(&r["latency"])
+                .iter()
+                .filter(|x| x["wrong_bytes"].as_u64().unwrap_or(0) == 0)
+                .filter_map(|x| Some((f(&x["size_bytes"])?, f(&x["one_way_us"]["median"])?)))
+                .collect();
+            let bandwidth: Vec<(f64, f64)> = of_pair(&r["bandwidth"])
+                .iter()
+                .filter(|x| x["mode"] == "bw" && x["wrong_bytes"].as_u64().unwrap_or(0) == 0)
+                .filter_map(|x| Some((f(&x["size_bytes"])?, f(&x["gbit_per_s"]["avg"])?)))
+                .collect();
+            if let Some(p) = PointToPoint::fit(&latency, &bandwidth) {
+                net.p2p = Some(p);
+                used = true;
+            }
+        } else if let Some(ranks) = r["ranks"].as_u64() {
+            let rows: Vec<CollRow> = r["rows"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter(|x| x["wrong"].as_u64().unwrap_or(1) == 0)
+                        .filter_map(|x| {
+                            Some(CollRow {
+                                op: x["op"].as_str()?.to_string(),
+                                algo: x["algo"].as_str()?.to_string(),
+                                size_bytes: f(&x["size_bytes"])?,
+                                median_us: f(&x["time_us"]["median"])?,
+                            })
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            if !rows.is_empty() {
+                // Rows of one op from a newer run replace the older run's rows of that op.
+                let slot = net.coll.entry(ranks as usize).or_default();
+                let ops: Vec<String> = rows.iter().map(|x| x.op.clone()).collect();
+                slot.retain(|x| !ops.contains(&x.op));
+                slot.extend(rows);
+                used = true;
+            }
+        }
+        if used {
+            net.files.push(l.path.display().to_string());
+        }
+    }
+    out.retain(|n| n.p2p.is_some() || !n.coll.is_empty());
+    out.push(NetworkFigures {
+        label: "RDMA over Thunderbolt 5 (published, not measured)".into(),
+        link_kind: "rdma".into(),
+        source: "published",
+        p2p: Some(PointToPoint::published_rdma_tb5()),
+        ..Default::default()
+    });
+    out
+}
+
+fn decode_workload(spec: &WorkloadSpec) -> Result<Option<DecodeWorkload>> {
+    Ok(Some(match spec {
+        WorkloadSpec::Shape {
+            name,
+            layers,
+            tensor_parallel,
+        } => {
+            let (full, approx) = Config::shape(name)?;
+            let all = full.layers;
+            let built = layers.unwrap_or(all);
+            if built == 0 || built > all {
+                bail!("--layers {built}: {name} has 1 to {all} layers");
+            }
+            let mut cfg = full;
+            cfg.layers = built;
+            let c = cfg.clone();
+            let tp = *tensor_parallel;
+            DecodeWorkload {
+                name: format!("{name} (synthetic)"),
+                layers: built,
+                describe: format!("{name} ({built} of {all} layers; {approx})"),
+                bytes_per_rank: Box::new(move |n| {
+                    let split = if tp {
+                        Split::Tensor { rank: 0, size: n }
+                    } else {
+                        // Stages run one after another: one token reads every stage's weights.
+                        Split::Tensor { rank: 0, size: 1 }
+                    };
+                    Shard::synthetic_bytes(&c, split) as f64
+                }),
+                cfg,
+                tensor_parallel: tp,
+            }
+        }
+        WorkloadSpec::Gguf {
+            path,
+            tensor_parallel,
+        } => {
+            let g = tbbench_infer::decode::gguf::Gguf::open(path)?;
+            let cfg = Config::from_gguf(&g).with_context(|| path.display().to_string())?;
+            let bytes = std::fs::metadata(path)?.len() as f64;
+            let tp = *tensor_parallel;
+            let name = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            DecodeWorkload {
+                describe: format!("{name} ({} layers, width {})", cfg.layers, cfg.dim),
+                name,
+                layers: cfg.layers,
+                bytes_per_rank: Box::new(move |n| if tp { bytes / n as f64 } else { bytes }),
+                cfg,
+                tensor_parallel: tp,
+            }
+        }
+        WorkloadSpec::Hpl { .. } => return Ok(None),
+    }))
+}
+
+/// Per-token computation for `n` ranks, and where it comes from: a decode of this model on
+/// `n` ranks (any network: computation does not depend on it), else its 1-rank decode
+/// divided as the split divides the work, else weight bytes over a measured read bandwidth
+/// (the weaker estimate).
+fn compute_ms(w: &DecodeWorkload, runs: &[DecodeRun], n: usize) -> Result<(f64, String)> {
+    let split = if w.tensor_parallel { "tp" } else { "pp" };
+    let same = |r: &&DecodeRun| r.name == w.name && r.layers == w.layers;
+    if let Some(r) = runs
+        .iter()
+        .rfind(|r| same(r) && r.ranks == n && (n == 1 || r.parallel == split))
+    {
+        return Ok((
+            r.compute_ms,
+            format!(
+                "measured: a {n}-rank decode of this model over {} ({} threads per rank, {})",
+                r.label, r.threads, r.file
+            ),
+        ));
+    }
+    if let Some(r) = runs.iter().rfind(|r| same(r) && r.ranks == 1) {
+        let (ms, how) = if w.tensor_parallel {
+            (r.step_ms / n as f64, format!("divided by {n} ranks"))
+        } else {
+            (r.step_ms, "stages run one after another".to_string())
+        };
+        return Ok((
+            ms,
+            format!(
+                "measured: the 1-rank decode of this model ({} threads, {}), {how}; each rank assumed to have the threads that run had",
+                r.threads, r.file
+            ),
+        ));
+    }
+    if let Some(r) = runs
+        .iter()
+        .filter(|r| r.read_bandwidth > 0.0)
+        .max_by(|a, b| a.read_bandwidth.total_cmp(&b.read_bandwidth))
+    {
+        let bytes = (w.bytes_per_rank)(n);
+        return Ok((
+            bytes / r.read_bandwidth * 1e3,
+            format!(
+                "weaker estimate: {:.0} MB of weights per rank over the {:.1} GB/s read bandwidth {} measured (leaves out attention, norms and caches)",
+                bytes / 1e6,
+                r.read_bandwidth / 1e9,
+                r.file
+            ),
+        ));
+    }
+    bail!(
+        "no decode result to take the computation from: give a result of `tbbench infer --gguf/--shape` for this model (1 rank is enough), or of any decode for its read bandwidth"
+    )
+}
+
+/// The measured rate of the same decode on the same network and rank count, if given.
+fn measured_decode(w: &DecodeWorkload, runs: &[DecodeRun], label: &str, n: usize) -> Option<f64> {
+    let split = if w.tensor_parallel { "tp" } else { "pp" };
+    runs.iter()
+        .rfind(|r| {
+            r.name == w.name
+                && r.layers == w.layers
+                && r.ranks == n
+                && r.label == label
+                && (n == 1 || r.parallel == split)
+        })
+        .map(|r| r.tokens_per_s)
+}
+
+fn decode_predictions(
+    w: &DecodeWorkload,
+    runs: &[DecodeRun],
+    nets: &[NetworkFigures],
+    nodes: &[usize],
+    algo: Option<&str>,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<Value>> {
+    let mut out = Vec::new();
+    for &n in nodes {
+        if w.tensor_parallel
+            && (w.cfg.kv_heads % n != 0 || w.cfg.heads % n != 0 || w.cfg.ffn % n != 0)
+        {
+            bail!(
+                "--nodes {n}: tensor parallelism splits heads and feed-forward columns evenly; this model splits over {:?} ranks",
+                w.cfg.tensor_parallel_sizes()
+            );
+        }
+        if !w.tensor_parallel && n > w.layers {
+            bail!(
+                "--nodes {n}: pipeline stages need a layer each; the model has {}",
+                w.layers
+            );
+        }
+        let (compute, compute_from) = compute_ms(w, runs, n)?;
+        for net in nets {
+            let Some((comm_us, comm_from)) =
+                model::decode_comm_us(net, w.tensor_parallel, n, w.layers, w.cfg.dim, algo)
+            else {
+                warnings.push(format!(
+                    "{}: no link rows and no coll rows at {n} ranks: no prediction for {n} ranks",
+                    net.label
+                ));
+                continue;
+            };
+            let comm = comm_us / 1e3;
+            let tps = 1e3 / (compute + comm).max(1e-9);
+            let measured = measured_decode(w, runs, &net.label, n);
+            out.push(json!({
+                "label": net.label,
+                "link_kind": net.link_kind,
+                "ranks": n,
+                "tokens_per_s": tps,
+                "compute_ms_per_token": compute,
+                "comm_ms_per_token": comm,
+                "source": net.source,
+                "compute_from": compute_from,
+                "comm_from": comm_from,
+                "from_files": net.files,
+                "measured_tokens_per_s": measured,
+                "measured_over_predicted": measured.map(|m| m / tps),
+            }));
+        }
+    }
+    Ok(out)
+}
+
+fn hpl_predictions(
+    n_size: usize,
+    nb: usize,
+    hpl: &[HplRun],
+    nets: &[NetworkFigures],
+    nodes: &[usize],
+    warnings: &mut Vec<String>,
+) -> Result<(Vec<Value>, String)> {
+    // The per-rank DGEMM rate, and how much of it one rank's solve reaches.
+    let rate = hpl
+        .iter()
+        .rev()
+        .find_map(|h| h.dgemm_gflops.map(|g| (g, h.file.clone())))
+        .context(
+            "no hpl result with a DGEMM rate (dgemm_gflops_single_rank): give one from `tbbench hpl`",
+        )?;
+    let eff = hpl.iter().rev().filter(|h| h.ranks == 1).find_map(|h| {
+        h.runs
+            .iter()
+            .rev()
+            .find_map(|r| r.3.map(|e| (e, h.file.clone())))
+    });
+    let (eff_value, eff_from) = match &eff {
+        Some((e, file)) => (
+            *e,
+            format!(
+                "{:.0}% of DGEMM, as the 1-rank solve in {file} reached",
+                e * 100.0
+            ),
+        ),
+        None => (
+            0.9,
+            "90% of DGEMM assumed (no 1-rank hpl result)".to_string(),
+        ),
+    };
+    let basis = format!(
+        "{:.1} Gflops DGEMM per rank ({}), {eff_from}",
+        rate.0, rate.1
+    );
+    let flops = model::hpl_flops(n_size);
+    let mut out = Vec::new();
+    for &ranks in nodes {
+        let (p, q) = model::squarest(ranks);
+        let compute_s = flops / (ranks as f64 * rate.0 * eff_value * 1e9);
+        for net in nets {
+            let Some(comm_s) = model::hpl_comm_s(net, n_size, nb, p, q) else {
+                warnings.push(format!("{}: no figures for {ranks} ranks", net.label));
+                continue;
+            };
+            let gflops = flops / (compute_s + comm_s) / 1e9;
+            let measured = hpl
+                .iter()
+                .rev()
+                .filter(|h| h.ranks == ranks && h.label == net.label)
+                .find_map(|h| {
+                    h.runs
+                        .iter()
+                        .rev()
+                        .find(|r| r.0 == n_size && r.1 == nb)
+                        .map(|r| r.2)
+                });
+            out.push(json!({
+                "label": net.label,
+                "link_kind": net.link_kind,
+                "ranks": ranks,
+                "p": p,
+                "q": q,
+                "gflops": gflops,
+                "compute_s": compute_s,
+                "comm_s": comm_s,
+                "source": net.source,
+                "from_files": net.files,
+                "measured_gflops": measured,
+                "measured_over_predicted": measured.map(|m| m / gflops),
+            }));
+        }
+    }
+    Ok((out, basis))
+}
+
+fn print_table(workload: &str, predictions: &[Value], hpl: bool) {
+    println!("# predicted {workload}");
+    let width = predictions
+        .iter()
+        .filter_map(|p| p["label"].as_str().map(str::len))
+        .max()
+        .unwrap_or(7)
+        .max(7);
+    let header = if hpl {
+        format!(
+            "{:<width$} {:>5} {:>5} {:>10} {:>10} {:>9} {:>10} {:>9}",
+            "network", "ranks", "PxQ", "Gflops", "compute s", "comm s", "measured", "meas/pred"
+        )
+    } else {
+        format!(
+            "{:<width$} {:>5} {:>9} {:>10} {:>9} {:>10} {:>9}",
+            "network", "ranks", "tokens/s", "compute ms", "comm ms", "measured", "meas/pred"
+        )
+    };
+    let opt = |v: &Value, d: usize| v.as_f64().map_or("-".to_string(), |x| format!("{x:.d$}"));
+    let num = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    let mut ranks_shown = None;
+    for p in predictions {
+        let label = p["label"].as_str().unwrap_or("");
+        let ranks = p["ranks"].as_u64().unwrap_or(0);
+        if ranks_shown != Some(ranks) {
+            // Each rank count's computation may come from another run: said before its rows.
+            if let Some(c) = p["compute_from"].as_str() {
+                println!(
+                    "# {ranks} rank(s): {:.3} ms computation per token ({c})",
+                    num(&p["compute_ms_per_token"])
+                );
+            }
+            if ranks_shown.is_none() || !hpl {
+                println!("{header}");
+            }
+            ranks_shown = Some(ranks);
+        }
+        if hpl {
+            println!(
+                "{label:<width$} {ranks:>5} {:>5} {:>10.2} {:>10.3} {:>9.3} {:>10} {:>9}",
+                format!("{}x{}", p["p"], p["q"]),
+                num(&p["gflops"]),
+                num(&p["compute_s"]),
+                num(&p["comm_s"]),
+                opt(&p["measured_gflops"], 2),
+                opt(&p["measured_over_predicted"], 2),
+            );
+        } else {
+            println!(
+                "{label:<width$} {ranks:>5} {:>9.2} {:>10.3} {:>9.3} {:>10} {:>9}",
+                num(&p["tokens_per_s"]),
+                num(&p["compute_ms_per_token"]),
+                num(&p["comm_ms_per_token"]),
+                opt(&p["measured_tokens_per_s"], 2),
+                opt(&p["measured_over_predicted"], 2),
+            );
+        }
+    }
+}
+
+pub fn run(o: &PredictOptions, tool: &Tool) -> Result<i32> {
+    if let Some(j) = &o.json {
+        tbbench_schema::write::check_writable(j)?;
+    }
+    match &o.out {
+        Some(out) => tbbench_schema::write::check_writable(out)?,
+        None => tbbench_schema::write::check_folder_writable(std::path::Path::new("results"))?,
+    }
+    if o.nodes.is_empty() || o.nodes.contains(&0) {
+        bail!("--nodes: give one or more rank counts, each at least 1");
+    }
+    let started = time::OffsetDateTime::now_utc();
+    let known = tbbench_reports::views::known_suites();
+    let (mut loaded, problems) = tbbench_reports::load::load_paths(&o.inputs, &known);
+    for p in &problems {
+        eprintln!("tbbench: predict: left out {p}");
+    }
+    // Oldest first, so newer figures of one network replace older ones.
+    loaded.sort_by(|a, b| a.result.started_at.cmp(&b.result.started_at));
+    let refs: Vec<&Loaded> = loaded.iter().collect();
+    let nets = networks(&refs);
+    let measured_nets = nets.iter().filter(|n| n.source == "measured").count();
+    if measured_nets == 0 {
+        bail!(
+            "no link or coll results among {} usable file(s): give the networks' `tbbench link` and `tbbench coll` results",
+            loaded.len()
+        );
+    }
+    let mut warnings = Vec::new();
+    let algo = o.algo.as_deref().filter(|a| *a != "auto");
+    let (predictions, workload_json, describe, hpl) = match &o.workload {
+        WorkloadSpec::Hpl { n, nb } => {
+            let runs: Vec<HplRun> = refs
+                .iter()
+                .filter(|l| l.result.suite == "hpl")
+                .map(|l| hpl_run(l))
+                .collect();
+            let (p, basis) = hpl_predictions(*n, *nb, &runs, &nets, &o.nodes, &mut warnings)?;
+            (
+                p,
+                json!({"kind": "hpl", "n": n, "nb": nb, "compute_from": basis,
+                       "assumes": "no overlap of communication with the update (a floor on Gflops)"}),
+                format!("hpl N={n} NB={nb}: compute from {basis}"),
+                true,
+            )
+        }
+        spec => {
+            let w = decode_workload(spec)?.expect("a decode workload");
+            let runs: Vec<DecodeRun> = refs
+                .iter()
+                .filter(|l| l.result.suite == "decode")
+                .filter_map(|l| decode_run(l))
+                .collect();
+            let p = decode_predictions(&w, &runs, &nets, &o.nodes, algo, &mut warnings)?;
+            let split = if w.tensor_parallel { "tp" } else { "pp" };
+            (
+                p,
+                json!({"kind": "decode", "model": w.name, "layers": w.layers, "dim": w.cfg.dim,
+                       "parallel": split, "algo": o.algo.as_deref().unwrap_or("auto")}),
+                format!("{split} decode of {}", w.describe),
+                false,
+            )
+        }
+    };
+    print_table(&describe, &predictions, hpl);
+    for w in &warnings {
+        eprintln!("tbbench: warning: {w}");
+    }
+    let results = json!({
+        "workload": workload_json,
+        "predictions": predictions,
+        "published": {
+            "label": "RDMA over Thunderbolt 5 (published, not measured)",
+            "one_way_us": model::PUBLISHED_RDMA_TB5_US,
+            "gbit_per_s": model::PUBLISHED_RDMA_TB5_GBIT,
+            "source": "perftest -c UC, Apple to Apple: ib_send_lat 64 B, ib_send_bw 64 KiB",
+        },
+    });
+    let mut host = tbbench_runners::sysinfo::this_host();
+    host.ranks = vec![0];
+    let params = json!({
+        "inputs": o.inputs,
+        "nodes": o.nodes,
+        "algo": o.algo.as_deref().unwrap_or("auto"),
+        "workload": results["workload"],
+    });
+    let result = ResultFile::finished(
+        tool,
+        started,
+        RunRecord {
+            suite: "predict".into(),
+            params,
+            ranks: vec![host.hostname.clone()],
+            hosts: vec![host],
+            network: Network {
+                transport: "none".into(),
+                link_kind: "none".into(),
+                label: "prediction (no network used)".into(),
+                ..Default::default()
+            },
+            results,
+            checks: vec![Check {
+                name: "predicted".into(),
+                passed: true,
+                detail: format!(
+                    "{} prediction(s) from {} file(s)",
+                    predictions.len(),
+                    loaded.len()
+                ),
+            }],
+            warnings,
+        },
+    );
+    let path = o
+        .out
+        .clone()
+        .unwrap_or_else(|| tbbench_schema::write::default_path("predict", started));
+    tbbench_schema::write::write_result(&path, &result)?;
+    println!("result: {}", path.display());
+    if let Some(j) = &o.json {
+        let doc = json!({
+            tbbench_reports::load::NOT_A_RESULT_MARKER: "predict",
+            "workload": result.results["workload"],
+            "predictions": result.results["predictions"],
+        });
+        let mut b = serde_json::to_vec_pretty(&doc)?;
+        b.push(b'\n');
+        tbbench_schema::write::write_atomic(j, &b)?;
+    }
+    Ok(0)
+}

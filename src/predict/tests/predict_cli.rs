@@ -1,0 +1,271 @@
+//! `tbbench predict` on recorded results (fixtures/results): the figures it writes, the rank
+//! counts and workloads it refuses, and its section in the report.
+
+#[path = "../../../runners/tests/support.rs"]
+mod support;
+
+use serde_json::Value;
+use std::path::Path;
+use std::time::Duration;
+use support::*;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn fixtures(sub: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/results")
+        .join(sub)
+        .display()
+        .to_string()
+}
+
+fn predict(args: &[&str]) -> (std::process::Output, Option<Value>) {
+    // Tests run in parallel: each call its own folder.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let dir = tmpdir(&format!("predict-{n}"));
+    let json = dir.join("predictions.json");
+    let out = dir.join("result.json");
+    let mut all = vec!["predict"];
+    all.extend(args);
+    all.extend([
+        "--json",
+        json.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let o = run(&all, LIMIT);
+    let doc = json.exists().then(|| read_json(&json));
+    if let Some(d) = &doc {
+        let r = read_json(&out);
+        assert_eq!(r["suite"], "predict");
+        assert_eq!(r["results"]["predictions"], d["predictions"]);
+    }
+    (o, doc)
+}
+
+/// Every measured network and the published RDMA figures get a prediction per rank count,
+/// computation plus communication; the 2-rank loopback prediction stands beside the 2-rank
+/// loopback decode the fixtures hold.
+#[test]
+fn a_decode_is_predicted_for_every_network_and_rank_count() {
+    let (o, doc) = predict(&[
+        &fixtures("network"),
+        &fixtures("coll"),
+        &fixtures("decode"),
+        "--shape",
+        "llama-3.2-3b",
+        "--layers",
+        "1",
+        "--nodes",
+        "2,4",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let doc = doc.unwrap();
+    let p = doc["predictions"].as_array().unwrap();
+    let labels: Vec<&str> = p.iter().map(|x| x["label"].as_str().unwrap()).collect();
+    for want in [
+        "tcp/lo (loopback)",
+        "shm",
+        "RDMA over Thunderbolt 5 (published, not measured)",
+    ] {
+        assert!(labels.contains(&want), "{want} missing from {labels:?}");
+    }
+    for x in p {
+        let (tps, compute, comm) = (
+            x["tokens_per_s"].as_f64().unwrap(),
+            x["compute_ms_per_token"].as_f64().unwrap(),
+            x["comm_ms_per_token"].as_f64().unwrap(),
+        );
+        assert!(compute > 0.0 && comm > 0.0, "{x}");
+        assert!((tps - 1e3 / (compute + comm)).abs() < 1e-6 * tps, "{x}");
+        let published = x["label"].as_str().unwrap().contains("published");
+        assert_eq!(
+            x["source"],
+            if published { "published" } else { "measured" },
+            "{x}"
+        );
+    }
+    // Two ranks: the computation of the fixtures' 2-rank decode (its slowest rank's), beside
+    // its measured rate on the network it ran over.
+    let lo2 = p
+        .iter()
+        .find(|x| x["label"] == "tcp/lo (loopback)" && x["ranks"] == 2)
+        .unwrap();
+    assert!((lo2["compute_ms_per_token"].as_f64().unwrap() - 17.989325666666666).abs() < 1e-9);
+    assert!(lo2["compute_from"]
+        .as_str()
+        .unwrap()
+        .contains("2-rank decode"));
+    let measured = lo2["measured_tokens_per_s"].as_f64().unwrap();
+    assert!((measured - 54.73646190771933).abs() < 1e-9);
+    let ratio = lo2["measured_over_predicted"].as_f64().unwrap();
+    assert!((ratio - measured / lo2["tokens_per_s"].as_f64().unwrap()).abs() < 1e-9);
+    // Four ranks: no 4-rank decode of this model, no 1-rank one: the weaker estimate, named.
+    let lo4 = p
+        .iter()
+        .find(|x| x["label"] == "tcp/lo (loopback)" && x["ranks"] == 4)
+        .unwrap();
+    assert!(
+        lo4["compute_from"]
+            .as_str()
+            .unwrap()
+            .starts_with("weaker estimate"),
+        "{lo4}"
+    );
+    // The 4-rank loopback all-reduces come from the 4-rank coll run's rows; shm has no 4-rank
+    // rows, so its are modelled from its link rows.
+    assert!(
+        lo4["comm_from"]
+            .as_str()
+            .unwrap()
+            .contains("rows at 4 ranks"),
+        "{lo4}"
+    );
+    let shm4 = p
+        .iter()
+        .find(|x| x["label"] == "shm" && x["ranks"] == 4)
+        .unwrap();
+    assert!(
+        shm4["comm_from"].as_str().unwrap().contains("modelled"),
+        "{shm4}"
+    );
+    let text_out = text(&o.stdout);
+    assert!(text_out.contains("published, not measured"), "{text_out}");
+}
+
+#[test]
+fn hpl_is_predicted_from_the_dgemm_rate_and_the_networks() {
+    let (o, doc) = predict(&[
+        &fixtures("network"),
+        &fixtures("hpl"),
+        "--hpl-n",
+        "20000",
+        "--nodes",
+        "4",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let doc = doc.unwrap();
+    for x in doc["predictions"].as_array().unwrap() {
+        assert_eq!(
+            (x["p"].as_u64(), x["q"].as_u64()),
+            (Some(2), Some(2)),
+            "{x}"
+        );
+        let (g, c, m) = (
+            x["gflops"].as_f64().unwrap(),
+            x["compute_s"].as_f64().unwrap(),
+            x["comm_s"].as_f64().unwrap(),
+        );
+        let flops = 2.0 / 3.0 * 2e4f64.powi(3) + 1.5 * 2e4f64.powi(2);
+        assert!((g - flops / (c + m) / 1e9).abs() < 1e-6 * g, "{x}");
+        assert!(m > 0.0, "{x}");
+    }
+}
+
+/// What the user can get wrong gets one line naming it, and no result file.
+#[test]
+fn wrong_inputs_are_named() {
+    let cases: [(&[&str], &str); 5] = [
+        // Only a decode: no network measured.
+        (
+            &[
+                &fixtures("decode"),
+                "--shape",
+                "llama-3.2-3b",
+                "--nodes",
+                "2",
+            ],
+            "no link or coll results",
+        ),
+        // Networks, but no decode at all to take the computation from.
+        (
+            &[
+                &fixtures("network"),
+                "--shape",
+                "llama-3.2-3b",
+                "--nodes",
+                "2",
+            ],
+            "no decode result",
+        ),
+        // Tensor parallelism cannot split 8 KV heads over 3 ranks.
+        (
+            &[
+                &fixtures("network"),
+                &fixtures("decode"),
+                "--shape",
+                "llama-3.2-3b",
+                "--nodes",
+                "3",
+            ],
+            "--nodes 3",
+        ),
+        (
+            &[&fixtures("network"), "--shape", "gpt-9", "--nodes", "2"],
+            "unknown --shape 'gpt-9'",
+        ),
+        (
+            &[&fixtures("network"), "--hpl-n", "1000", "--nodes", "2"],
+            "no hpl result",
+        ),
+    ];
+    for (args, want) in cases {
+        let (o, doc) = predict(args);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains(want) && err.trim().lines().count() == 1,
+            "{args:?}: {err}"
+        );
+        assert!(doc.is_none(), "{args:?} wrote a prediction");
+    }
+    let o = run(&["predict", &fixtures("network"), "--nodes", "2"], LIMIT);
+    assert_eq!(o.status.code(), Some(2), "no workload is a usage error");
+}
+
+/// The report puts a prediction in its own section, the published row labelled as such and
+/// the measured rate beside the predicted one.
+#[test]
+fn the_report_shows_predictions_beside_measurements() {
+    let dir = tmpdir("predict-report");
+    let out = dir.join("predict.json");
+    let o = run(
+        &[
+            "predict",
+            &fixtures("network"),
+            &fixtures("decode"),
+            "--shape",
+            "llama-3.2-3b",
+            "--layers",
+            "1",
+            "--nodes",
+            "2",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        LIMIT,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let html = dir.join("report.html");
+    let o = run(
+        &[
+            "report",
+            out.to_str().unwrap(),
+            "-o",
+            html.to_str().unwrap(),
+        ],
+        LIMIT,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        page.contains("Predictions: what another network would buy"),
+        "no section"
+    );
+    assert!(page.contains("RDMA over Thunderbolt 5 (published, not measured)"));
+    assert!(
+        page.contains("measured tokens/s") && page.contains("54.74"),
+        "measured rate missing"
+    );
+}

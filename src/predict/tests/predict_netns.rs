@@ -1,0 +1,167 @@
+//! `tbbench predict` held to account: in the network lab (two namespaces joined by veth pairs
+//! shaped with tc tbf to 2.5 and 10 Gbit/s) and over shared memory, link and coll measure each
+//! network, a 1-rank decode gives the computation, predict says what a 2-rank tensor-parallel
+//! decode does on each network, and that decode then runs on each: every prediction within
+//! ±20% of the measured rate. Needs root for the lab (skips with the reason printed).
+
+#[path = "../../../runners/tests/netlab.rs"]
+mod netlab;
+#[path = "../../../runners/tests/support.rs"]
+mod support;
+
+use netlab::{netlab, Lab};
+use std::path::Path;
+use std::time::Duration;
+use support::*;
+
+const LIMIT: Duration = Duration::from_secs(300);
+/// A synthetic shape small enough for this host: 2 of llama-3.2-3b's 28 layers.
+const MODEL: [&str; 4] = ["--shape", "llama-3.2-3b", "--layers", "2"];
+const OVER: &str = "tcp:10.71.0.0/24,tcp:10.72.0.0/24";
+
+fn ok(args: &[&str]) {
+    let o = run(args, LIMIT);
+    assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
+}
+
+/// Every file's decode rate, by network label.
+fn decode_rates(dir: &Path) -> Vec<(String, f64)> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let path = e.unwrap().path();
+        if path.extension() != Some(std::ffi::OsStr::new("json")) {
+            continue;
+        }
+        let r = read_json(&path);
+        if r["suite"] == "decode" {
+            v.push((
+                r["network"]["label"].as_str().unwrap().to_string(),
+                r["results"]["decode_tokens_per_s"].as_f64().unwrap(),
+            ));
+        }
+    }
+    v
+}
+
+#[test]
+fn tensor_parallel_decode_predictions_hold_on_each_network() {
+    let Some(_lab) = Lab::up("tbp") else {
+        return;
+    };
+    let dir = tmpdir("predict-netns");
+    let hosts = dir.join("hosts.json");
+    std::fs::write(&hosts, netlab(&["hostfile", "tbp", "0"]).stdout).unwrap();
+    let h = hosts.to_str().unwrap();
+    let lab: [&str; 6] = ["--hostfile", h, "--rsh", "ip netns exec", "--over", OVER];
+    let mut off = Vec::new();
+    // Rates on two vCPUs shift with a neighbour's burst: one retry absorbs it; a model that
+    // is wrong fails both times.
+    for attempt in 1..=2 {
+        let figures = dir.join(format!("figures-{attempt}"));
+        let measured = dir.join(format!("measured-{attempt}"));
+        let (f, m) = (figures.to_str().unwrap(), measured.to_str().unwrap());
+        std::fs::create_dir_all(&figures).unwrap();
+        std::fs::create_dir_all(&measured).unwrap();
+        // The networks: link and coll on each (the decode's all-reduce is 24 KiB of f64).
+        let link = ["link", "--sizes", "8,16KiB,32KiB,1MiB", "--iters", "100"];
+        let coll = [
+            "coll",
+            "--dtype",
+            "f64",
+            "--sizes",
+            "16,16KiB,32KiB",
+            "--iters",
+            "30",
+        ];
+        ok(&[&link[..], &lab, &["--out", &format!("{f}/link")]].concat());
+        ok(&[&coll[..], &lab, &["--out", &format!("{f}/coll")]].concat());
+        let shm = ["--transport", "shm", "--nodes", "2"];
+        ok(&[&link[..], &shm, &["--out", &format!("{f}/link-shm.json")]].concat());
+        ok(&[&coll[..], &shm, &["--out", &format!("{f}/coll-shm.json")]].concat());
+        // The computation: the whole model on one rank with the thread each lab rank has.
+        let decode = ["infer", "--threads", "1", "--max-tokens", "24"];
+        ok(&[
+            &decode[..],
+            &MODEL,
+            &["--nodes", "1", "--out", &format!("{f}/decode-1.json")],
+        ]
+        .concat());
+        // Predicted from those alone.
+        let json = dir.join(format!("predicted-{attempt}.json"));
+        ok(&[
+            &["predict", f][..],
+            &MODEL,
+            &[
+                "--nodes",
+                "2",
+                "--json",
+                json.to_str().unwrap(),
+                "--out",
+                &format!("{m}-predict.json"),
+            ],
+        ]
+        .concat());
+        // Then measured.
+        let tp = ["--parallel", "tp", "--no-verify"];
+        ok(&[
+            &decode[..],
+            &MODEL,
+            &tp,
+            &lab,
+            &["--out", &format!("{m}/lab")],
+        ]
+        .concat());
+        ok(&[
+            &decode[..],
+            &MODEL,
+            &tp,
+            &shm,
+            &["--out", &format!("{m}/decode-shm.json")],
+        ]
+        .concat());
+        let mut rates = decode_rates(&measured.join("lab"));
+        rates.extend(decode_rates(&measured));
+        assert_eq!(rates.len(), 3, "{rates:?}");
+        let predicted = read_json(&json);
+        off.clear();
+        for (label, rate) in &rates {
+            let p = predicted["predictions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["label"] == label.as_str() && p["ranks"] == 2)
+                .unwrap_or_else(|| panic!("no prediction for {label}: {predicted}"));
+            let want = p["tokens_per_s"].as_f64().unwrap();
+            eprintln!("{label}: predicted {want:.2} tokens/s, measured {rate:.2}");
+            if (want - rate).abs() > 0.2 * rate {
+                off.push(format!(
+                    "{label}: predicted {want:.2} tokens/s, measured {rate:.2} ({p})"
+                ));
+            }
+        }
+        if off.is_empty() {
+            // With the decodes among the inputs, each prediction stands beside its rate.
+            let o = run(
+                &[
+                    &["predict", f, m, &format!("{m}/lab")][..],
+                    &MODEL,
+                    &["--nodes", "2", "--out", &format!("{m}-both.json")],
+                ]
+                .concat(),
+                LIMIT,
+            );
+            assert!(o.status.success(), "{}", text(&o.stderr));
+            let both = read_json(Path::new(&format!("{m}-both.json")));
+            let beside = both["results"]["predictions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|p| p["measured_tokens_per_s"].is_number())
+                .count();
+            assert_eq!(beside, 3, "{both}");
+            return;
+        }
+        eprintln!("attempt {attempt}: {off:?}");
+    }
+    panic!("{off:#?}");
+}
