@@ -293,6 +293,14 @@ fn rank_main<S: Suite>(
             Ok(code)
         }
         Err(e) => {
+            // Everything the run opened is closed now (it unwound to here). When the control
+            // thread is ending the run (another rank died or failed, and this rank's waits
+            // stopped for it), that thread names the cause and exits; this one only waits.
+            if rendezvous::main_thread_unwound() {
+                loop {
+                    std::thread::park();
+                }
+            }
             let msg = if rank == 0 {
                 format!("{e:#}")
             } else {

@@ -17,12 +17,56 @@ use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How often control connections carry a heartbeat, and how long silence means a dead rank.
 pub const HEARTBEAT: Duration = Duration::from_millis(500);
 pub const LIVENESS: Duration = Duration::from_secs(5);
+
+/// Set by the control thread when the run ends because of another rank (it died, froze or
+/// failed): the transports' waits see it and return an error, so this rank's main thread
+/// unwinds (closing its devices, deregistering its memory) before the process exits.
+static ABORTING: AtomicBool = AtomicBool::new(false);
+/// Set by the main thread once its run has ended with an error and everything it opened is
+/// closed.
+static UNWOUND: AtomicBool = AtomicBool::new(false);
+/// How long the control thread gives the main thread to unwind. A wait in a transport sees
+/// the abort within milliseconds; a computation (a BLAS call) does not look, and is cut short
+/// by the exit.
+const UNWIND_WAIT: Duration = Duration::from_secs(2);
+
+/// True once the run is being aborted: a transport's wait then stops with an error.
+pub fn aborting() -> bool {
+    ABORTING.load(Ordering::Relaxed)
+}
+
+/// Err once the run is being aborted, for the transports' wait loops.
+pub fn check_abort() -> Result<()> {
+    if aborting() {
+        bail!("the run was aborted");
+    }
+    Ok(())
+}
+
+/// For the main thread when its run ended with an error, everything it opened now closed:
+/// true when the control thread is already ending the run (it names the cause and exits the
+/// process; the caller only waits for that).
+pub fn main_thread_unwound() -> bool {
+    UNWOUND.store(true, Ordering::SeqCst);
+    ABORTING.load(Ordering::SeqCst)
+}
+
+/// On the control thread: tells the main thread's transport waits to stop, and waits (a
+/// bounded time) for the main thread to unwind, so devices are closed in order before exit.
+fn unwind_main_thread() {
+    ABORTING.store(true, Ordering::SeqCst);
+    let start = Instant::now();
+    while !UNWOUND.load(Ordering::SeqCst) && start.elapsed() < UNWIND_WAIT {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
 
 /// What to undo before a failing run exits (rank 0's shared-memory segment), set once.
 static ON_ABORT: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>> = std::sync::OnceLock::new();
@@ -419,7 +463,6 @@ impl Control {
     /// Ends the run everywhere: rank 0 tells every rank to stop; another rank tells rank 0,
     /// which names it in the one error line the user sees. Never returns.
     pub fn abort(&self, message: &str) -> ! {
-        run_abort_hook();
         let mut w = self.writers.lock().unwrap_or_else(|p| p.into_inner());
         for s in w.iter_mut().flatten() {
             let _ = write_frame(
@@ -429,6 +472,12 @@ impl Control {
                 },
             );
         }
+        // The others are told; now this rank's main thread closes what it opened (at once
+        // when it is the caller: it has already unwound).
+        if !UNWOUND.load(Ordering::SeqCst) {
+            unwind_main_thread();
+        }
+        run_abort_hook();
         if self.rank == 0 {
             say(&format!("tbbench: error: {message}"));
             exit_now(1);
@@ -526,7 +575,9 @@ impl Control {
                         if self.rank == 0 {
                             self.abort(&message);
                         }
-                        // Rank 0 printed it; this rank only stops.
+                        // Rank 0 printed it; this rank only closes what it opened and stops.
+                        unwind_main_thread();
+                        run_abort_hook();
                         exit_now(1);
                     }
                     Ok(_) => {}
@@ -559,10 +610,11 @@ impl Control {
     /// peer; a rank that lost rank 0 under the launcher leaves the line to it (every rank
     /// notices at once) and only says, by `launched_code`, which way rank 0 was lost.
     fn peer_failed(&self, _i: usize, message: &str, launched_code: i32) -> ! {
-        run_abort_hook();
         if self.rank == 0 {
             self.abort(message);
         }
+        unwind_main_thread();
+        run_abort_hook();
         if self.launched {
             exit_now(launched_code);
         }

@@ -557,6 +557,7 @@ fn a_rank_killed_mid_transfer_on_rc_ends_every_rank_within_ten_seconds() {
 fn killed_rank(device: &str) {
     let dir = tmpdir(&format!("sr-kill-{device}"));
     let out = dir.join("r.json");
+    let sd = dir.join("stats");
     let child = std::process::Command::new(bin())
         .args([
             "link",
@@ -578,6 +579,7 @@ fn killed_rank(device: &str) {
             out.to_str().unwrap(),
         ])
         .env("TBBENCH_VERBS_LIB", so())
+        .env("TBBENCH_SOFTRDMA_STATS", &sd)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -602,6 +604,26 @@ fn killed_rank(device: &str) {
     );
     assert_ranks_gone(&ranks, Duration::from_secs(1), "the run");
     assert!(!out.exists());
+    // The survivors' waits stopped for the abort and their main threads unwound before the
+    // exit: each closed its device (writing its counters) with every memory registration and
+    // queue pair already released by tbbench.
+    let s = stats(&sd);
+    assert_eq!(
+        s.len(),
+        3,
+        "the three survivors closed their devices: {s:?}"
+    );
+    for key in [
+        "mrs_left_at_close",
+        "qps_left_at_close",
+        "error_completions",
+    ] {
+        if key == "error_completions" && device == LINUX {
+            // RC: sends to the dead peer may complete with retry-exceeded before the abort.
+            continue;
+        }
+        assert_eq!(sum(&s, key), 0, "{key}: {s:?}");
+    }
 }
 
 /// Survivors wait for a frozen peer (5 s until its heartbeats are missed): they must use

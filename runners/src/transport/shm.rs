@@ -452,6 +452,7 @@ impl ShmTransport {
     fn wait_count(&self, counter: &AtomicU64, want: u64, what: &str) -> Result<()> {
         let start = Instant::now();
         while counter.load(Ordering::Acquire) < want {
+            crate::rendezvous::check_abort()?;
             if start.elapsed() > self.timeout {
                 bail!(
                     "timed out after {:.0} s waiting for every rank to {what}",
@@ -850,6 +851,7 @@ impl ShmTransport {
                 if let Some(&dead) = waiting_on.iter().find(|p| self.peer_gone(**p)) {
                     bail!("{} exited while this rank waited for it", self.names[dead]);
                 }
+                crate::rendezvous::check_abort()?;
                 if waited > self.timeout {
                     let mut who: Vec<String> = waiting_on
                         .iter()

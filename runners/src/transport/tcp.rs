@@ -636,6 +636,7 @@ impl TcpTransport {
                 unsafe { libc::sched_yield() };
                 continue;
             }
+            crate::rendezvous::check_abort()?;
             if waited >= self.opts.timeout {
                 let who: Vec<String> = busy.iter().map(|c| self.names[c / k].to_string()).collect();
                 bail!(
@@ -660,9 +661,8 @@ impl TcpTransport {
                     revents: 0,
                 });
             }
-            let left = (self.opts.timeout - waited)
-                .as_millis()
-                .clamp(1, i32::MAX as u128) as i32;
+            // At most 100 ms per poll, so an abort is seen while the peers are silent.
+            let left = (self.opts.timeout - waited).as_millis().clamp(1, 100) as i32;
             // SAFETY: pollfds is a valid array of pollfd for the call.
             let rc = unsafe { libc::poll(pollfds.as_mut_ptr(), pollfds.len() as _, left) };
             if rc < 0 {

@@ -1351,6 +1351,7 @@ impl VerbsTransport {
                 // Greetings go out every 5 ms; nothing to spin for in between.
                 std::thread::sleep(Duration::from_micros(100));
             }
+            crate::rendezvous::check_abort()?;
             if start.elapsed() > self.timeout {
                 let who: Vec<String> = waiting.iter().map(|p| self.names[*p].to_string()).collect();
                 bail!(
@@ -1645,6 +1646,9 @@ impl Transport for VerbsTransport {
                 continue;
             }
             idle_polls += 1;
+            if idle_polls & 1023 == 0 {
+                crate::rendezvous::check_abort()?;
+            }
             if idle_polls & 1023 == 0 && last_progress.elapsed() > self.timeout {
                 let mut waits: Vec<String> = Vec::new();
                 for p in 0..self.size {
