@@ -26,8 +26,9 @@ pub struct HplConfig {
     pub runs: Vec<Variant>,
     /// `--n`: one run of this order (None, and no HPL.dat: N chosen from memory).
     pub n: Option<usize>,
-    /// NB and grid of a run without HPL.dat (grid None: the squarest for the run's size).
-    pub nb: usize,
+    /// NB and grid of a run without HPL.dat (NB None: measured, see [`choose_nb`]; grid
+    /// None: the squarest for the run's size).
+    pub nb: Option<usize>,
     pub grid: Option<(usize, usize)>,
     /// Fraction of the smallest host's available memory (per rank) the matrix may use.
     pub mem_fraction: f64,
@@ -133,8 +134,22 @@ impl Suite for HplSuite {
                 "{threads} threads per rank, but without a BLAS the kernels run on one thread per rank"
             ));
         }
+        // NB: HPL.dat's, --nb, or the fastest measured on this grid now.
+        let (nb, nb_choice) = match (config.nb, &config.dat) {
+            (_, Some(dat)) => (0, serde_json::json!({"how": "HPL.dat", "dat": dat})),
+            (Some(nb), None) => (nb, serde_json::json!({"nb": nb, "how": "--nb"})),
+            (None, None) => choose_nb(config, ctx)?,
+        };
         let runs = if planned.is_empty() {
-            vec![auto_run(config, ctx, dgemm, threads)?]
+            vec![auto_run(config, ctx, dgemm, threads, nb)?]
+        } else if config.dat.is_none() {
+            planned
+                .into_iter()
+                .map(|mut v| {
+                    v.nb = nb;
+                    v
+                })
+                .collect()
         } else {
             planned
         };
@@ -189,6 +204,7 @@ impl Suite for HplSuite {
             .collect();
         let out = serde_json::json!({
             "dgemm_gflops_single_rank": dgemm,
+            "nb_choice": nb_choice,
             // Rank 0's; each rank measures its own.
             "u12_solve": u12_solve.name(),
             // Rank 0's; by default each rank's host cores over the ranks on that host.
@@ -337,7 +353,12 @@ fn plan(config: &HplConfig, ranks: usize) -> Result<(Vec<Variant>, Vec<String>)>
     }
     Ok(match config.n {
         Some(n) => {
-            let mut v = Variant::plain(n, config.nb, plain_grid(config, ranks));
+            // NB is set once chosen (the probe runs on the ranks, after this check).
+            let mut v = Variant::plain(
+                n,
+                config.nb.unwrap_or(DEFAULT_NB),
+                plain_grid(config, ranks),
+            );
             if let Some(d) = config.depth {
                 v.algo.depth = d;
             }
@@ -353,9 +374,9 @@ fn auto_run(
     ctx: &Context,
     dgemm: Option<f64>,
     threads: usize,
+    nb: usize,
 ) -> Result<Variant> {
     let grid = plain_grid(config, ctx.size());
-    let nb = config.nb;
     // The run's lookahead as `Variant::plain` (or --depth) sets it: its panels need room too.
     let depth = config.depth.unwrap_or(Variant::default_depth(&grid));
     let from_memory = largest_fitting_n(&grid, nb, depth, ctx, config.mem_fraction);
@@ -412,6 +433,104 @@ fn auto_run(
     let mut v = Variant::plain(n, nb, grid);
     v.algo.depth = depth;
     Ok(v)
+}
+
+/// NB where nothing chose one: the middle of HPL's usual range for CPU BLAS.
+const DEFAULT_NB: usize = 192;
+/// The block sizes the probe tries: HPL's usual range for CPU BLAS kernels.
+const NB_CANDIDATES: [usize; 4] = [128, 192, 256, 384];
+
+/// The NB of a run that was given none: each candidate solves a system of the probe's order
+/// on the run's own grid (N = the run's --n up to 4096, 1024 without a BLAS: a second or two
+/// in all), and the fastest passing one wins. Returns it and the record of how it was chosen.
+fn choose_nb(config: &HplConfig, ctx: &mut Context) -> Result<(usize, serde_json::Value)> {
+    let grid = plain_grid(config, ctx.size());
+    let cap = if kernels::blas().is_some() {
+        4096
+    } else {
+        1024
+    };
+    let depth = config.depth.unwrap_or(Variant::default_depth(&grid));
+    // Within the run's memory share too (the run itself is held to it).
+    let fits = largest_fitting_n(&grid, DEFAULT_NB, depth, ctx, config.mem_fraction);
+    let n = config.n.unwrap_or(cap).min(cap).min(fits.max(DEFAULT_NB));
+    // Every rank owns at least two blocks of the widest dimension, or the probe measures
+    // idle ranks.
+    let mut candidates: Vec<usize> = NB_CANDIDATES
+        .iter()
+        .copied()
+        .filter(|nb| nb * 2 * grid.p.max(grid.q) <= n)
+        .collect();
+    if candidates.is_empty() {
+        candidates.push((n / (2 * grid.p.max(grid.q))).clamp(1, DEFAULT_NB));
+    }
+    if ctx.rank() == 0 && ctx.progress {
+        eprintln!(
+            "tbbench: choosing NB: N={n} on {}x{} with NB {} (--nb skips this)",
+            grid.p,
+            grid.q,
+            candidates
+                .iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let progress = std::mem::replace(&mut ctx.progress, false);
+    let mut probed = Vec::new();
+    for &nb in &candidates {
+        let mut v = Variant::plain(n, nb, grid);
+        if let Some(d) = config.depth {
+            v.algo.depth = d;
+        }
+        if check_memory(&v, ctx, config.mem_fraction).is_err() {
+            // A wider block's workspace may not fit where a narrower one does.
+            continue;
+        }
+        let r = run_one(&v, ctx, None);
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                ctx.progress = progress;
+                return Err(e.context(format!("choosing NB: the N={n} NB={nb} probe failed")));
+            }
+        };
+        probed.push((nb, r.gflops, r.passed));
+    }
+    ctx.progress = progress;
+    // Rank 0 decides (every rank has the same figures; one voice keeps them in step).
+    let mut pick = [probed
+        .iter()
+        .filter(|p| p.2)
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map_or(DEFAULT_NB, |p| p.0) as f64];
+    ctx.comm
+        .bcast(0, tbbench_runners::comm::f64_bytes_mut(&mut pick))?;
+    let nb = pick[0] as usize;
+    if ctx.rank() == 0 {
+        println!(
+            "tbbench: NB {nb}, the fastest at N={n} on {}x{}: {} (--nb sets NB)",
+            grid.p,
+            grid.q,
+            probed
+                .iter()
+                .map(|(nb, g, ok)| format!("{nb} {g:.1}{}", if *ok { "" } else { " FAILED" }))
+                .collect::<Vec<_>>()
+                .join(", ")
+                + " Gflops"
+        );
+    }
+    let record = serde_json::json!({
+        "nb": nb,
+        "how": "probe",
+        "probe_n": n,
+        "grid": [grid.p, grid.q],
+        "probed": probed
+            .iter()
+            .map(|(nb, g, ok)| serde_json::json!({"nb": nb, "gflops": g, "passed": ok}))
+            .collect::<Vec<_>>(),
+    });
+    Ok((nb, record))
 }
 
 /// "about 40 s", "about 12 min": a time estimate in the unit people plan with.

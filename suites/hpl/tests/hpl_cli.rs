@@ -591,3 +591,72 @@ fn the_output_says_which_limit_chose_n() {
         .unwrap();
     assert_eq!(read_json(&out)["results"]["runs"][0]["n"], n);
 }
+
+/// Without --nb, NB is the fastest of the candidates that fit, each measured on the run's
+/// own grid before it; the result says which ran and how it was chosen. With --nb, that NB.
+#[test]
+fn nb_is_measured_when_not_given_and_the_result_says_so() {
+    let dir = tmpdir("hpl-nb-choice");
+    let out = dir.join("r.json");
+    let args = [
+        "hpl",
+        "--nodes",
+        "2",
+        "--n",
+        "1200",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let o = run(&args, Duration::from_secs(120));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let r = read_json(&out);
+    let choice = &r["results"]["nb_choice"];
+    assert_eq!(choice["how"], "probe", "{choice}");
+    assert_eq!(choice["grid"], serde_json::json!([1, 2]));
+    let probed = choice["probed"].as_array().unwrap();
+    // 384 leaves a rank of the 1 x 2 grid fewer than two blocks of N = 1200.
+    let tried: Vec<u64> = probed.iter().map(|p| p["nb"].as_u64().unwrap()).collect();
+    assert_eq!(tried, [128, 192, 256], "{choice}");
+    let best = probed
+        .iter()
+        .filter(|p| p["passed"] == true)
+        .max_by(|a, b| {
+            a["gflops"]
+                .as_f64()
+                .unwrap()
+                .total_cmp(&b["gflops"].as_f64().unwrap())
+        })
+        .unwrap();
+    assert_eq!(choice["nb"], best["nb"]);
+    assert_eq!(r["results"]["runs"][0]["nb"], best["nb"]);
+    assert!(
+        text(&o.stdout).contains(&format!(
+            "tbbench: NB {}, the fastest at N=1200 on 1x2",
+            best["nb"]
+        )),
+        "{}",
+        text(&o.stdout)
+    );
+
+    let o = run(
+        &[
+            "hpl",
+            "--nodes",
+            "2",
+            "--n",
+            "1200",
+            "--nb",
+            "96",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let r = read_json(&out);
+    assert_eq!(
+        r["results"]["nb_choice"],
+        serde_json::json!({"nb": 96, "how": "--nb"})
+    );
+    assert_eq!(r["results"]["runs"][0]["nb"], 96);
+}
