@@ -7,8 +7,10 @@
 //!
 //! A counter can wrap more than once over a long run (a 262 J range wraps every 2.6 s at
 //! 100 W), so a thread reads every counter every [`SAMPLE`] and adds up the steps, each step
-//! taken modulo the range. Where no counter can be read, the result says why instead of a
-//! figure (macOS: IOReport's counters are not read yet).
+//! taken modulo the range. On macOS the SoC's energy comes from IOReport (ioreport.rs). Where
+//! no counter can be read, the result says why instead of a figure.
+
+pub mod ioreport;
 
 use crate::suite::Context;
 use anyhow::Result;
@@ -47,9 +49,6 @@ fn read_u64(p: &Path) -> Result<u64, String> {
 
 /// The package counters under `root`, readable now; Err says why there are none.
 fn counters(root: &Path) -> Result<Vec<Counter>, String> {
-    if cfg!(target_os = "macos") && std::env::var_os("TBBENCH_POWERCAP_ROOT").is_none() {
-        return Err("macOS: IOReport's energy counters are not read by this build".into());
-    }
     let entries = std::fs::read_dir(root)
         .map_err(|e| format!("no powercap counters ({}: {e})", root.display()))?;
     let mut found = Vec::new();
@@ -91,10 +90,25 @@ fn counters(root: &Path) -> Result<Vec<Counter>, String> {
     Ok(found)
 }
 
+/// macOS reads IOReport, unless a powercap tree is given (the tests' own counters).
+#[cfg(target_os = "macos")]
+fn use_ioreport() -> bool {
+    std::env::var_os("TBBENCH_POWERCAP_ROOT").is_none()
+}
+
 /// This host's energy counters by name, or why none can be read (what `tbbench env` shows).
 pub fn available() -> Result<Vec<String>, String> {
+    #[cfg(target_os = "macos")]
+    if use_ioreport() {
+        return ioreport::Session::start().map(|s| s.names());
+    }
     counters(&root()).map(|c| c.into_iter().map(|c| c.name).collect())
 }
+
+/// Where a host's figure comes from, as the result file names it.
+const POWERCAP: &str = "powercap (RAPL package counters)";
+#[cfg(target_os = "macos")]
+const IOREPORT: &str = "IOReport (SoC energy: CPU, GPU, ANE, DRAM)";
 
 /// The energy one host used over a measured span.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -106,19 +120,40 @@ pub struct HostEnergy {
     pub domains: Vec<String>,
     /// How many times a counter passed its range and started again.
     pub wraps: u64,
+    /// The counters' kind: powercap's RAPL packages, or IOReport's SoC channels.
+    #[serde(default)]
+    pub source: String,
 }
 
-/// Reads the counters on a thread until stopped.
+/// Reads this host's counters over a span: powercap's on a thread until stopped (they wrap),
+/// IOReport's at the start and the end (they do not).
 pub struct Meter {
-    stop: Arc<AtomicBool>,
-    thread: JoinHandle<(f64, u64)>,
+    source: Source,
     started: Instant,
     domains: Vec<String>,
+}
+
+enum Source {
+    Powercap {
+        stop: Arc<AtomicBool>,
+        thread: JoinHandle<(f64, u64)>,
+    },
+    #[cfg(target_os = "macos")]
+    IoReport(ioreport::Session),
 }
 
 impl Meter {
     /// Starts reading this host's counters; Err says why it cannot.
     pub fn start() -> Result<Meter, String> {
+        #[cfg(target_os = "macos")]
+        if use_ioreport() {
+            let session = ioreport::Session::start()?;
+            return Ok(Meter {
+                domains: session.names(),
+                started: session.started,
+                source: Source::IoReport(session),
+            });
+        }
         let counters = counters(&root())?;
         let first: Vec<u64> = counters
             .iter()
@@ -156,26 +191,37 @@ impl Meter {
             })
             .map_err(|e| format!("cannot start the energy thread: {e}"))?;
         Ok(Meter {
-            stop,
-            thread,
+            source: Source::Powercap { stop, thread },
             started: Instant::now(),
             domains,
         })
     }
 
-    /// Stops, reads the counters a last time, and gives what was used since the start.
-    pub fn finish(self, host: &str) -> HostEnergy {
+    /// Stops, reads the counters a last time, and gives what was used since the start; Err
+    /// says why the last reading failed.
+    pub fn finish(self, host: &str) -> Result<HostEnergy, String> {
         let seconds = self.started.elapsed().as_secs_f64();
-        self.stop.store(true, Ordering::Release);
-        self.thread.thread().unpark();
-        let (joules, wraps) = self.thread.join().unwrap_or((0.0, 0));
-        HostEnergy {
+        let (joules, wraps, domains, source) = match self.source {
+            Source::Powercap { stop, thread } => {
+                stop.store(true, Ordering::Release);
+                thread.thread().unpark();
+                let (joules, wraps) = thread.join().unwrap_or((0.0, 0));
+                (joules, wraps, self.domains, POWERCAP)
+            }
+            #[cfg(target_os = "macos")]
+            Source::IoReport(session) => {
+                let (joules, names) = session.finish()?;
+                (joules, 0, names, IOREPORT)
+            }
+        };
+        Ok(HostEnergy {
             host: host.to_string(),
             joules,
             seconds,
-            domains: self.domains,
+            domains,
             wraps,
-        }
+            source: source.to_string(),
+        })
     }
 }
 
@@ -204,7 +250,7 @@ impl Span {
     pub fn end(self, ctx: &mut Context) -> Result<Option<serde_json::Value>> {
         let host = ctx.rank_hosts[ctx.rank()].clone();
         let mine: Option<Result<HostEnergy, String>> =
-            self.meter.map(|m| m.map(|m| m.finish(&host)));
+            self.meter.map(|m| m.and_then(|m| m.finish(&host)));
         let all = ctx.comm.gather(0, &serde_json::to_vec(&mine)?)?;
         let Some(all) = all else { return Ok(None) };
         let mut hosts = Vec::new();
@@ -231,11 +277,25 @@ pub fn record(hosts: &[HostEnergy], missing: &[String]) -> serde_json::Value {
     }
     let joules: f64 = hosts.iter().map(|h| h.joules).sum();
     let seconds = hosts.iter().map(|h| h.seconds).fold(0.0, f64::max);
+    // Hosts of one kind name it once; a mix (Macs and Linux boxes) names both.
+    let mut sources: Vec<&str> = hosts
+        .iter()
+        .map(|h| {
+            if h.source.is_empty() {
+                POWERCAP
+            } else {
+                h.source.as_str()
+            }
+        })
+        .collect();
+    sources.dedup();
+    sources.sort_unstable();
+    sources.dedup();
     serde_json::json!({
         "joules": joules,
         "avg_watts": if seconds > 0.0 { joules / seconds } else { 0.0 },
         "seconds": seconds,
-        "source": "powercap (RAPL package counters)",
+        "source": sources.join(" + "),
         "hosts": hosts,
     })
 }
@@ -283,6 +343,7 @@ mod tests {
             seconds: 2.0,
             domains: vec!["package-0".into()],
             wraps: 0,
+            source: POWERCAP.into(),
         };
         let r = record(std::slice::from_ref(&h), &[]);
         assert_eq!(r["joules"], 10.0);
