@@ -315,7 +315,7 @@ fn compute_ms(w: &DecodeWorkload, runs: &[DecodeRun], n: usize) -> Result<(f64, 
         return Ok((
             ms,
             format!(
-                "measured: the 1-rank decode of this model ({} threads, {}), {how}; each rank assumed to have the threads that run had",
+                "measured: the 1-rank decode of this model ({} threads, {}), {how}; each rank assumed on a host of its own like that run's (ranks sharing a host share its memory bandwidth and run slower)",
                 r.threads, r.file
             ),
         ));

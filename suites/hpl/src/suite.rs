@@ -138,7 +138,7 @@ impl Suite for HplSuite {
         let (nb, nb_choice) = match (config.nb, &config.dat) {
             (_, Some(dat)) => (0, serde_json::json!({"how": "HPL.dat", "dat": dat})),
             (Some(nb), None) => (nb, serde_json::json!({"nb": nb, "how": "--nb"})),
-            (None, None) => choose_nb(config, ctx)?,
+            (None, None) => choose_nb(config, ctx, dgemm)?,
         };
         let runs = if planned.is_empty() {
             vec![auto_run(config, ctx, dgemm, threads, nb)?]
@@ -437,18 +437,31 @@ fn auto_run(
 
 /// NB where nothing chose one: the middle of HPL's usual range for CPU BLAS.
 const DEFAULT_NB: usize = 192;
+/// About how long each NB probe's solve takes, seconds.
+const PROBE_SECONDS: f64 = 0.3;
 /// The block sizes the probe tries: HPL's usual range for CPU BLAS kernels.
 const NB_CANDIDATES: [usize; 4] = [128, 192, 256, 384];
 
 /// The NB of a run that was given none: each candidate solves a system of the probe's order
-/// on the run's own grid (N = the run's --n up to 4096, 1024 without a BLAS: a second or two
-/// in all), and the fastest passing one wins. Returns it and the record of how it was chosen.
-fn choose_nb(config: &HplConfig, ctx: &mut Context) -> Result<(usize, serde_json::Value)> {
+/// on the run's own grid (N = the run's --n up to what takes about [`PROBE_SECONDS`] at the
+/// probed DGEMM rate: a second or two in all), and the fastest passing one wins. Returns it
+/// and the record of how it was chosen.
+fn choose_nb(
+    config: &HplConfig,
+    ctx: &mut Context,
+    dgemm: Option<f64>,
+) -> Result<(usize, serde_json::Value)> {
     let grid = plain_grid(config, ctx.size());
-    let cap = if kernels::blas().is_some() {
-        4096
-    } else {
-        1024
+    // Each probe about PROBE_SECONDS at the probed DGEMM rate over the ranks (a fast host
+    // probes a larger N, nearer the run's), between 2048 and 12288; 4096 without the rate,
+    // 1024 on the Rust kernels.
+    let cap = match (kernels::blas().is_some(), dgemm.filter(|r| *r > 0.0)) {
+        (false, _) => 1024,
+        (true, None) => 4096,
+        (true, Some(rate)) => {
+            let flops = PROBE_SECONDS * rate * 1e9 * ctx.size() as f64 * 0.8;
+            ((1.5 * flops).cbrt() as usize / 256 * 256).clamp(2048, 12288)
+        }
     };
     let depth = config.depth.unwrap_or(Variant::default_depth(&grid));
     // Within the run's memory share too (the run itself is held to it).
@@ -478,7 +491,10 @@ fn choose_nb(config: &HplConfig, ctx: &mut Context) -> Result<(usize, serde_json
     }
     let progress = std::mem::replace(&mut ctx.progress, false);
     let mut probed = Vec::new();
-    for &nb in &candidates {
+    // The first solve of a process also pays for the BLAS threads starting and the first
+    // touch of its memory: one untimed solve first, so no candidate pays for it.
+    let warm = std::iter::once((true, candidates[0]));
+    for (warm_up, nb) in warm.chain(candidates.iter().map(|&nb| (false, nb))) {
         let mut v = Variant::plain(n, nb, grid);
         if let Some(d) = config.depth {
             v.algo.depth = d;
@@ -495,7 +511,9 @@ fn choose_nb(config: &HplConfig, ctx: &mut Context) -> Result<(usize, serde_json
                 return Err(e.context(format!("choosing NB: the N={n} NB={nb} probe failed")));
             }
         };
-        probed.push((nb, r.gflops, r.passed));
+        if !warm_up {
+            probed.push((nb, r.gflops, r.passed));
+        }
     }
     ctx.progress = progress;
     // Rank 0 decides (every rank has the same figures; one voice keeps them in step).
