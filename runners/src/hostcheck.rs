@@ -285,5 +285,50 @@ mod tests {
             transparent_hugepages: Some("madvise"),
         });
         assert!(none.is_empty(), "{none:#?}");
+        // Each line names the thing and says what to do (what `tbbench env` prints).
+        let text: Vec<&str> = p.iter().map(|x| x.detail.as_str()).collect();
+        let has = |s: &str| text.iter().any(|l| l.contains(s));
+        assert!(
+            has("bridge0 (Thunderbolt Bridge) is on with en2"),
+            "{text:#?}"
+        );
+        assert!(
+            has("en3 (thunderbolt-ip) is up but has no IPv4"),
+            "{text:#?}"
+        );
+        assert!(has("en4 (thunderbolt-ip) is down"), "{text:#?}");
+        assert!(has("rdma_en3 port 1 is down"), "{text:#?}");
+        assert!(has("maps to en3, which has no IPv4"), "{text:#?}");
+        assert!(has("RDMA is disabled"), "{text:#?}");
+        assert!(has("no BLAS found"), "{text:#?}");
+        assert!(has("transparent huge pages are off"), "{text:#?}");
+        assert!(
+            !has("en0"),
+            "a healthy interface is not a problem: {text:#?}"
+        );
+        assert!(text.iter().all(|l| !l.contains('\n')));
+        // A forced kernel is named with only the variables that force it.
+        let forced = tbbench_schema::Blas {
+            name: "openblas".into(),
+            kernel: "Haswell".into(),
+            env: vec![
+                "OPENBLAS_CORETYPE=Haswell".into(),
+                "OPENBLAS_THREAD_TIMEOUT=18".into(),
+            ],
+        };
+        let f = problems(&HostState {
+            interfaces: &[],
+            rdma: &healthy,
+            blas: &forced,
+            blas_below_cpu: None,
+            transparent_hugepages: None,
+        });
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert!(
+            f[0].detail
+                .starts_with("OPENBLAS_CORETYPE=Haswell: OpenBLAS's kernel is forced")
+                && !f[0].detail.contains("TIMEOUT"),
+            "{f:#?}"
+        );
     }
 }
