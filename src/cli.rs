@@ -113,9 +113,10 @@ pub struct PredictArgs {
     /// With --shape: as many of its layers as the decode built (`infer --layers`).
     #[arg(long, requires = "shape", value_parser = clap::value_parser!(u64).range(1..))]
     pub layers: Option<u64>,
-    /// A decode of this GGUF model (its hyper-parameters are read from the file).
-    #[arg(long)]
-    pub gguf: Option<PathBuf>,
+    /// A decode of this GGUF model (its hyper-parameters are read from the file's header; no
+    /// path: the SmolLM2-135M file scripts/setup.sh installs, as `infer --gguf`).
+    #[arg(long, num_args = 0..=1, default_missing_value = "", value_name = "PATH")]
+    pub gguf: Option<String>,
     /// An HPL solve of this order instead of a decode.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub hpl_n: Option<u64>,

@@ -109,7 +109,7 @@ fn run_command(cli: &Cli, suites: &[tbbench_runners::cli::Registration]) -> anyh
                     }
                 } else if let Some(g) = &a.gguf {
                     predict::WorkloadSpec::Gguf {
-                        path: g.clone(),
+                        path: tbbench_infer::decode::resolve_gguf(Some(g))?,
                         tensor_parallel: a.parallel == "tp",
                     }
                 } else {

@@ -65,8 +65,8 @@ struct DecodeRun {
     threads: usize,
     /// Mean ms per generated token.
     step_ms: f64,
-    /// The slowest rank's computation per token (the step less its network time).
-    compute_ms: f64,
+    /// Each rank's computation per token (its step less its time in network calls).
+    compute_ms: Vec<f64>,
     tokens_per_s: f64,
     /// The fastest rank's measured weight-read bandwidth, bytes/s.
     read_bandwidth: f64,
@@ -86,11 +86,11 @@ fn f(v: &Value) -> Option<f64> {
 
 fn decode_run(l: &Loaded) -> Option<DecodeRun> {
     let r = &l.result.results;
-    let compute = r["per_token_compute_ms_per_rank"]
+    let compute: Vec<f64> = r["per_token_compute_ms_per_rank"]
         .as_array()?
         .iter()
         .filter_map(f)
-        .fold(f64::NAN, f64::max);
+        .collect();
     let step_ms = f(&r["per_token_ms"]["mean"])?;
     Some(DecodeRun {
         file: l.path.display().to_string(),
@@ -101,10 +101,10 @@ fn decode_run(l: &Loaded) -> Option<DecodeRun> {
         ranks: r["ranks"].as_u64()? as usize,
         threads: r["threads_per_rank"].as_u64().unwrap_or(0) as usize,
         step_ms,
-        compute_ms: if compute.is_finite() {
-            compute
+        compute_ms: if compute.is_empty() {
+            vec![step_ms]
         } else {
-            step_ms
+            compute
         },
         tokens_per_s: f(&r["decode_tokens_per_s"])?,
         read_bandwidth: r["read_bandwidth_gb_per_s_per_rank"]
@@ -266,7 +266,8 @@ fn decode_workload(spec: &WorkloadSpec) -> Result<Option<DecodeWorkload>> {
             path,
             tensor_parallel,
         } => {
-            let g = tbbench_infer::decode::gguf::Gguf::open(path)?;
+            // The header only: the shape, not the weights (a model may be tens of GB).
+            let g = tbbench_infer::decode::gguf::Gguf::open_metadata(path)?;
             let cfg = Config::from_gguf(&g).with_context(|| path.display().to_string())?;
             let bytes = std::fs::metadata(path)?.len() as f64;
             let tp = *tensor_parallel;
@@ -298,10 +299,20 @@ fn compute_ms(w: &DecodeWorkload, runs: &[DecodeRun], n: usize) -> Result<(f64, 
         .iter()
         .rfind(|r| same(r) && r.ranks == n && (n == 1 || r.parallel == split))
     {
+        // Tensor-parallel ranks compute at once (the slowest sets the step); pipeline stages
+        // one after another (their times add up).
+        let (ms, how) = if w.tensor_parallel {
+            (
+                r.compute_ms.iter().copied().fold(0.0, f64::max),
+                "its slowest rank's",
+            )
+        } else {
+            (r.compute_ms.iter().sum(), "its stages' summed")
+        };
         return Ok((
-            r.compute_ms,
+            ms,
             format!(
-                "measured: a {n}-rank decode of this model over {} ({} threads per rank, {})",
+                "measured: a {n}-rank decode of this model over {}, {how} computation ({} threads per rank, {})",
                 r.label, r.threads, r.file
             ),
         ));

@@ -163,6 +163,60 @@ fn hpl_is_predicted_from_the_dgemm_rate_and_the_networks() {
     }
 }
 
+/// Pipeline stages run one after another: a 2-stage decode's computation is its stages'
+/// summed, taken from the fixtures' 2-stage SmolLM2 decode (whose rate stands beside it).
+/// Needs the model scripts/setup.sh installs (its header gives the shape); without it the
+/// test says why, unless TBBENCH_REQUIRE_INFER_SERVER is set (CI).
+#[test]
+fn a_pipeline_decode_adds_up_its_stages() {
+    let (o, doc) = predict(&[
+        &fixtures("network"),
+        &fixtures("decode"),
+        "--gguf",
+        "--parallel",
+        "pp",
+        "--nodes",
+        "2",
+    ]);
+    if text(&o.stderr).contains("which is not installed") {
+        assert!(
+            std::env::var_os("TBBENCH_REQUIRE_INFER_SERVER").is_none(),
+            "TBBENCH_REQUIRE_INFER_SERVER is set but {}",
+            text(&o.stderr)
+        );
+        skipped("SmolLM2-135M is not installed (scripts/setup.sh builds .venv-infer)");
+        return;
+    }
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let doc = doc.unwrap();
+    let lo = doc["predictions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["label"] == "tcp/lo (loopback)")
+        .unwrap()
+        .clone();
+    // The fixture's stages computed 4.035 and 6.069 ms per token.
+    let compute = lo["compute_ms_per_token"].as_f64().unwrap();
+    assert!(
+        (compute - (4.035497142857141 + 6.068874857142856)).abs() < 1e-9,
+        "{lo}"
+    );
+    assert!(
+        lo["compute_from"]
+            .as_str()
+            .unwrap()
+            .contains("stages' summed"),
+        "{lo}"
+    );
+    assert!(
+        (lo["measured_tokens_per_s"].as_f64().unwrap() - 97.44).abs() < 0.01,
+        "{lo}"
+    );
+    assert_eq!(doc["workload"]["parallel"], "pp");
+    assert_eq!(doc["workload"]["layers"], 30);
+}
+
 /// What the user can get wrong gets one line naming it, and no result file.
 #[test]
 fn wrong_inputs_are_named() {

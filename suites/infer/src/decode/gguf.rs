@@ -84,6 +84,8 @@ pub struct Gguf {
     meta_at: BTreeMap<String, u64>,
     pub tensors: Vec<TensorInfo>,
     bytes: Vec<u8>,
+    /// The file's length: `bytes` holds all of it, or only its start ([`Gguf::open_metadata`]).
+    file_len: u64,
     data_start: u64,
 }
 
@@ -231,7 +233,52 @@ impl Gguf {
             .with_context(|| path.display().to_string())
     }
 
+    /// The metadata and the tensor table only, for a reader that needs the model's shape and
+    /// not its weights (`tbbench predict`): the file's first 8 MiB, four times more while the
+    /// header runs past what was read, so a 40 GB model costs its header's bytes. Tensors are
+    /// checked against the file's length as [`Gguf::open`] checks them; their data is not
+    /// there to read.
+    pub fn open_metadata(path: &Path) -> Result<Gguf> {
+        Self::open_metadata_from(path, 8 << 20)
+    }
+
+    pub(crate) fn open_metadata_from(path: &Path, first: u64) -> Result<Gguf> {
+        (|| {
+            let m = std::fs::metadata(path).context("cannot stat it")?;
+            if !m.is_file() {
+                bail!("not a regular file");
+            }
+            let len = m.len();
+            let mut want = first.max(64);
+            loop {
+                let n = want.min(len);
+                let f = std::fs::File::open(path).context("cannot open it")?;
+                let mut bytes = Vec::new();
+                usize::try_from(n)
+                    .ok()
+                    .and_then(|n| bytes.try_reserve_exact(n).ok())
+                    .ok_or_else(|| anyhow!("its first {n} bytes do not fit in memory"))?;
+                f.take(n)
+                    .read_to_end(&mut bytes)
+                    .context("cannot read it")?;
+                match Gguf::parse_with_len(bytes, len) {
+                    // The header may run past what was read: read more and try again; the
+                    // whole file's error is the one to report.
+                    Err(_) if n < len => want = want.saturating_mul(4),
+                    other => return other,
+                }
+            }
+        })()
+        .with_context(|| path.display().to_string())
+    }
+
     pub fn parse(bytes: Vec<u8>) -> Result<Gguf> {
+        let len = bytes.len() as u64;
+        Self::parse_with_len(bytes, len)
+    }
+
+    /// `bytes` is the start of a file of `file_len` bytes (all of it, for [`Gguf::parse`]).
+    fn parse_with_len(bytes: Vec<u8>, file_len: u64) -> Result<Gguf> {
         let mut r = Reader { b: &bytes, pos: 0 };
         let magic = r.u32("magic")?;
         if magic != MAGIC {
@@ -319,6 +366,7 @@ impl Gguf {
             meta_at,
             tensors,
             bytes,
+            file_len,
             data_start,
         };
         for t in &g.tensors {
@@ -409,7 +457,7 @@ impl Gguf {
             .map_err(|_| anyhow!("{} values, past this machine's sizes", t.elements()))
             .and_then(|n| super::quant::bytes_of(t.ggml_type, n))
             .with_context(|| t.label())?;
-        let file = self.bytes.len() as u64;
+        let file = self.file_len;
         let start = self.data_start.checked_add(t.offset);
         match start.and_then(|s| s.checked_add(len as u64)) {
             // end <= file length, a usize.
@@ -421,6 +469,12 @@ impl Gguf {
                 start.map_or_else(|| format!("{} + {}", self.data_start, t.offset), |s| s.to_string()),
             ),
         }
+    }
+
+    /// Err unless a tensor's type is one the decode reads and its data lies within the file
+    /// (also for a Gguf read to its header only).
+    pub fn check_in_file(&self, t: &TensorInfo) -> Result<()> {
+        self.span(t).map(|_| ())
     }
 
     /// A tensor's raw bytes (its ggml type decides how to read them).

@@ -110,7 +110,7 @@ impl Config {
         let kv = (self.kv_heads * self.head_dim) as u64;
         let check = |name: &str, want: &[u64], rows_at_least: bool| -> Result<()> {
             let t = g.info(name)?;
-            g.data(t)?;
+            g.check_in_file(t)?;
             let dim = |i: usize| t.dims.get(i).copied().unwrap_or(1);
             let ok = t.dims.iter().skip(want.len()).all(|d| *d == 1)
                 && want.iter().enumerate().all(|(i, w)| {
@@ -1847,5 +1847,28 @@ pub mod tests {
                 "{n} threads"
             );
         }
+    }
+
+    /// `predict` reads a model's shape from its header alone: the same configuration as the
+    /// whole file gives, when the first read stops inside the header; a file cut inside its
+    /// header is still refused.
+    #[test]
+    fn the_header_alone_gives_the_models_configuration() {
+        let bytes = tiny_llama(false);
+        let dir = std::env::temp_dir().join(format!("tbbench-gguf-meta-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("tiny.gguf");
+        std::fs::write(&path, &bytes).unwrap();
+        let whole = Config::from_gguf(&Gguf::open(&path).unwrap()).unwrap();
+        let head = Config::from_gguf(&Gguf::open_metadata_from(&path, 64).unwrap()).unwrap();
+        assert_eq!(format!("{whole:?}"), format!("{head:?}"));
+        let cut = dir.join("cut.gguf");
+        std::fs::write(&cut, &bytes[..200]).unwrap();
+        let Err(e) = Gguf::open_metadata_from(&cut, 64) else {
+            panic!("a header cut short was read");
+        };
+        let e = format!("{e:#}");
+        assert!(e.contains("cut.gguf"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
