@@ -101,27 +101,39 @@ fn tensor_parallel_decode_predictions_hold_on_each_network() {
             ],
         ]
         .concat());
-        // Then measured.
+        // Then measured, three times each: a run on this shared host is only ever slowed by
+        // what else runs (its per-rank computation moved 1.5x between runs in CI), so each
+        // network's rate is its best run's, as a benchmark's time is its fastest.
         let tp = ["--parallel", "tp", "--no-verify"];
-        ok(&[
-            &decode[..],
-            &MODEL,
-            &tp,
-            &lab,
-            &["--out", &format!("{m}/lab")],
-        ]
-        .concat());
-        ok(&[
-            &decode[..],
-            &MODEL,
-            &tp,
-            &shm,
-            &["--out", &format!("{m}/decode-shm.json")],
-        ]
-        .concat());
-        let mut rates = decode_rates(&measured.join("lab"));
-        rates.extend(decode_rates(&measured));
-        assert_eq!(rates.len(), 3, "{rates:?}");
+        let mut rates: Vec<(String, f64)> = Vec::new();
+        for r in 1..=3 {
+            std::fs::create_dir_all(measured.join(format!("shm-{r}"))).unwrap();
+            ok(&[
+                &decode[..],
+                &MODEL,
+                &tp,
+                &lab,
+                &["--out", &format!("{m}/lab-{r}")],
+            ]
+            .concat());
+            ok(&[
+                &decode[..],
+                &MODEL,
+                &tp,
+                &shm,
+                &["--out", &format!("{m}/shm-{r}/decode.json")],
+            ]
+            .concat());
+            let mut this = decode_rates(&measured.join(format!("lab-{r}")));
+            this.extend(decode_rates(&measured.join(format!("shm-{r}"))));
+            assert_eq!(this.len(), 3, "{this:?}");
+            for (label, rate) in this {
+                match rates.iter_mut().find(|(l, _)| *l == label) {
+                    Some(best) => best.1 = best.1.max(rate),
+                    None => rates.push((label, rate)),
+                }
+            }
+        }
         let predicted = read_json(&json);
         off.clear();
         for (label, rate) in &rates {
@@ -132,7 +144,7 @@ fn tensor_parallel_decode_predictions_hold_on_each_network() {
                 .find(|p| p["label"] == label.as_str() && p["ranks"] == 2)
                 .unwrap_or_else(|| panic!("no prediction for {label}: {predicted}"));
             let want = p["tokens_per_s"].as_f64().unwrap();
-            eprintln!("{label}: predicted {want:.2} tokens/s, measured {rate:.2}");
+            eprintln!("{label}: predicted {want:.2} tokens/s, measured {rate:.2} (best of 3)");
             if (want - rate).abs() > 0.2 * rate {
                 off.push(format!(
                     "{label}: predicted {want:.2} tokens/s, measured {rate:.2} ({p})"
@@ -143,7 +155,7 @@ fn tensor_parallel_decode_predictions_hold_on_each_network() {
             // With the decodes among the inputs, each prediction stands beside its rate.
             let o = run(
                 &[
-                    &["predict", f, m, &format!("{m}/lab")][..],
+                    &["predict", f, m][..],
                     &MODEL,
                     &["--nodes", "2", "--out", &format!("{m}-both.json")],
                 ]
