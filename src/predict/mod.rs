@@ -376,9 +376,7 @@ fn decode_predictions(
 ) -> Result<Vec<Value>> {
     let mut out = Vec::new();
     for &n in nodes {
-        if w.tensor_parallel
-            && (w.cfg.kv_heads % n != 0 || w.cfg.heads % n != 0 || w.cfg.ffn % n != 0)
-        {
+        if w.tensor_parallel && !w.cfg.tensor_parallel_sizes().contains(&n) {
             bail!(
                 "--nodes {n}: tensor parallelism splits heads and feed-forward columns evenly; this model splits over {:?} ranks",
                 w.cfg.tensor_parallel_sizes()
@@ -462,10 +460,13 @@ fn hpl_predictions(
         "{:.1} Gflops DGEMM per rank ({}), {eff_from}",
         rate.0, rate.1
     );
-    let flops = model::hpl_flops(n_size);
+    let flops = tbbench_hpl::check::flops(n_size);
     let mut out = Vec::new();
     for &ranks in nodes {
-        let (p, q) = model::squarest(ranks);
+        // The grid `tbbench hpl` picks for this many ranks.
+        let grid =
+            tbbench_hpl::grid::Grid::squarest(ranks, tbbench_hpl::grid::ProcessMap::RowMajor);
+        let (p, q) = (grid.p, grid.q);
         let compute_s = flops / (ranks as f64 * rate.0 * eff_value * 1e9);
         for net in nets {
             let Some(comm_s) = model::hpl_comm_s(net, n_size, nb, p, q) else {

@@ -279,16 +279,6 @@ pub fn decode_comm_us(
     }
 }
 
-/// The squarest P x Q grid with P <= Q (as `tbbench hpl` picks by default).
-pub fn squarest(ranks: usize) -> (usize, usize) {
-    let p = (1..=ranks)
-        .take_while(|p| p * p <= ranks)
-        .filter(|p| ranks % p == 0)
-        .last()
-        .unwrap_or(1);
-    (p, ranks / p)
-}
-
 /// HPL's communication in seconds for an N x N solve with block NB on a P x Q grid, with no
 /// overlap of communication and update (so the Gflops it gives are a floor): per panel, the
 /// panel's local rows (m/P x NB doubles) broadcast along the Q columns of the process row,
@@ -312,12 +302,6 @@ pub fn hpl_comm_s(net: &NetworkFigures, n: usize, nb: usize, p: usize, q: usize)
         m = m.saturating_sub(nb);
     }
     Some(us * 1e-6)
-}
-
-/// HPL's flop count, 2/3 N^3 + 3/2 N^2.
-pub fn hpl_flops(n: usize) -> f64 {
-    let n = n as f64;
-    2.0 / 3.0 * n * n * n + 1.5 * n * n
 }
 
 #[cfg(test)]
@@ -430,6 +414,11 @@ mod tests {
 
     #[test]
     fn hpl_grid_and_communication() {
+        // The grid and flop count predict uses are the hpl suite's own.
+        let squarest = |n| {
+            let g = tbbench_hpl::grid::Grid::squarest(n, tbbench_hpl::grid::ProcessMap::RowMajor);
+            (g.p, g.q)
+        };
         assert_eq!(squarest(1), (1, 1));
         assert_eq!(squarest(2), (1, 2));
         assert_eq!(squarest(4), (2, 2));
@@ -445,6 +434,9 @@ mod tests {
         let want = (200.0 * 100.0 * 8.0 + 100.0 * 100.0 * 8.0) / 1000.0 * 1e-6;
         assert!((s - want).abs() < 1e-8, "{s} {want}");
         assert_eq!(hpl_comm_s(&net, 200, 100, 1, 1), Some(0.0));
-        assert!(close(hpl_flops(10), 2.0 / 3.0 * 1000.0 + 150.0));
+        assert!(close(
+            tbbench_hpl::check::flops(10),
+            2.0 / 3.0 * 1000.0 + 150.0
+        ));
     }
 }
