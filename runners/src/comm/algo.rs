@@ -301,6 +301,43 @@ impl Comm {
         self.t.exchange(&sends, &mut recvs)
     }
 
+    /// One reduction step: sends `data[send.1]` to rank `send.0` while receiving the same
+    /// op's partial result for `data[recv.1]` from rank `recv.0` into `tmp`, and adds it in.
+    /// Where the transport asks for it ([`crate::transport::Transport::reduce_segment`]) each
+    /// message goes in segments, received and added one at a time. A message's segments
+    /// depend on its length alone, so both ends cut it alike whatever else they move.
+    fn send_and_combine<T: Element>(
+        &mut self,
+        data: &mut [T],
+        send: (usize, Range<usize>),
+        recv: (usize, Range<usize>),
+        tmp: &mut [T],
+        op: ReduceOp,
+    ) -> Result<()> {
+        let seg = self
+            .t
+            .reduce_segment()
+            .map_or(usize::MAX, |b| (b / std::mem::size_of::<T>()).max(1));
+        let (to, send) = send;
+        let (from, recv) = recv;
+        let (ms, mr) = (send.len().div_ceil(seg), recv.len().div_ceil(seg));
+        for j in 0..ms.max(mr).max(1) {
+            let part = |r: &Range<usize>, m: usize| {
+                if j < m {
+                    let p = piece(r.len(), m, j);
+                    r.start + p.start..r.start + p.end
+                } else {
+                    r.start..r.start
+                }
+            };
+            let (sj, rj) = (part(&send, ms), part(&recv, mr));
+            let t = &mut tmp[..rj.len()];
+            self.post(&[(to, as_bytes(&data[sj]))], vec![(from, as_bytes_mut(t))])?;
+            T::combine(&mut data[rj], t, op);
+        }
+        Ok(())
+    }
+
     /// The scratch buffer, at least `count` elements of T: kept between calls so the timed
     /// path does not allocate (and verbs does not register) again.
     pub(super) fn take_scratch<T: Element>(&mut self, count: usize) -> Result<Buffer> {
@@ -382,12 +419,30 @@ impl Comm {
                 piece(count, n, (me + n - s) % n),
                 piece(count, n, (me + 2 * n - s - 1) % n),
             );
-            let t = &mut tmp[..recv.len()];
-            self.post(
-                &[(right, as_bytes(&data[send]))],
-                vec![(left, as_bytes_mut(t))],
-            )?;
-            T::combine(&mut data[recv], t, op);
+            let seg = std::env::var("TB_SEG")
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(0)
+                / std::mem::size_of::<T>();
+            if seg > 0 && send.len() > seg && recv.len() > seg {
+                let m = send.len().max(recv.len()).div_ceil(seg);
+                for j in 0..m {
+                    let sj = piece(send.len(), m, j);
+                    let rj = piece(recv.len(), m, j);
+                    let (sj, rj) = (
+                        send.start + sj.start..send.start + sj.end,
+                        recv.start + rj.start..recv.start + rj.end,
+                    );
+                    let t = &mut tmp[..rj.len()];
+                    self.post(
+                        &[(right, as_bytes(&data[sj]))],
+                        vec![(left, as_bytes_mut(t))],
+                    )?;
+                    T::combine(&mut data[rj], t, op);
+                }
+                continue;
+            }
+            self.send_and_combine(data, (right, send), (left, recv), tmp, op)?;
         }
         // All-gather: pass the whole pieces on round the ring.
         for s in 0..n - 1 {
@@ -544,12 +599,7 @@ impl Comm {
                 (mid..hi, lo..mid)
             };
             let (k, g) = (blocks(keep.clone()), blocks(give));
-            let t = &mut tmp[..k.len()];
-            self.post(
-                &[(partner, as_bytes(&data[g]))],
-                vec![(partner, as_bytes_mut(t))],
-            )?;
-            T::combine(&mut data[k], t, op);
+            self.send_and_combine(data, (partner, g), (partner, k), tmp, op)?;
             (lo, hi) = (keep.start, keep.end);
             mask /= 2;
         }
@@ -618,11 +668,7 @@ impl Comm {
                         bounds((me + 2 * n - s - 1) % n),
                         bounds((me + 2 * n - s - 2) % n),
                     );
-                    self.post(
-                        &[(right, as_bytes(&data[send]))],
-                        vec![(left, as_bytes_mut(tmp))],
-                    )?;
-                    T::combine(&mut data[recv], tmp, op);
+                    self.send_and_combine(data, (right, send), (left, recv), tmp, op)?;
                 }
                 self.scratch = Some(scratch);
             }

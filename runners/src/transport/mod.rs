@@ -72,6 +72,14 @@ pub trait Transport: Send {
     /// (the control channel's heartbeats still end the run if a rank dies meanwhile).
     fn set_timeout(&mut self, timeout: std::time::Duration) -> Result<()>;
 
+    /// The size in bytes a reduction step receives and adds at a time, where this transport
+    /// gains by it; None: one message per step. A transport that buffers in the kernel (tcp)
+    /// keeps the peer's sending going while a received segment is added in, and the segment
+    /// is added while it is still in cache.
+    fn reduce_segment(&self) -> Option<usize> {
+        None
+    }
+
     fn send(&mut self, peer: usize, buf: &[u8]) -> Result<()> {
         self.exchange(&[SendOp { peer, buf }], &mut [])
     }

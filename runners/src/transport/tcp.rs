@@ -344,6 +344,11 @@ pub const SPIN_BEFORE_POLL: Duration = Duration::from_millis(1);
 /// The same with more ranks than cores, where spinning only delays the rank waited for.
 pub const SPIN_OVERSUBSCRIBED: Duration = Duration::from_micros(50);
 const BATCH_BYTES: usize = 256 << 10;
+/// What a reduction step receives and adds at a time ([`Transport::reduce_segment`]).
+/// Measured on a 2-core EPYC VM, 2-rank ring all-reduce over loopback: 1 MiB segments 1.2x
+/// the busbw of whole messages at 16 MiB and 1.4x at 64 MiB; 256 and 512 KiB no better than
+/// whole messages, 2 MiB between (1 MiB is this host's L2 per core).
+const REDUCE_SEGMENT_BYTES: usize = 1 << 20;
 
 impl Piece {
     fn remaining(&self) -> usize {
@@ -491,6 +496,10 @@ impl Transport for TcpTransport {
 
     fn timeout(&self) -> Duration {
         self.opts.timeout
+    }
+
+    fn reduce_segment(&self) -> Option<usize> {
+        Some(REDUCE_SEGMENT_BYTES)
     }
 
     fn set_timeout(&mut self, timeout: Duration) -> Result<()> {

@@ -83,6 +83,43 @@ fn every_op_algorithm_and_dtype_is_exact_on_one_to_five_ranks() {
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
+/// Over tcp a reduction step receives and adds its message in 1 MiB segments: messages of
+/// several segments that do not divide evenly (pieces differing by an element, f32 and
+/// 2-byte elements, folded ranks in halving-doubling) still give every element right.
+#[test]
+fn reductions_received_in_segments_are_exact() {
+    let dir = tmpdir("coll-segments");
+    for (nodes, dtype) in [("2", "f16"), ("3", "f32"), ("5", "bf16"), ("5", "f32")] {
+        let out = dir.join(format!("{nodes}-{dtype}.json"));
+        let (_, r) = coll(
+            &[
+                "--nodes",
+                nodes,
+                "--op",
+                "all-reduce,reduce-scatter",
+                "--algo",
+                "ring,rd",
+                "--dtype",
+                dtype,
+                // 5 MiB + 12 bytes: 1 to 5 segments per message, never a whole number.
+                "--sizes",
+                "5242892",
+                "--iters",
+                "2",
+                "--warmup",
+                "1",
+            ],
+            &out,
+        );
+        let rows = r["results"]["rows"].as_array().unwrap();
+        assert!(rows.len() >= 3, "{nodes} ranks {dtype}: {rows:?}");
+        for row in rows {
+            assert_eq!(row["wrong"], 0, "{nodes} ranks {dtype}: {row}");
+        }
+        assert_eq!(r["verification"]["passed"], true, "{}", r["verification"]);
+    }
+}
+
 /// The result keys users read, nccl-tests' bandwidth factors, auto's record, the table's
 /// columns, and the CSV.
 #[test]
