@@ -66,9 +66,11 @@ llama_flags=$(cat .venv-infer/tbbench-llama-build.txt 2>/dev/null || true)
 [ -n "$llama_flags" ] || { echo "bench-infer: .venv-infer/tbbench-llama-build.txt is missing (rerun scripts/setup.sh)" >&2; exit 1; }
 cmake_args=${llama_flags#*CMAKE_ARGS=}
 # LLAMA_CPU=avx2: llama.cpp built for an AVX2-only CPU (AVX2, FMA, F16C; no AVX-512, no
-# VNNI, no AMX) on whatever host this is: the stand-in for an AVX2-only host's peer where none
-# is at hand (tbbench's own kernels are AVX2 on every x86-64 host). Cached apart by its flags.
+# VNNI, no AMX) on whatever host this is, and tbbench held to its AVX2 kernel
+# (TBBENCH_QDOT=avx2): the stand-in for an AVX2-only host where none is at hand. Cached apart
+# by its flags.
 if [ "${LLAMA_CPU:-native}" = avx2 ]; then
+  export TBBENCH_QDOT=avx2
   cmake_args="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
   llama_flags="llama-cpp-python==0.3.36 CMAKE_ARGS=$cmake_args"
   echo "bench-infer: LLAMA_CPU=avx2: llama.cpp built for an AVX2-only CPU ($cmake_args)"

@@ -46,6 +46,13 @@ if ! command -v cargo >/dev/null; then
     export PATH="$HOME/.cargo/bin:$PATH"
   fi
 fi
+# The workspace's rust-version (AVX-512 VNNI kernels need Rust 1.89's intrinsics).
+need_rust=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
+have_rust=$(rustc --version | cut -d' ' -f2)
+if [ "$(printf '%s\n%s\n' "$need_rust" "$have_rust" | sort -V | head -1)" != "$need_rust" ]; then
+  echo "setup: Rust $have_rust is older than the $need_rust tbbench needs: run 'rustup update' (or install Rust from rustup.rs)" >&2
+  exit 1
+fi
 
 # --- infer: a real OpenAI-compatible server and model for `tbbench infer`'s tests -----------
 # llama-cpp-python's server, built from source (PyPI has only its sdist; cmake comes from PyPI

@@ -33,7 +33,7 @@ fn every_op_algorithm_and_dtype_is_exact_on_one_to_five_ranks() {
             for (d, dtype) in ["f32", "f64", "f16", "bf16"].iter().enumerate() {
                 // In and out of place alternate over the dtypes, the other way round on the
                 // other transport, so both placements meet every dtype and rank count.
-                let in_place = (d + nodes + (transport == "shm") as usize) % 2 == 0;
+                let in_place = (d + nodes + (transport == "shm") as usize).is_multiple_of(2);
                 let out = dir.join(format!("{nodes}-{transport}-{dtype}-{in_place}.json"));
                 let n = nodes.to_string();
                 let mut args = vec![

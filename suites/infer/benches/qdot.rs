@@ -1,10 +1,11 @@
 //! `cargo bench -p tbbench-infer`: the decode's hot kernel, one weight row of quantized blocks
 //! times an 8-bit activation, at SmolLM2-135M's feed-forward shape (1536 rows of 576) and a
-//! 70B-class row (8192 wide). "dispatched" is what the decode runs (AVX2 where the CPU
-//! has it), "portable" the plain-Rust kernel every other CPU gets. Throughput is weights.
+//! 70B-class row (8192 wide), on every kernel this CPU has (the decode runs the last listed,
+//! `portable` is what a CPU without SIMD kernels gets): one activation per row (a decode
+//! step) and four at once (`-x4`, a prompt's tokens). Throughput is weight × token products.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use tbbench_infer::decode::qdot::{self, Format, Q8Activation, QK};
+use tbbench_infer::decode::qdot::{self, Format, Kernel, Q8Activation, QK};
 
 fn bytes(n: usize, seed: u32) -> Vec<u8> {
     let mut s = seed;
@@ -17,6 +18,7 @@ fn bytes(n: usize, seed: u32) -> Vec<u8> {
 }
 
 fn rows(c: &mut Criterion) {
+    let kernels: Vec<Kernel> = Kernel::ALL.into_iter().filter(|k| k.available()).collect();
     for format in [Format::Q4_1, Format::Q8_0] {
         let mut g = c.benchmark_group(format!("qdot/{}", format.name()));
         for (nrows, ncols) in [(1536usize, 576usize), (64, 8192)] {
@@ -24,30 +26,57 @@ fn rows(c: &mut Criterion) {
             let q = bytes(nrows * nb * format.quant_bytes(), 7);
             let d = vec![0.01f32; nrows * nb];
             let m = vec![-0.1f32; nrows * nb];
-            let x: Vec<f32> = (0..ncols)
-                .map(|i| ((i * 37 % 23) as f32 - 11.0) / 9.0)
+            let acts: Vec<Q8Activation> = (0..4)
+                .map(|t| {
+                    let x: Vec<f32> = (0..ncols)
+                        .map(|i| (((i + t) * 37 % 23) as f32 - 11.0) / 9.0)
+                        .collect();
+                    let mut a = Q8Activation::default();
+                    a.quantize(&x);
+                    a
+                })
                 .collect();
-            let mut a = Q8Activation::default();
-            a.quantize(&x);
             let qb = nb * format.quant_bytes();
-            g.throughput(Throughput::Elements((nrows * ncols) as u64));
-            for (name, portable) in [("dispatched", false), ("portable", true)] {
+            let row = |r: usize| {
+                (
+                    &q[r * qb..(r + 1) * qb],
+                    &d[r * nb..(r + 1) * nb],
+                    &m[r * nb..(r + 1) * nb],
+                )
+            };
+            for &k in &kernels {
+                // One activation per row (a decode step)...
+                g.throughput(Throughput::Elements((nrows * ncols) as u64));
                 g.bench_with_input(
-                    BenchmarkId::new(name, format!("{nrows}x{ncols}")),
+                    BenchmarkId::new(k.name(), format!("{nrows}x{ncols}")),
                     &(),
                     |bench, _| {
                         bench.iter(|| {
-                            let mut sum = 0f64;
-                            for r in 0..nrows {
-                                let (qs, ds) = (&q[r * qb..(r + 1) * qb], &d[r * nb..(r + 1) * nb]);
-                                let ms = &m[r * nb..(r + 1) * nb];
-                                sum += if portable {
-                                    qdot::portable::row(format, qs, ds, ms, &a)
-                                } else {
-                                    qdot::row(format, qs, ds, ms, &a)
-                                };
-                            }
-                            sum
+                            (0..nrows)
+                                .map(|r| {
+                                    let (qs, ds, ms) = row(r);
+                                    qdot::row_with(k, format, qs, ds, ms, &acts[0])
+                                })
+                                .sum::<f64>()
+                        })
+                    },
+                );
+                // ...and four (a prompt's tokens), counted as weight × token products.
+                g.throughput(Throughput::Elements((4 * nrows * ncols) as u64));
+                g.bench_with_input(
+                    BenchmarkId::new(format!("{}-x4", k.name()), format!("{nrows}x{ncols}")),
+                    &(),
+                    |bench, _| {
+                        bench.iter(|| {
+                            (0..nrows)
+                                .map(|r| {
+                                    let (qs, ds, ms) = row(r);
+                                    let four = [&acts[0], &acts[1], &acts[2], &acts[3]];
+                                    qdot::row4_with(k, format, qs, ds, ms, four)
+                                        .iter()
+                                        .sum::<f64>()
+                                })
+                                .sum::<f64>()
                         })
                     },
                 );

@@ -235,7 +235,7 @@ fn mutate(r: &mut Rng, b: &mut Vec<u8>, l: &Layout) {
             let at = pos(r);
             let n = 1 + r.below(16);
             let fill = [0u8, 0xff, r.next() as u8][r.below(3)];
-            b.splice(at..at, std::iter::repeat(fill).take(n));
+            b.splice(at..at, std::iter::repeat_n(fill, n));
         }
         7 => {
             // Bytes cut out.
@@ -296,7 +296,7 @@ fn mutate_parts(r: &mut Rng, (kvs, ts): &mut Parts) {
                     0 => v.truncate(r.below(v.len() + 1)),
                     1 => {
                         let extra = v.last().cloned().unwrap_or(Meta::Uint(0));
-                        v.extend(std::iter::repeat(extra).take(1 + r.below(8)));
+                        v.extend(std::iter::repeat_n(extra, 1 + r.below(8)));
                     }
                     _ => {
                         let old = v.first().cloned().unwrap_or(Meta::Uint(0));
@@ -341,7 +341,7 @@ fn mutate_parts(r: &mut Rng, (kvs, ts): &mut Parts) {
             if r.below(2) == 0 {
                 data.truncate(r.below(data.len() + 1));
             } else {
-                data.extend(std::iter::repeat(0x55).take(1 + r.below(64)));
+                data.extend(std::iter::repeat_n(0x55, 1 + r.below(64)));
             }
         }
         9 if !ts.is_empty() => {

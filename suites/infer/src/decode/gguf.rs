@@ -155,7 +155,7 @@ impl<'a> Reader<'a> {
     /// Refuses a count of `n` entries of at least `min` bytes each that the rest of the file
     /// cannot hold, before anything is allocated for them.
     fn fits(&self, n: u64, min: u64, what: &str, at: usize) -> Result<()> {
-        if n.checked_mul(min).map_or(true, |b| b > self.left()) {
+        if n.checked_mul(min).is_none_or(|b| b > self.left()) {
             bail!(
                 "{what} {n} at byte {at}: {n} entries of at least {min} bytes do not fit in the {} bytes left of the file from byte {}",
                 self.left(),

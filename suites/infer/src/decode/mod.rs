@@ -3,6 +3,7 @@
 //! links allow for a model split is measured without any server in the way. The distributed
 //! tokens are checked against a one-process run of the same model.
 
+pub mod attention;
 pub mod gguf;
 pub mod model;
 pub mod pool;

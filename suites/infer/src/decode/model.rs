@@ -11,11 +11,13 @@
 //! Dot products accumulate in f64 so that a sum split over ranks and the same sum on one rank
 //! agree to far below what could change a greedy choice.
 
+use super::attention::{attend_head, KvView};
 use super::gguf::{quote, Gguf};
 use super::qdot::{self, Format, QK};
 use super::quant;
 use anyhow::{bail, Result};
 use serde::Serialize;
+use std::ops::Range;
 
 /// Runs a kernel body compiled for AVX2 where the CPU has it (x86-64 builds target the
 /// baseline, whose SSE2 vectors are half as wide); elsewhere (NEON on Apple silicon is the
@@ -205,7 +207,7 @@ impl Config {
     /// heads, the KV heads and the feed-forward width.
     pub fn tensor_parallel_sizes(&self) -> Vec<usize> {
         (1..=self.kv_heads)
-            .filter(|n| self.kv_heads % n == 0 && self.heads % n == 0 && self.ffn % n == 0)
+            .filter(|n| self.kv_heads.is_multiple_of(*n) && self.heads.is_multiple_of(*n) && self.ffn.is_multiple_of(*n))
             .collect()
     }
 }
@@ -301,13 +303,13 @@ impl Matrix {
         let row_bytes = quant::bytes_of(t.ggml_type, row_len)?;
         if n_rows
             .checked_mul(row_bytes)
-            .map_or(true, |n| n > data.len())
+            .is_none_or(|n| n > data.len())
         {
             bail!("{} holds fewer bytes than its rows", t.label());
         }
         let (nr, nc) = (rows.1 - rows.0, cols.1 - cols.0);
         let kind = t.ggml_type;
-        let format = Format::of(kind).filter(|_| cols.0 % QK == 0 && cols.1 % QK == 0);
+        let format = Format::of(kind).filter(|_| cols.0.is_multiple_of(QK) && cols.1.is_multiple_of(QK));
         if let Some(format) = format {
             // Whole blocks: keep them. Columns split between ranks fall on block edges
             // (a head is 64 wide, a feed-forward share a multiple of 32).
@@ -376,7 +378,7 @@ impl Matrix {
             }
             q.extend_from_slice(&row[cols.0..cols.1]);
         }
-        if cols.0 % QK != 0 || cols.1 % QK != 0 {
+        if !cols.0.is_multiple_of(QK) || !cols.1.is_multiple_of(QK) {
             // A split off block edges: the same values, widened.
             return Matrix {
                 rows: nr,
@@ -462,7 +464,14 @@ impl Matrix {
     /// values, `y` gets n rows of `self.rows`. Each of Y's rows equals [`Matrix::apply`]'s for
     /// that row of X bit for bit; the weights are read once for the batch instead of once per
     /// token, and each block is unpacked once for four tokens (qdot::row4).
-    pub fn apply_batch(&self, x: &[f32], n: usize, y: &mut [f32], threads: &Threads) {
+    pub fn apply_batch(
+        &self,
+        x: &[f32],
+        n: usize,
+        y: &mut [f32],
+        threads: &Threads,
+        quantized: &mut Quantized,
+    ) {
         let (rows, cols) = (self.rows, self.cols);
         let Weights::Blocks {
             format,
@@ -476,52 +485,32 @@ impl Matrix {
             }
             return;
         };
-        let acts: Vec<qdot::Q8Activation> = x
-            .chunks_exact(cols)
-            .take(n)
-            .map(|xr| {
-                let mut a = qdot::Q8Activation::default();
-                a.quantize(xr);
-                a
-            })
-            .collect();
+        let acts = quantized.of(x, cols, n, threads);
         let nb = cols / QK;
         let qb = format.quant_bytes();
-        // Row-major by weight row (each thread's rows contiguous), turned token-major after.
-        let mut yt = vec![0f32; rows * n];
         // Tokens in tiles of TILE: a tile's activations stay in L1 while each row of the
         // thread's chunk passes over them, and the chunk's rows stay in L2 from tile to tile
         // (a whole 256-token batch of activations is several hundred KiB; measured on a 2-core
         // EPYC VM, SmolLM2 pp512 at 2 threads: 171 tokens/s untiled).
         const TILE: usize = 32;
-        threads.row_groups(rows * cols * n, &mut yt, n, |first, ys| {
+        let y = &mut y[..n * rows];
+        let base = y.as_mut_ptr() as usize;
+        threads.ranges(rows * cols * n, rows, |range| {
+            let mut tile = [0f32; TILE];
             for t0 in (0..n).step_by(TILE) {
                 let t1 = (t0 + TILE).min(n);
-                for (i, yr) in ys.chunks_exact_mut(n).enumerate() {
-                    let (qs, sc, mins) = block_row(q, scale, min, first + i, nb * qb, nb);
-                    let mut t = t0;
-                    while t + 4 <= t1 {
-                        let four = qdot::row4(
-                            *format,
-                            qs,
-                            sc,
-                            mins,
-                            [&acts[t], &acts[t + 1], &acts[t + 2], &acts[t + 3]],
-                        );
-                        yr[t..t + 4].copy_from_slice(&four.map(|v| v as f32));
-                        t += 4;
-                    }
-                    for (k, a) in acts.iter().enumerate().take(t1).skip(t) {
-                        yr[k] = qdot::row(*format, qs, sc, mins, a) as f32;
+                for r in range.clone() {
+                    let (qs, sc, mins) = block_row(q, scale, min, r, nb * qb, nb);
+                    let out = &mut tile[..t1 - t0];
+                    qdot::row_many(*format, qs, sc, mins, &acts[t0..t1], out);
+                    for (k, v) in out.iter().enumerate() {
+                        // SAFETY: value r of each token's row belongs to this chunk's range
+                        // alone, and `y` (n rows of `rows`) outlives `ranges`.
+                        unsafe { *(base as *mut f32).add((t0 + k) * rows + r) = *v };
                     }
                 }
             }
         });
-        for (r, col) in yt.chunks_exact(n).enumerate() {
-            for (t, v) in col.iter().enumerate() {
-                y[t * rows + r] = *v;
-            }
-        }
     }
 }
 
@@ -575,66 +564,72 @@ impl Threads {
         self.pool.as_ref().map_or(1, |p| p.threads())
     }
 
-    /// As [`Threads::rows`], for `y` made of groups of `width` values (one weight row's
-    /// results for `width` tokens): `fill(first_group, groups)` gets whole groups.
-    fn row_groups(
-        &self,
-        weights: usize,
-        y: &mut [f32],
-        width: usize,
-        fill: impl Fn(usize, &mut [f32]) + Sync,
-    ) {
-        let groups = y.len() / width.max(1);
+    /// Runs `work(range)` over 0..count in chunks of consecutive indices, in parallel where
+    /// `weights` (multiply-adds in all) make it pay; a few chunks per thread even out chunks
+    /// that take longer (cache misses).
+    fn ranges(&self, weights: usize, count: usize, work: impl Fn(Range<usize>) + Sync) {
         match &self.pool {
-            Some(pool) if weights >= Self::MIN_PARALLEL && groups > 1 => {
-                let chunk = groups
+            Some(pool) if weights >= Self::MIN_PARALLEL && count > 1 => {
+                let chunk = count
                     .div_ceil(4 * pool.threads())
-                    .max(groups.div_ceil(super::pool::MAX_CHUNKS));
-                let chunks = groups.div_ceil(chunk);
-                let base = y.as_mut_ptr() as usize;
-                pool.run(chunks, &|i| {
-                    let first = i * chunk;
-                    let len = chunk.min(groups - first);
-                    // SAFETY: chunks cover disjoint group ranges of `y`, which outlives `run`.
-                    let ys = unsafe {
-                        std::slice::from_raw_parts_mut(
-                            (base as *mut f32).add(first * width),
-                            len * width,
-                        )
-                    };
-                    fill(first, ys);
+                    .max(count.div_ceil(super::pool::MAX_CHUNKS));
+                pool.run(count.div_ceil(chunk), &|i| {
+                    work(i * chunk..((i + 1) * chunk).min(count))
                 });
             }
-            _ => fill(0, y),
+            _ => work(0..count),
         }
     }
 
     /// Runs `fill(first_row, rows)` over `y` in chunks, in parallel where it pays.
     fn rows(&self, weights: usize, y: &mut [f32], fill: impl Fn(usize, &mut [f32]) + Sync) {
-        match &self.pool {
-            Some(pool) if weights >= Self::MIN_PARALLEL && y.len() > 1 => {
-                // A few chunks per thread even out rows that take longer (cache misses).
-                let chunk = y
-                    .len()
-                    .div_ceil(4 * pool.threads())
-                    .max(y.len().div_ceil(super::pool::MAX_CHUNKS));
-                let chunks = y.len().div_ceil(chunk);
-                let rows = y.len();
-                // Each chunk writes its own rows: hand out the base address, and let chunk i
-                // rebuild rows [i·chunk, i·chunk + len) only.
-                let base = y.as_mut_ptr() as usize;
-                pool.run(chunks, &|i| {
-                    let first = i * chunk;
-                    let len = chunk.min(rows - first);
-                    // SAFETY: chunks cover disjoint row ranges of `y`, which outlives `run`.
-                    let ys = unsafe {
-                        std::slice::from_raw_parts_mut((base as *mut f32).add(first), len)
-                    };
-                    fill(first, ys);
-                });
+        // Each chunk writes its own rows: hand out the base address, and let each rebuild
+        // only its own range.
+        let base = y.as_mut_ptr() as usize;
+        self.ranges(weights, y.len(), |r| {
+            // SAFETY: chunks cover disjoint row ranges of `y`, which outlives `ranges`.
+            let ys =
+                unsafe { std::slice::from_raw_parts_mut((base as *mut f32).add(r.start), r.len()) };
+            fill(r.start, ys);
+        });
+    }
+
+    /// Runs `f(i, &mut items[i])` for every item, in parallel where `weights` make it pay.
+    fn each<T: Send>(&self, weights: usize, items: &mut [T], f: impl Fn(usize, &mut T) + Sync) {
+        let base = items.as_mut_ptr() as usize;
+        self.ranges(weights, items.len(), |r| {
+            for i in r {
+                // SAFETY: every index is handed out once; `items` outlives `ranges`.
+                f(i, unsafe { &mut *(base as *mut T).add(i) });
             }
-            _ => fill(0, y),
+        });
+    }
+}
+
+/// A prompt's rows quantized for the block matrices, once for all the matrices that take the
+/// same rows (query, key and value share one; gate and up another).
+#[derive(Default)]
+pub struct Quantized {
+    acts: Vec<qdot::Q8Activation>,
+    ready: bool,
+}
+
+impl Quantized {
+    /// Forgets the rows (the next product quantizes its input again).
+    pub fn clear(&mut self) {
+        self.ready = false;
+    }
+
+    /// `n` rows of `cols` values of `x`, quantized (on `threads`) unless they already are.
+    fn of(&mut self, x: &[f32], cols: usize, n: usize, threads: &Threads) -> &[qdot::Q8Activation] {
+        if !self.ready || self.acts.len() != n {
+            self.acts.resize_with(n, Default::default);
+            threads.each(n * cols, &mut self.acts, |t, a| {
+                a.quantize(&x[t * cols..(t + 1) * cols])
+            });
+            self.ready = true;
         }
+        &self.acts
     }
 }
 
@@ -1000,15 +995,24 @@ impl Shard {
         }
     }
 
-    /// Rotary embedding of one head at `pos`: adjacent pairs, as GGUF llama weights expect.
-    fn rope(&self, v: &mut [f32], pos: usize) {
+    /// The rotary embedding's sine and cosine at `pos` for each pair of a head.
+    fn rotation(&self, pos: usize) -> Vec<(f32, f32)> {
         let hd = self.cfg.head_dim;
-        for i in 0..hd / 2 {
-            let freq = self.cfg.rope_base.powf(-2.0 * i as f32 / hd as f32);
-            let (s, c) = (pos as f32 * freq).sin_cos();
-            let (a, b) = (v[2 * i], v[2 * i + 1]);
-            v[2 * i] = a * c - b * s;
-            v[2 * i + 1] = a * s + b * c;
+        (0..hd / 2)
+            .map(|i| {
+                let freq = self.cfg.rope_base.powf(-2.0 * i as f32 / hd as f32);
+                (pos as f32 * freq).sin_cos()
+            })
+            .collect()
+    }
+
+    /// Rotary embedding of one head by `rot` ([`Shard::rotation`]): adjacent pairs, as GGUF
+    /// llama weights expect.
+    fn rope(v: &mut [f32], rot: &[(f32, f32)]) {
+        for (pair, (s, c)) in v.chunks_exact_mut(2).zip(rot) {
+            let (a, b) = (pair[0], pair[1]);
+            pair[0] = a * c - b * s;
+            pair[1] = a * s + b * c;
         }
     }
 
@@ -1052,15 +1056,15 @@ impl Shard {
         Ok(())
     }
 
-    /// One token entering layer `li` at `pos`: rotates its query and key, and appends its key
-    /// and value to the layer's cache.
-    fn enter(&mut self, li: usize, q: &mut [f32], k: &mut [f32], v: &[f32], pos: usize) {
+    /// One token entering layer `li`: rotates its query and key by its position's `rot`, and
+    /// appends its key and value to the layer's cache.
+    fn enter(&mut self, li: usize, q: &mut [f32], k: &mut [f32], v: &[f32], rot: &[(f32, f32)]) {
         let hd = self.cfg.head_dim;
         for hq in q.chunks_exact_mut(hd) {
-            self.rope(hq, pos);
+            Self::rope(hq, rot);
         }
         for hk in k.chunks_exact_mut(hd) {
-            self.rope(hk, pos);
+            Self::rope(hk, rot);
         }
         let l = &mut self.layers[li];
         l.k_cache.extend_from_slice(k);
@@ -1081,30 +1085,16 @@ impl Shard {
         let inv = 1.0 / (hd as f32).sqrt();
         let pair = |i: usize, out: &mut [f32], scores: &mut Vec<f32>| {
             let (t, head) = (i / heads, i % heads);
-            let pos = pos0 + t;
             let kvh = head / group;
             let qh = &q[t * heads * hd + head * hd..t * heads * hd + (head + 1) * hd];
-            scores.clear();
-            scores.resize(pos + 1, 0.0);
-            let mut max = f32::NEG_INFINITY;
-            for (p, s) in scores.iter_mut().enumerate() {
-                let kt = &l.k_cache[p * stride + kvh * hd..p * stride + (kvh + 1) * hd];
-                *s = dot(qh, kt) as f32 * inv;
-                max = max.max(*s);
-            }
-            let mut total = 0f64;
-            for s in scores.iter_mut() {
-                *s = (*s - max).exp();
-                total += *s as f64;
-            }
-            out.fill(0.0);
-            for (p, s) in scores.iter().enumerate() {
-                let w = (*s as f64 / total) as f32;
-                let vt = &l.v_cache[p * stride + kvh * hd..p * stride + (kvh + 1) * hd];
-                for (a, b) in out.iter_mut().zip(vt) {
-                    *a += w * b;
-                }
-            }
+            let cache = KvView {
+                keys: &l.k_cache,
+                values: &l.v_cache,
+                stride,
+                offset: kvh * hd,
+                positions: pos0 + t + 1,
+            };
+            attend_head(qh, &cache, inv, scores, out);
         };
         let pairs = n * heads;
         // Multiply-adds of the whole job: each pair reads its positions' keys and values.
@@ -1168,33 +1158,41 @@ impl Shard {
         let mut v = vec![0f32; n * nkv];
         let mut att = vec![0f32; n * nq];
         let mut o = vec![0f32; n * dim];
-        let product = |m: &Matrix, x: &[f32], y: &mut [f32], threads: &Threads| {
+        // A product's input quantized once for every matrix that takes it (cleared whenever
+        // the input changes).
+        let mut quantized = Quantized::default();
+        let product = |m: &Matrix, x: &[f32], y: &mut [f32], t: &Threads, qz: &mut Quantized| {
             if n == 1 {
-                m.apply(x, y, threads);
+                m.apply(x, y, t);
             } else {
-                m.apply_batch(x, n, y, threads);
+                m.apply_batch(x, n, y, t, qz);
             }
         };
+        // Each token's rotation (sine and cosine per pair of a head), the same for every head
+        // and layer.
+        let rotations: Vec<Vec<(f32, f32)>> = (0..n).map(|t| self.rotation(pos0 + t)).collect();
         for li in 0..self.layers.len() {
             for (xr, hr) in x.chunks_exact(dim).zip(h.chunks_exact_mut(dim)) {
                 self.rms_norm(xr, &self.layers[li].attn_norm, hr);
             }
             let l = &self.layers[li];
-            product(&l.wq, &h, &mut q, &self.threads);
-            product(&l.wk, &h, &mut k, &self.threads);
-            product(&l.wv, &h, &mut v, &self.threads);
+            quantized.clear();
+            product(&l.wq, &h, &mut q, &self.threads, &mut quantized);
+            product(&l.wk, &h, &mut k, &self.threads, &mut quantized);
+            product(&l.wv, &h, &mut v, &self.threads, &mut quantized);
             for t in 0..n {
                 self.enter(
                     li,
                     &mut q[t * nq..(t + 1) * nq],
                     &mut k[t * nkv..(t + 1) * nkv],
                     &v[t * nkv..(t + 1) * nkv],
-                    pos0 + t,
+                    &rotations[t],
                 );
             }
             self.attend(li, &q, n, pos0, &mut att);
             let l = &self.layers[li];
-            product(&l.wo, &att, &mut o, &self.threads);
+            quantized.clear();
+            product(&l.wo, &att, &mut o, &self.threads, &mut quantized);
             if !pipeline {
                 // Tensor parallel: each rank holds part of the sum.
                 c.all_sum(&mut o)?;
@@ -1209,12 +1207,14 @@ impl Shard {
             let f = l.gate.rows;
             let mut g = vec![0f32; n * f];
             let mut u = vec![0f32; n * f];
-            product(&l.gate, &h, &mut g, &self.threads);
-            product(&l.up, &h, &mut u, &self.threads);
+            quantized.clear();
+            product(&l.gate, &h, &mut g, &self.threads, &mut quantized);
+            product(&l.up, &h, &mut u, &self.threads, &mut quantized);
             for (a, b) in g.iter_mut().zip(&u) {
                 *a = *a / (1.0 + (-*a).exp()) * b;
             }
-            product(&l.down, &g, &mut o, &self.threads);
+            quantized.clear();
+            product(&l.down, &g, &mut o, &self.threads, &mut quantized);
             if !pipeline {
                 // Tensor parallel: each rank holds part of the sum.
                 c.all_sum(&mut o)?;

@@ -13,11 +13,14 @@
 //! blocks are added in f64, so a row split between ranks at block edges (tensor parallelism)
 //! sums to the same value as the whole row far below f32's precision.
 //!
-//! x86-64 with AVX2: 32 byte products per instruction (`maddubs`), four blocks' sums at a
-//! time in f64 lanes. aarch64 (Apple silicon): NEON widening products. Elsewhere (x86-64
-//! without AVX2) a portable loop. All give bit-identical block terms (multiply, then add: no
-//! fused multiply-add); only the order in which the terms are added can differ. The NEON
-//! kernel is tested under qemu-aarch64 in CI.
+//! x86-64: AVX-512 VNNI (with VL) or AVX-VNNI where the CPU has them (one `vpdpbusd` per
+//! block), else AVX2 (`maddubs` + `madd`), four blocks' sums at a time into f64 lanes; four
+//! tokens of a prompt share each weight block's load and unpacking. aarch64 (Apple silicon):
+//! NEON widening products. Elsewhere a portable loop. The kernel is chosen at run time per
+//! CPU ([`Kernel::chosen`]; `TBBENCH_QDOT` names another, to compare like with like) and the
+//! result file records it. All give bit-identical block terms (multiply, then add: no fused
+//! multiply-add); only the order in which the terms are added can differ between the x86
+//! kernels and the others. The NEON kernel is tested under qemu-aarch64 in CI.
 
 use super::quant;
 
@@ -79,7 +82,7 @@ pub struct Q8Activation {
 impl Q8Activation {
     /// Quantizes `x` (a whole number of blocks), reusing this vector's storage.
     pub fn quantize(&mut self, x: &[f32]) {
-        assert!(x.len() % QK == 0, "activations come in whole blocks");
+        assert!(x.len().is_multiple_of(QK), "activations come in whole blocks");
         let nb = x.len() / QK;
         self.d.clear();
         self.qsum.clear();
@@ -136,27 +139,136 @@ pub fn to_f16(x: f32) -> f32 {
     f32::from_bits((bits + round) & !0x1fff)
 }
 
-/// One weight row (its blocks' quants, scales and, for Q4_1, minimums) times `a`, whose
-/// blocks line up with the row's.
-/// The kernel `row` runs on this CPU, as the result file records it.
-pub fn kernel() -> &'static str {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if avx2::available() {
-            return "avx2 (x86-64 AVX2: maddubs/madd byte products)";
+/// The kernels these products run on; the decode takes the best this CPU has
+/// ([`Kernel::chosen`]). All give bit-identical block terms; only the order in which the terms
+/// are added differs between the portable/NEON kernels and the x86 ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// Plain Rust, vectorized by the compiler: x86-64 without AVX2, any other CPU.
+    Portable,
+    /// x86-64 AVX2: `maddubs` and `madd` byte products.
+    Avx2,
+    /// x86-64 AVX-VNNI (Alder Lake and later cores without AVX-512): one `vpdpbusd`.
+    AvxVnni,
+    /// x86-64 AVX-512 VNNI with VL (Ice Lake, Sapphire Rapids, Zen 4): `vpdpbusd` on 256 bits.
+    Avx512Vnni,
+    /// aarch64 baseline NEON: `smull` widening byte products.
+    Neon,
+}
+
+/// Names a kernel to use instead of the best one, for comparing like with like (e.g. the
+/// AVX2 kernel against a llama.cpp built for AVX2 only).
+pub const ENV_KERNEL: &str = "TBBENCH_QDOT";
+
+impl Kernel {
+    pub const ALL: [Kernel; 5] = [
+        Kernel::Portable,
+        Kernel::Avx2,
+        Kernel::AvxVnni,
+        Kernel::Avx512Vnni,
+        Kernel::Neon,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::Portable => "portable",
+            Kernel::Avx2 => "avx2",
+            Kernel::AvxVnni => "avx-vnni",
+            Kernel::Avx512Vnni => "avx512-vnni",
+            Kernel::Neon => "neon",
         }
     }
-    #[cfg(target_arch = "aarch64")]
-    {
-        return "neon (aarch64 baseline: smull byte products)";
+
+    /// What the result file records: the name and the instructions.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Kernel::Portable => "portable (plain Rust, vectorized by the compiler)",
+            Kernel::Avx2 => "avx2 (x86-64 AVX2: maddubs/madd byte products)",
+            Kernel::AvxVnni => "avx-vnni (x86-64 AVX-VNNI: vpdpbusd byte products)",
+            Kernel::Avx512Vnni => {
+                "avx512-vnni (x86-64 AVX-512 VNNI+VL: vpdpbusd byte products, 256-bit)"
+            }
+            Kernel::Neon => "neon (aarch64 baseline: smull byte products)",
+        }
     }
-    #[allow(unreachable_code)]
-    "portable (plain Rust, vectorized by the compiler)"
+
+    /// Whether this CPU runs the kernel.
+    pub fn available(self) -> bool {
+        match self {
+            Kernel::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => x86::avx2::available(),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::AvxVnni => x86::avxvnni::available(),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512Vnni => x86::avx512vnni::available(),
+            #[cfg(target_arch = "aarch64")]
+            Kernel::Neon => true,
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+
+    /// The fastest kernel this CPU has.
+    pub fn best() -> Kernel {
+        [
+            Kernel::Avx512Vnni,
+            Kernel::AvxVnni,
+            Kernel::Avx2,
+            Kernel::Neon,
+        ]
+        .into_iter()
+        .find(|k| k.available())
+        .unwrap_or(Kernel::Portable)
+    }
+
+    /// The kernel [`row`] and [`row4`] run: the best, or the one `TBBENCH_QDOT` names where
+    /// this CPU has it (else a warning, once, and the best). Decided once per process.
+    pub fn chosen() -> Kernel {
+        static CHOSEN: std::sync::OnceLock<Kernel> = std::sync::OnceLock::new();
+        *CHOSEN.get_or_init(|| {
+            let Ok(want) = std::env::var(ENV_KERNEL) else {
+                return Kernel::best();
+            };
+            match Kernel::ALL.into_iter().find(|k| k.name() == want.trim()) {
+                Some(k) if k.available() => k,
+                found => {
+                    let names: Vec<&str> = Kernel::ALL
+                        .iter()
+                        .filter(|k| k.available())
+                        .map(|k| k.name())
+                        .collect();
+                    eprintln!(
+                        "tbbench: {ENV_KERNEL}={want}: {}; this CPU has {}; using {}",
+                        if found.is_some() {
+                            "this CPU lacks that kernel"
+                        } else {
+                            "no such kernel"
+                        },
+                        names.join(", "),
+                        Kernel::best().name()
+                    );
+                    Kernel::best()
+                }
+            }
+        })
+    }
+}
+
+/// The kernel the decode runs on this CPU, as the result file records it.
+pub fn kernel() -> &'static str {
+    Kernel::chosen().describe()
 }
 
 /// The SIMD kernels read by pointer: these hold every read of a row and its activations in
 /// bounds (cheap next to a row).
-fn check_lengths(format: Format, q: &[u8], d: &[f32], m: &[f32], acts: &[&Q8Activation]) {
+fn check_lengths<'a>(
+    format: Format,
+    q: &[u8],
+    d: &[f32],
+    m: &[f32],
+    acts: impl IntoIterator<Item = &'a Q8Activation>,
+) {
     let nb = d.len();
     for a in acts {
         assert!(
@@ -173,38 +285,127 @@ fn check_lengths(format: Format, q: &[u8], d: &[f32], m: &[f32], acts: &[&Q8Acti
     );
 }
 
+/// One weight row (its blocks' quants, scales and, for Q4_1, minimums) times `a`, whose
+/// blocks line up with the row's, on the chosen kernel.
 pub fn row(format: Format, q: &[u8], d: &[f32], m: &[f32], a: &Q8Activation) -> f64 {
-    check_lengths(format, q, d, m, &[a]);
-    #[cfg(target_arch = "x86_64")]
-    {
-        if avx2::available() {
-            // SAFETY: the CPU has AVX2 (checked), and the slices' lengths match the
-            // block count (asserted above).
-            return unsafe { avx2::row(format, q, d, m, a) };
-        }
-    }
-    #[cfg(target_arch = "aarch64")]
-    {
-        // SAFETY: NEON is part of every aarch64 target; the lengths are asserted above.
-        return unsafe { neon::row(format, q, d, m, a) };
-    }
-    #[allow(unreachable_code)]
-    portable::row(format, q, d, m, a)
+    row_with(Kernel::chosen(), format, q, d, m, a)
 }
 
 /// One weight row times four activations (four tokens of a prompt): each result is bit for bit
-/// what [`row`] gives for that activation; the AVX2 kernel unpacks each weight block once for
-/// the four, so a batch of tokens costs less than its tokens one at a time.
+/// what [`row`] gives for that activation; the x86 kernels load and unpack each weight block
+/// once for the four, so a batch of tokens costs less than its tokens one at a time.
 pub fn row4(format: Format, q: &[u8], d: &[f32], m: &[f32], a: [&Q8Activation; 4]) -> [f64; 4] {
-    check_lengths(format, q, d, m, &a);
+    row4_with(Kernel::chosen(), format, q, d, m, a)
+}
+
+/// The x86 kernel `k` at format `format` and N activations.
+#[cfg(target_arch = "x86_64")]
+macro_rules! x86_rows {
+    ($k:expr, $format:expr, $n:literal, $q:expr, $d:expr, $m:expr, $a:expr) => {{
+        macro_rules! by_format {
+            ($module:ident) => {
+                // SAFETY: the callers checked that the CPU has the kernel's features and that
+                // every length matches the block count.
+                unsafe {
+                    match $format {
+                        Format::Q8_0 => x86::$module::rows::<{ x86::Q8_0 }, $n>($q, $d, $m, $a),
+                        Format::Q4_0 => x86::$module::rows::<{ x86::Q4_0 }, $n>($q, $d, $m, $a),
+                        Format::Q4_1 => x86::$module::rows::<{ x86::Q4_1 }, $n>($q, $d, $m, $a),
+                    }
+                }
+            };
+        }
+        match $k {
+            Kernel::Avx512Vnni => Some(by_format!(avx512vnni)),
+            Kernel::AvxVnni => Some(by_format!(avxvnni)),
+            Kernel::Avx2 => Some(by_format!(avx2)),
+            _ => None,
+        }
+    }};
+}
+
+/// One weight row times each of `acts` (a tile of a prompt's tokens), into `out` as f32:
+/// each value bit for bit what [`row`] gives for that activation, four tokens at a time
+/// where the kernel has a four-token form, the kernel chosen once for the tile.
+pub fn row_many(
+    format: Format,
+    q: &[u8],
+    d: &[f32],
+    m: &[f32],
+    acts: &[Q8Activation],
+    out: &mut [f32],
+) {
+    assert_eq!(acts.len(), out.len(), "one output per activation");
+    check_lengths(format, q, d, m, acts);
+    let k = Kernel::chosen();
     #[cfg(target_arch = "x86_64")]
     {
-        if avx2::available() {
-            // SAFETY: AVX2 checked; every length matches the block count (asserted above).
-            return unsafe { avx2::row4(format, q, d, m, a) };
+        macro_rules! tile {
+            ($module:ident) => {
+                // SAFETY: the chosen kernel is one this CPU has; the lengths are checked.
+                unsafe {
+                    match format {
+                        Format::Q8_0 => x86::$module::tile::<{ x86::Q8_0 }>(q, d, m, acts, out),
+                        Format::Q4_0 => x86::$module::tile::<{ x86::Q4_0 }>(q, d, m, acts, out),
+                        Format::Q4_1 => x86::$module::tile::<{ x86::Q4_1 }>(q, d, m, acts, out),
+                    }
+                }
+            };
+        }
+        match k {
+            Kernel::Avx512Vnni => return tile!(avx512vnni),
+            Kernel::AvxVnni => return tile!(avxvnni),
+            Kernel::Avx2 => return tile!(avx2),
+            _ => {}
         }
     }
-    a.map(|x| row(format, q, d, m, x))
+    for (a, o) in acts.iter().zip(out) {
+        *o = row_with(k, format, q, d, m, a) as f32;
+    }
+}
+
+/// [`row`] on kernel `k` (the portable one where this CPU lacks `k`): for tests and benches.
+pub fn row_with(
+    k: Kernel,
+    format: Format,
+    q: &[u8],
+    d: &[f32],
+    m: &[f32],
+    a: &Q8Activation,
+) -> f64 {
+    check_lengths(format, q, d, m, [a]);
+    if !k.available() {
+        return portable::row(format, q, d, m, a);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if let Some([v]) = x86_rows!(k, format, 1, q, d, m, [a]) {
+        return v;
+    }
+    #[cfg(target_arch = "aarch64")]
+    if k == Kernel::Neon {
+        // SAFETY: NEON is part of every aarch64 target; the lengths are checked above.
+        return unsafe { neon::row(format, q, d, m, a) };
+    }
+    portable::row(format, q, d, m, a)
+}
+
+/// [`row4`] on kernel `k`.
+pub fn row4_with(
+    k: Kernel,
+    format: Format,
+    q: &[u8],
+    d: &[f32],
+    m: &[f32],
+    a: [&Q8Activation; 4],
+) -> [f64; 4] {
+    check_lengths(format, q, d, m, a);
+    #[cfg(target_arch = "x86_64")]
+    if k.available() {
+        if let Some(v) = x86_rows!(k, format, 4, q, d, m, a) {
+            return v;
+        }
+    }
+    a.map(|x| row_with(k, format, q, d, m, x))
 }
 
 /// The same products in plain Rust: the reference the SIMD kernels are tested against, and
@@ -266,14 +467,19 @@ pub mod portable {
     }
 }
 
+/// x86-64: one kernel body, built three times for the byte product each CPU does best:
+/// AVX2's `maddubs` + `madd` (two instructions per block), and the single `vpdpbusd` of
+/// AVX-512 VNNI (with AVX-512 VL for 256-bit registers) or of AVX-VNNI. The block's integer
+/// sum is exact in all three, so all give bit-identical results.
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
-    use super::{Format, Q8Activation, QK};
+mod x86 {
+    use super::{Q8Activation, QK};
     use std::arch::x86_64::*;
 
-    pub fn available() -> bool {
-        std::is_x86_feature_detected!("avx2")
-    }
+    /// Format codes for the kernels' const parameter (an enum cannot be one).
+    pub const Q8_0: u8 = 0;
+    pub const Q4_0: u8 = 1;
+    pub const Q4_1: u8 = 2;
 
     /// Four blocks' eight-lane i32 sums folded to one i32 per block: [s0, s1, s2, s3].
     #[inline]
@@ -285,33 +491,6 @@ mod avx2 {
         _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1))
     }
 
-    /// One block of 16 nibble bytes times 32 activations: eight i32 partial sums.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn nibbles_dot(q: *const u8, a: *const i8) -> __m256i {
-        let low = _mm_set1_epi8(0x0f);
-        let bytes = _mm_loadu_si128(q as *const __m128i);
-        let lo = _mm_and_si128(bytes, low);
-        let hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low);
-        let w = _mm256_set_m128i(hi, lo);
-        let x = _mm256_loadu_si256(a as *const __m256i);
-        // Unsigned nibbles times signed bytes, pairs added: at most 2·15·127, no saturation.
-        let pairs = _mm256_maddubs_epi16(w, x);
-        _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
-    }
-
-    /// One block of 32 signed weights times 32 activations: eight i32 partial sums.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn bytes_dot(q: *const u8, a: *const i8) -> __m256i {
-        let w = _mm256_loadu_si256(q as *const __m256i);
-        let x = _mm256_loadu_si256(a as *const __m256i);
-        // maddubs wants one unsigned operand: |w| times x carrying w's sign. |−128| reads as
-        // 128 unsigned; 2·128·127 still fits i16 (activations stay within ±127).
-        let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-        _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
-    }
-
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn hsum(v: __m256d) -> f64 {
@@ -319,152 +498,198 @@ mod avx2 {
         _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)))
     }
 
-    /// One row in `format`: the block sums four at a time into f64 lanes, then the tail.
-    /// Multiply, then add (no fused multiply-add): each block's term is rounded as the
-    /// portable and NEON kernels round it. `format` is the same for a whole row, so its
-    /// branches inside the loop always go the same way.
+    /// One block's weights as the byte product's unsigned operand, and for Q8_0 the signs to
+    /// give the activations: the product wants one unsigned side, so Q8_0 multiplies |w| by x
+    /// carrying w's sign (|−128| reads as 128 unsigned; 2·128·127 fits an i16, and
+    /// activations stay within ±127). Nibbles are unsigned already.
+    #[inline]
     #[target_feature(enable = "avx2")]
-    pub unsafe fn row(format: Format, q: &[u8], d: &[f32], m: &[f32], a: &Q8Activation) -> f64 {
-        let nb = d.len();
-        let qb = format.quant_bytes();
-        let (qp, ap) = (q.as_ptr(), a.q.as_ptr());
-        let dot = |b: usize| {
-            if format == Format::Q8_0 {
-                bytes_dot(qp.add(qb * b), ap.add(QK * b))
-            } else {
-                nibbles_dot(qp.add(qb * b), ap.add(QK * b))
-            }
-        };
-        let mut acc = _mm256_setzero_pd();
-        let mut b = 0;
-        while b + 4 <= nb {
-            let s = fold4(dot(b), dot(b + 1), dot(b + 2), dot(b + 3));
-            let dw = _mm256_cvtps_pd(_mm_loadu_ps(d.as_ptr().add(b)));
-            let dx = _mm256_cvtps_pd(_mm_loadu_ps(a.d.as_ptr().add(b)));
-            let scale = _mm256_mul_pd(dw, dx);
-            let term = match format {
-                Format::Q8_0 => _mm256_mul_pd(scale, _mm256_cvtepi32_pd(s)),
-                Format::Q4_0 => {
-                    let qsum = _mm_loadu_si128(a.qsum.as_ptr().add(b) as *const __m128i);
-                    let s = _mm_sub_epi32(s, _mm_slli_epi32(qsum, 3));
-                    _mm256_mul_pd(scale, _mm256_cvtepi32_pd(s))
-                }
-                Format::Q4_1 => {
-                    let mins = _mm256_cvtps_pd(_mm_loadu_ps(m.as_ptr().add(b)));
-                    _mm256_add_pd(
-                        _mm256_mul_pd(scale, _mm256_cvtepi32_pd(s)),
-                        _mm256_mul_pd(mins, _mm256_loadu_pd(a.dsum.as_ptr().add(b))),
-                    )
-                }
-            };
-            acc = _mm256_add_pd(acc, term);
-            b += 4;
+    unsafe fn weights<const F: u8>(q: *const u8) -> (__m256i, __m256i) {
+        if F == Q8_0 {
+            let w = _mm256_loadu_si256(q as *const __m256i);
+            (_mm256_sign_epi8(w, w), w)
+        } else {
+            let low = _mm_set1_epi8(0x0f);
+            let bytes = _mm_loadu_si128(q as *const __m128i);
+            let lo = _mm_and_si128(bytes, low);
+            let hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low);
+            (_mm256_set_m128i(hi, lo), _mm256_setzero_si256())
         }
-        let mut total = hsum(acc);
-        while b < nb {
-            let v = dot(b);
-            let s = _mm_cvtsi128_si32(fold4(v, v, v, v));
-            let scale = d[b] as f64 * a.d[b] as f64;
-            total += match format {
-                Format::Q8_0 => scale * s as f64,
-                Format::Q4_0 => scale * (s - 8 * a.qsum[b]) as f64,
-                Format::Q4_1 => scale * s as f64 + m[b] as f64 * a.dsum[b],
-            };
-            b += 1;
-        }
-        total
     }
 
-    /// [`row`] for four activations at once: each weight block is loaded and its nibbles
-    /// unpacked once, then multiplied with each activation's block. Per activation the block
-    /// terms are formed and summed exactly as in [`row`] (same groups of four, same f64
-    /// lanes, same order), so each result equals that activation's [`row`] bit for bit.
-    #[target_feature(enable = "avx2")]
-    pub unsafe fn row4(
-        format: Format,
-        q: &[u8],
-        d: &[f32],
-        m: &[f32],
-        a: [&Q8Activation; 4],
-    ) -> [f64; 4] {
-        let nb = d.len();
-        let qb = format.quant_bytes();
-        let qp = q.as_ptr();
-        let low = _mm_set1_epi8(0x0f);
-        let ones = _mm256_set1_epi16(1);
-        // The block's weights as maddubs' unsigned operand, and for Q8_0 the sign to give the
-        // activation (see bytes_dot).
-        let weights = |b: usize| -> (__m256i, __m256i) {
-            if format == Format::Q8_0 {
-                let w = _mm256_loadu_si256(qp.add(qb * b) as *const __m256i);
-                (_mm256_sign_epi8(w, w), w)
-            } else {
-                let bytes = _mm_loadu_si128(qp.add(qb * b) as *const __m128i);
-                let lo = _mm_and_si128(bytes, low);
-                let hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low);
-                (_mm256_set_m128i(hi, lo), _mm256_setzero_si256())
+    /// Generates `rows::<F, N>`: one weight row in format F times N activations. Per
+    /// activation the block terms are formed in f64 four blocks at a time and summed in the
+    /// same lanes and order whatever N, so N = 4 gives each activation's N = 1 result bit
+    /// for bit while loading and unpacking each weight block once for the four.
+    macro_rules! kernel {
+        ($features:literal, $dot:ident) => {
+            /// 32 unsigned weight bytes times 32 signed activations: eight i32 sums.
+            #[inline]
+            #[target_feature(enable = $features)]
+            unsafe fn block_dot(w: __m256i, x: __m256i) -> __m256i {
+                $dot(w, x)
             }
-        };
-        let dot = |w: (__m256i, __m256i), x: &Q8Activation, b: usize| {
-            let v = _mm256_loadu_si256(x.q.as_ptr().add(QK * b) as *const __m256i);
-            let v = if format == Format::Q8_0 {
-                _mm256_sign_epi8(v, w.1)
-            } else {
-                v
-            };
-            _mm256_madd_epi16(_mm256_maddubs_epi16(w.0, v), ones)
-        };
-        let mut acc = [_mm256_setzero_pd(); 4];
-        let mut b = 0;
-        while b + 4 <= nb {
-            let w = [weights(b), weights(b + 1), weights(b + 2), weights(b + 3)];
-            let dw = _mm256_cvtps_pd(_mm_loadu_ps(d.as_ptr().add(b)));
-            let mins =
-                (format == Format::Q4_1).then(|| _mm256_cvtps_pd(_mm_loadu_ps(m.as_ptr().add(b))));
-            for (k, x) in a.iter().enumerate() {
-                let s = fold4(
-                    dot(w[0], x, b),
-                    dot(w[1], x, b + 1),
-                    dot(w[2], x, b + 2),
-                    dot(w[3], x, b + 3),
-                );
-                let dx = _mm256_cvtps_pd(_mm_loadu_ps(x.d.as_ptr().add(b)));
-                let scale = _mm256_mul_pd(dw, dx);
-                let term = match format {
-                    Format::Q8_0 => _mm256_mul_pd(scale, _mm256_cvtepi32_pd(s)),
-                    Format::Q4_0 => {
-                        let qsum = _mm_loadu_si128(x.qsum.as_ptr().add(b) as *const __m128i);
-                        let s = _mm_sub_epi32(s, _mm_slli_epi32(qsum, 3));
-                        _mm256_mul_pd(scale, _mm256_cvtepi32_pd(s))
+
+            /// # Safety
+            /// The CPU has the module's features; `q`, `d`, `m` (Q4_1) and every activation
+            /// hold `d.len()` blocks.
+            #[target_feature(enable = $features)]
+            pub unsafe fn rows<const F: u8, const N: usize>(
+                q: &[u8],
+                d: &[f32],
+                m: &[f32],
+                a: [&Q8Activation; N],
+            ) -> [f64; N] {
+                let nb = d.len();
+                let qb = if F == Q8_0 { 32 } else { 16 };
+                let qp = q.as_ptr();
+                let xq = a.map(|x| x.q.as_ptr());
+                let xd = a.map(|x| x.d.as_ptr());
+                let xs = a.map(|x| x.qsum.as_ptr());
+                let xm = a.map(|x| x.dsum.as_ptr());
+                let dot = |w: (__m256i, __m256i), x: *const i8| {
+                    let v = _mm256_loadu_si256(x as *const __m256i);
+                    let v = if F == Q8_0 {
+                        _mm256_sign_epi8(v, w.1)
+                    } else {
+                        v
+                    };
+                    block_dot(w.0, v)
+                };
+                let mut acc = [_mm256_setzero_pd(); N];
+                let mut b = 0;
+                while b + 4 <= nb {
+                    let w = [
+                        weights::<F>(qp.add(qb * b)),
+                        weights::<F>(qp.add(qb * (b + 1))),
+                        weights::<F>(qp.add(qb * (b + 2))),
+                        weights::<F>(qp.add(qb * (b + 3))),
+                    ];
+                    let dw = _mm256_cvtps_pd(_mm_loadu_ps(d.as_ptr().add(b)));
+                    let mins = if F == Q4_1 {
+                        _mm256_cvtps_pd(_mm_loadu_ps(m.as_ptr().add(b)))
+                    } else {
+                        _mm256_setzero_pd()
+                    };
+                    for k in 0..N {
+                        let x = xq[k].add(QK * b);
+                        let s = fold4(
+                            dot(w[0], x),
+                            dot(w[1], x.add(QK)),
+                            dot(w[2], x.add(2 * QK)),
+                            dot(w[3], x.add(3 * QK)),
+                        );
+                        let scale = _mm256_mul_pd(dw, _mm256_cvtps_pd(_mm_loadu_ps(xd[k].add(b))));
+                        // Multiply, then add (no fused multiply-add): each block's term is
+                        // rounded as the portable and NEON kernels round it.
+                        let term = if F == Q8_0 {
+                            _mm256_mul_pd(scale, _mm256_cvtepi32_pd(s))
+                        } else if F == Q4_0 {
+                            let qsum = _mm_loadu_si128(xs[k].add(b) as *const __m128i);
+                            let s = _mm_sub_epi32(s, _mm_slli_epi32(qsum, 3));
+                            _mm256_mul_pd(scale, _mm256_cvtepi32_pd(s))
+                        } else {
+                            _mm256_add_pd(
+                                _mm256_mul_pd(scale, _mm256_cvtepi32_pd(s)),
+                                _mm256_mul_pd(mins, _mm256_loadu_pd(xm[k].add(b))),
+                            )
+                        };
+                        acc[k] = _mm256_add_pd(acc[k], term);
                     }
-                    Format::Q4_1 => _mm256_add_pd(
-                        _mm256_mul_pd(scale, _mm256_cvtepi32_pd(s)),
-                        _mm256_mul_pd(
-                            mins.unwrap_or(_mm256_setzero_pd()),
-                            _mm256_loadu_pd(x.dsum.as_ptr().add(b)),
-                        ),
-                    ),
-                };
-                acc[k] = _mm256_add_pd(acc[k], term);
+                    b += 4;
+                }
+                let mut total = acc.map(|v| hsum(v));
+                while b < nb {
+                    let w = weights::<F>(qp.add(qb * b));
+                    for k in 0..N {
+                        let v = dot(w, xq[k].add(QK * b));
+                        let s = _mm_cvtsi128_si32(fold4(v, v, v, v));
+                        let scale = d[b] as f64 * *xd[k].add(b) as f64;
+                        total[k] += if F == Q8_0 {
+                            scale * s as f64
+                        } else if F == Q4_0 {
+                            scale * (s - 8 * *xs[k].add(b)) as f64
+                        } else {
+                            scale * s as f64 + m[b] as f64 * *xm[k].add(b)
+                        };
+                    }
+                    b += 1;
+                }
+                total
             }
-            b += 4;
-        }
-        let mut total = [hsum(acc[0]), hsum(acc[1]), hsum(acc[2]), hsum(acc[3])];
-        while b < nb {
-            let w = weights(b);
-            for (k, x) in a.iter().enumerate() {
-                let v = dot(w, x, b);
-                let s = _mm_cvtsi128_si32(fold4(v, v, v, v));
-                let scale = d[b] as f64 * x.d[b] as f64;
-                total[k] += match format {
-                    Format::Q8_0 => scale * s as f64,
-                    Format::Q4_0 => scale * (s - 8 * x.qsum[b]) as f64,
-                    Format::Q4_1 => scale * s as f64 + m[b] as f64 * x.dsum[b],
-                };
+
+            /// `rows` for each of `acts` into `out` (as f32), four at a time, the rest one
+            /// by one.
+            ///
+            /// # Safety
+            /// As `rows`.
+            #[target_feature(enable = $features)]
+            pub unsafe fn tile<const F: u8>(
+                q: &[u8],
+                d: &[f32],
+                m: &[f32],
+                acts: &[Q8Activation],
+                out: &mut [f32],
+            ) {
+                let mut fours = acts.chunks_exact(4);
+                let mut outs = out.chunks_exact_mut(4);
+                for (a, o) in (&mut fours).zip(&mut outs) {
+                    let v = rows::<F, 4>(q, d, m, [&a[0], &a[1], &a[2], &a[3]]);
+                    for (o, v) in o.iter_mut().zip(v) {
+                        *o = v as f32;
+                    }
+                }
+                for (a, o) in fours.remainder().iter().zip(outs.into_remainder()) {
+                    *o = rows::<F, 1>(q, d, m, [a])[0] as f32;
+                }
             }
-            b += 1;
+        };
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn maddubs(w: __m256i, x: __m256i) -> __m256i {
+        // Unsigned times signed bytes, pairs added (at most 2·128·127: no saturation), then
+        // pairs of those.
+        _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,avx512vnni,avx512vl")]
+    unsafe fn dpbusd512(w: __m256i, x: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,avxvnni")]
+    unsafe fn dpbusd_avx(w: __m256i, x: __m256i) -> __m256i {
+        _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w, x)
+    }
+
+    pub mod avx2 {
+        use super::*;
+        kernel!("avx2", maddubs);
+        pub fn available() -> bool {
+            std::is_x86_feature_detected!("avx2")
         }
-        total
+    }
+
+    pub mod avx512vnni {
+        use super::*;
+        kernel!("avx2,avx512vnni,avx512vl", dpbusd512);
+        pub fn available() -> bool {
+            std::is_x86_feature_detected!("avx2")
+                && std::is_x86_feature_detected!("avx512vnni")
+                && std::is_x86_feature_detected!("avx512vl")
+        }
+    }
+
+    pub mod avxvnni {
+        use super::*;
+        kernel!("avx2,avxvnni", dpbusd_avx);
+        pub fn available() -> bool {
+            std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("avxvnni")
+        }
     }
 }
 
@@ -602,14 +827,36 @@ mod tests {
                         a
                     })
                     .collect();
-                let four = row4(format, &q, &d, &m, [&acts[0], &acts[1], &acts[2], &acts[3]]);
+                let four_refs = [&acts[0], &acts[1], &acts[2], &acts[3]];
+                // Every kernel this CPU has: four at once equal one at a time, a tile equals
+                // its rows, and the x86 kernels (same lanes, same order) equal each other.
+                let first_x86 = std::cell::Cell::new(None::<[f64; 4]>);
+                for k in Kernel::ALL.into_iter().filter(|k| k.available()) {
+                    let four = row4_with(k, format, &q, &d, &m, four_refs);
+                    for (t, a) in acts.iter().enumerate() {
+                        let one = row_with(k, format, &q, &d, &m, a);
+                        assert_eq!(
+                            four[t].to_bits(),
+                            one.to_bits(),
+                            "{k:?} {format:?} {nb} blocks, activation {t}"
+                        );
+                    }
+                    if matches!(k, Kernel::Avx2 | Kernel::AvxVnni | Kernel::Avx512Vnni) {
+                        match first_x86.get() {
+                            None => first_x86.set(Some(four)),
+                            Some(other) => assert_eq!(
+                                other.map(f64::to_bits),
+                                four.map(f64::to_bits),
+                                "{k:?} {format:?} {nb} blocks"
+                            ),
+                        }
+                    }
+                }
+                let mut tile = [0f32; 4];
+                row_many(format, &q, &d, &m, &acts[..3], &mut tile[..3]);
+                row_many(format, &q, &d, &m, &acts, &mut tile);
                 for (t, a) in acts.iter().enumerate() {
-                    let one = row(format, &q, &d, &m, a);
-                    assert_eq!(
-                        four[t].to_bits(),
-                        one.to_bits(),
-                        "{format:?} {nb} blocks, activation {t}"
-                    );
+                    assert_eq!(tile[t], row(format, &q, &d, &m, a) as f32);
                 }
             }
         }
@@ -654,16 +901,16 @@ mod tests {
                         exact += m[b] as f64 * a.dsum[b];
                     }
                 }
-                let got = row(format, &q, &d, &m, &a);
                 let plain = portable::row(format, &q, &d, &m, &a);
-                if nb < 4 {
-                    // No 4-block lanes: the terms are added in row order by every kernel.
-                    assert_eq!(got.to_bits(), plain.to_bits(), "{format:?} {nb} blocks");
-                }
-                for (what, v) in [("dispatched", got), ("portable", plain)] {
+                for k in Kernel::ALL.into_iter().filter(|k| k.available()) {
+                    let got = row_with(k, format, &q, &d, &m, &a);
+                    if nb < 4 {
+                        // No 4-block lanes: the terms are added in row order by every kernel.
+                        assert_eq!(got.to_bits(), plain.to_bits(), "{k:?} {format:?} {nb}");
+                    }
                     assert!(
-                        (v - exact).abs() <= 1e-12 * exact.abs().max(1.0),
-                        "{format:?} {nb} blocks, {what}: {v} vs {exact}"
+                        (got - exact).abs() <= 1e-12 * exact.abs().max(1.0),
+                        "{k:?} {format:?} {nb} blocks: {got} vs {exact}"
                     );
                 }
             }

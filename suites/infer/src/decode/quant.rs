@@ -52,7 +52,7 @@ pub fn bytes_of(t: u32, n: usize) -> Result<usize> {
         F32 => n.checked_mul(4),
         F16 => n.checked_mul(2),
         _ => {
-            if n % BLOCK != 0 {
+            if !n.is_multiple_of(BLOCK) {
                 bail!("{n} values do not fill whole blocks of {BLOCK}");
             }
             (n / BLOCK).checked_mul(block_bytes(t)?)
