@@ -3,8 +3,8 @@
 # MPI_Allreduce, MPI_Allgather and MPI_Bcast (f32, sum), timed by scripts/osu_coll.c exactly
 # as tbbench times its own (barrier, call, the slowest rank's time per iteration, median),
 # and `tbbench coll` with its default algorithm choice (auto) and with every algorithm (the
-# fastest shown), at the same sizes and rank counts, over loopback TCP (OpenMPI: --mca btl
-# tcp,self) and shared memory (--mca btl vader,self). Rounds interleave the two tools so
+# fastest shown; broadcast in place, as MPI_Bcast's one buffer is), at the same sizes and
+# rank counts, over loopback TCP (OpenMPI: --mca btl tcp,self) and shared memory (--mca btl vader,self). Rounds interleave the two tools so
 # drift in the machine's load hits both alike; each figure is the median over rounds.
 #
 # Goals (the collectives issue): busbw >= 1.0x OpenMPI's from 1 MiB up, time <= 1.0x up to
@@ -49,8 +49,13 @@ for round in $(seq "$rounds"); do
           "$peer" "$op" "$iters" 5 $sizes >>"$tmp/ompi-$n-$net-$round.txt"
       done
       list=$(echo "$sizes" | tr ' ' ',')
-      "$tb" coll --nodes "$n" -t "$net" --op all-reduce,all-gather,broadcast --algo all,auto \
+      # Like for like: MPI_Allreduce and MPI_Allgather take a send and a receive buffer (out of
+      # place); MPI_Bcast has one buffer, so tbbench's broadcast runs in place (out of place
+      # its root also copies its input to its output, which MPI_Bcast never does).
+      "$tb" coll --nodes "$n" -t "$net" --op all-reduce,all-gather --algo all,auto \
         --sizes "$list" --iters "$iters" --warmup 5 --out "$tmp/tb-$n-$net-$round.json" >/dev/null
+      "$tb" coll --nodes "$n" -t "$net" --op broadcast --in-place --algo all,auto \
+        --sizes "$list" --iters "$iters" --warmup 5 --out "$tmp/tb-bcast-$n-$net-$round.json" >/dev/null
     done
   done
 done
@@ -75,8 +80,10 @@ for n in ranks:
             for line in open(os.path.join(tmp, f"ompi-{n}-{net}-{r}.txt")):
                 op, size, us = line.split()
                 ompi.setdefault((ops[op], int(size)), []).append(float(us))
-            res = json.load(open(os.path.join(tmp, f"tb-{n}-{net}-{r}.json")))["results"]
-            for row in res["rows"]:
+            rows = []
+            for f in (f"tb-{n}-{net}-{r}.json", f"tb-bcast-{n}-{net}-{r}.json"):
+                rows += json.load(open(os.path.join(tmp, f)))["results"]["rows"]
+            for row in rows:
                 key = (row["op"], row["size_bytes"])
                 t = row["time_us"]["median"]
                 if row["requested"] == "auto":

@@ -207,7 +207,11 @@ impl Config {
     /// heads, the KV heads and the feed-forward width.
     pub fn tensor_parallel_sizes(&self) -> Vec<usize> {
         (1..=self.kv_heads)
-            .filter(|n| self.kv_heads.is_multiple_of(*n) && self.heads.is_multiple_of(*n) && self.ffn.is_multiple_of(*n))
+            .filter(|n| {
+                self.kv_heads.is_multiple_of(*n)
+                    && self.heads.is_multiple_of(*n)
+                    && self.ffn.is_multiple_of(*n)
+            })
             .collect()
     }
 }
@@ -301,15 +305,13 @@ impl Matrix {
             );
         }
         let row_bytes = quant::bytes_of(t.ggml_type, row_len)?;
-        if n_rows
-            .checked_mul(row_bytes)
-            .is_none_or(|n| n > data.len())
-        {
+        if n_rows.checked_mul(row_bytes).is_none_or(|n| n > data.len()) {
             bail!("{} holds fewer bytes than its rows", t.label());
         }
         let (nr, nc) = (rows.1 - rows.0, cols.1 - cols.0);
         let kind = t.ggml_type;
-        let format = Format::of(kind).filter(|_| cols.0.is_multiple_of(QK) && cols.1.is_multiple_of(QK));
+        let format =
+            Format::of(kind).filter(|_| cols.0.is_multiple_of(QK) && cols.1.is_multiple_of(QK));
         if let Some(format) = format {
             // Whole blocks: keep them. Columns split between ranks fall on block edges
             // (a head is 64 wide, a feed-forward share a multiple of 32).

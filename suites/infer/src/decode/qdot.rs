@@ -82,7 +82,10 @@ pub struct Q8Activation {
 impl Q8Activation {
     /// Quantizes `x` (a whole number of blocks), reusing this vector's storage.
     pub fn quantize(&mut self, x: &[f32]) {
-        assert!(x.len().is_multiple_of(QK), "activations come in whole blocks");
+        assert!(
+            x.len().is_multiple_of(QK),
+            "activations come in whole blocks"
+        );
         let nb = x.len() / QK;
         self.d.clear();
         self.qsum.clear();
