@@ -17,6 +17,9 @@ fn bytes(n: usize, seed: u32) -> Vec<u8> {
         .collect()
 }
 
+/// One row's products, summed (so the work cannot be optimized away).
+type PerRow<'a> = dyn Fn(usize) -> f64 + 'a;
+
 fn rows(c: &mut Criterion) {
     let kernels: Vec<Kernel> = Kernel::ALL.into_iter().filter(|k| k.available()).collect();
     for format in [Format::Q4_1, Format::Q8_0] {
@@ -45,41 +48,31 @@ fn rows(c: &mut Criterion) {
                 )
             };
             for &k in &kernels {
-                // One activation per row (a decode step)...
-                g.throughput(Throughput::Elements((nrows * ncols) as u64));
-                g.bench_with_input(
-                    BenchmarkId::new(k.name(), format!("{nrows}x{ncols}")),
-                    &(),
-                    |bench, _| {
-                        bench.iter(|| {
-                            (0..nrows)
-                                .map(|r| {
-                                    let (qs, ds, ms) = row(r);
-                                    qdot::row_with(k, format, qs, ds, ms, &acts[0])
-                                })
-                                .sum::<f64>()
-                        })
-                    },
-                );
-                // ...and four (a prompt's tokens), counted as weight × token products.
-                g.throughput(Throughput::Elements((4 * nrows * ncols) as u64));
-                g.bench_with_input(
-                    BenchmarkId::new(format!("{}-x4", k.name()), format!("{nrows}x{ncols}")),
-                    &(),
-                    |bench, _| {
-                        bench.iter(|| {
-                            (0..nrows)
-                                .map(|r| {
-                                    let (qs, ds, ms) = row(r);
-                                    let four = [&acts[0], &acts[1], &acts[2], &acts[3]];
-                                    qdot::row4_with(k, format, qs, ds, ms, four)
-                                        .iter()
-                                        .sum::<f64>()
-                                })
-                                .sum::<f64>()
-                        })
-                    },
-                );
+                // One activation per row (a decode step) and four (a prompt's tokens), each
+                // counted as weight × token products.
+                let four = [&acts[0], &acts[1], &acts[2], &acts[3]];
+                let one_row = |r: usize| {
+                    let (qs, ds, ms) = row(r);
+                    qdot::row_with(k, format, qs, ds, ms, &acts[0])
+                };
+                let four_rows = |r: usize| {
+                    let (qs, ds, ms) = row(r);
+                    qdot::row4_with(k, format, qs, ds, ms, four)
+                        .iter()
+                        .sum::<f64>()
+                };
+                let cases: [(String, usize, &PerRow); 2] = [
+                    (k.name().to_string(), 1, &one_row),
+                    (format!("{}-x4", k.name()), 4, &four_rows),
+                ];
+                for (name, tokens, per_row) in cases {
+                    g.throughput(Throughput::Elements((tokens * nrows * ncols) as u64));
+                    g.bench_with_input(
+                        BenchmarkId::new(name, format!("{nrows}x{ncols}")),
+                        &(),
+                        |bench, _| bench.iter(|| (0..nrows).map(per_row).sum::<f64>()),
+                    );
+                }
             }
         }
         g.finish();
