@@ -205,31 +205,33 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// The whole file as it was when opened: exactly the length its metadata gave (a file that
-/// grows meanwhile is not read further; one that shrinks reads short and is then refused as
-/// truncated), and only a regular file (a device would never end).
-fn read_whole(path: &Path) -> Result<Vec<u8>> {
+/// The first `limit` bytes of a regular file (all of it when shorter) and the file's length,
+/// as it was when opened: a file that grows meanwhile is not read further; one that shrinks
+/// reads short and is then refused as truncated; only a regular file (a device would never
+/// end). The buffer is reserved fallibly, so a length no memory holds is one error line.
+fn read_prefix(path: &Path, limit: u64) -> Result<(Vec<u8>, u64)> {
     let f = std::fs::File::open(path).context("cannot open it")?;
     let m = f.metadata().context("cannot stat it")?;
     if !m.is_file() {
         bail!("not a regular file");
     }
     let len = m.len();
+    let n = limit.min(len);
     let mut bytes = Vec::new();
-    usize::try_from(len)
+    usize::try_from(n)
         .ok()
         .and_then(|n| bytes.try_reserve_exact(n).ok())
-        .ok_or_else(|| anyhow!("its {len} bytes do not fit in memory"))?;
-    f.take(len)
+        .ok_or_else(|| anyhow!("its {n} bytes do not fit in memory"))?;
+    f.take(n)
         .read_to_end(&mut bytes)
         .context("cannot read it")?;
-    Ok(bytes)
+    Ok((bytes, len))
 }
 
 impl Gguf {
     pub fn open(path: &Path) -> Result<Gguf> {
-        read_whole(path)
-            .and_then(Gguf::parse)
+        read_prefix(path, u64::MAX)
+            .and_then(|(bytes, _)| Gguf::parse(bytes))
             .with_context(|| path.display().to_string())
     }
 
@@ -244,27 +246,14 @@ impl Gguf {
 
     pub(crate) fn open_metadata_from(path: &Path, first: u64) -> Result<Gguf> {
         (|| {
-            let m = std::fs::metadata(path).context("cannot stat it")?;
-            if !m.is_file() {
-                bail!("not a regular file");
-            }
-            let len = m.len();
             let mut want = first.max(64);
             loop {
-                let n = want.min(len);
-                let f = std::fs::File::open(path).context("cannot open it")?;
-                let mut bytes = Vec::new();
-                usize::try_from(n)
-                    .ok()
-                    .and_then(|n| bytes.try_reserve_exact(n).ok())
-                    .ok_or_else(|| anyhow!("its first {n} bytes do not fit in memory"))?;
-                f.take(n)
-                    .read_to_end(&mut bytes)
-                    .context("cannot read it")?;
+                let (bytes, len) = read_prefix(path, want)?;
                 match Gguf::parse_with_len(bytes, len) {
                     // The header may run past what was read: read more and try again; the
-                    // whole file's error is the one to report.
-                    Err(_) if n < len => want = want.saturating_mul(4),
+                    // whole file's error is the one to report (a file that shrank meanwhile
+                    // ends the loop there too).
+                    Err(_) if want < len => want = want.saturating_mul(4),
                     other => return other,
                 }
             }

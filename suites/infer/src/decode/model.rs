@@ -465,7 +465,7 @@ impl Matrix {
     /// Y = X Wᵀ for `n` rows of X at once (a prompt's tokens): `x` holds n rows of `cols`
     /// values, `y` gets n rows of `self.rows`. Each of Y's rows equals [`Matrix::apply`]'s for
     /// that row of X bit for bit; the weights are read once for the batch instead of once per
-    /// token, and each block is unpacked once for four tokens (qdot::row4).
+    /// token, and each block is unpacked once for four tokens (qdot::row_many).
     pub fn apply_batch(
         &self,
         x: &[f32],

@@ -225,7 +225,7 @@ impl Kernel {
         .unwrap_or(Kernel::Portable)
     }
 
-    /// The kernel [`row`] and [`row4`] run: the best, or the one `TBBENCH_QDOT` names where
+    /// The kernel [`row`] and [`row_many`] run: the best, or the one `TBBENCH_QDOT` names where
     /// this CPU has it (else a warning, once, and the best). Decided once per process.
     pub fn chosen() -> Kernel {
         static CHOSEN: std::sync::OnceLock<Kernel> = std::sync::OnceLock::new();
@@ -292,13 +292,6 @@ fn check_lengths<'a>(
 /// blocks line up with the row's, on the chosen kernel.
 pub fn row(format: Format, q: &[u8], d: &[f32], m: &[f32], a: &Q8Activation) -> f64 {
     row_with(Kernel::chosen(), format, q, d, m, a)
-}
-
-/// One weight row times four activations (four tokens of a prompt): each result is bit for bit
-/// what [`row`] gives for that activation; the x86 kernels load and unpack each weight block
-/// once for the four, so a batch of tokens costs less than its tokens one at a time.
-pub fn row4(format: Format, q: &[u8], d: &[f32], m: &[f32], a: [&Q8Activation; 4]) -> [f64; 4] {
-    row4_with(Kernel::chosen(), format, q, d, m, a)
 }
 
 /// The x86 kernel `k` at format `format` and N activations.
@@ -392,7 +385,10 @@ pub fn row_with(
     portable::row(format, q, d, m, a)
 }
 
-/// [`row4`] on kernel `k`.
+/// One weight row times four activations (four tokens of a prompt) on kernel `k`: each
+/// result is bit for bit what [`row_with`] gives for that activation; the x86 kernels load
+/// and unpack each weight block once for the four, so a batch of tokens costs less than its
+/// tokens one at a time.
 pub fn row4_with(
     k: Kernel,
     format: Format,
