@@ -4,7 +4,7 @@
 #
 #   scripts/faults.sh [--short] [--rounds N] [--seed S] [--only SUITE:TRANSPORT:FAULT]
 #
-# Suites: link, hpl and the built-in decode (infer --gguf, where scripts/setup.sh installed the
+# Suites: link, coll, hpl and the built-in decode (infer --gguf, where scripts/setup.sh installed the
 # model), on 3 local ranks over tcp and over shm. Faults: kill -9 of a random non-zero rank,
 # of rank 0, of the launcher; SIGINT to the launcher (Ctrl-C); SIGSTOP of a random rank and of
 # rank 0. Each case waits at most 40 s for the launcher to end, then checks:
