@@ -189,10 +189,21 @@ impl Tuning {
     /// The winner at the probed size nearest to `bytes` (on a log scale).
     pub fn pick(&self, op: CollOp, bytes: usize) -> Option<Algo> {
         let (_, table) = self.entries.iter().find(|(o, _)| *o == op)?;
-        let distance = |s: usize| ((s.max(1) as f64).ln() - (bytes.max(1) as f64).ln()).abs();
+        // Nearest on a log scale is the smallest ratio of the larger size to the smaller: the
+        // same order as |ln s - ln bytes| without a logarithm per entry, since this runs in
+        // every timed call of `auto` (an 8-byte all-reduce over shared memory takes 0.3 µs).
+        let b = bytes.max(1) as f64;
+        let ratio = |s: usize| {
+            let s = s.max(1) as f64;
+            if s > b {
+                s / b
+            } else {
+                b / s
+            }
+        };
         table
             .iter()
-            .min_by(|a, b| distance(a.0).total_cmp(&distance(b.0)))
+            .min_by(|x, y| ratio(x.0).total_cmp(&ratio(y.0)))
             .map(|(_, a)| *a)
     }
 }
@@ -240,6 +251,54 @@ fn split_parts<T>(
     out
 }
 
+/// The messages of one exchange: on the stack up to a handful (every step of ring, rd and
+/// tree, and mesh on up to 9 ranks), so the latency path allocates nothing; on the heap past
+/// that.
+struct Few<T> {
+    inline: [T; FEW],
+    len: usize,
+    more: Vec<T>,
+}
+const FEW: usize = 8;
+
+impl<T: Default> Default for Few<T> {
+    fn default() -> Self {
+        Few {
+            inline: std::array::from_fn(|_| T::default()),
+            len: 0,
+            more: Vec::new(),
+        }
+    }
+}
+
+impl<T: Default> Few<T> {
+    fn push(&mut self, item: T) {
+        if self.len < FEW {
+            self.inline[self.len] = item;
+        } else {
+            if self.len == FEW {
+                self.more.extend(self.inline.iter_mut().map(std::mem::take));
+            }
+            self.more.push(item);
+        }
+        self.len += 1;
+    }
+    fn as_slice(&self) -> &[T] {
+        if self.len <= FEW {
+            &self.inline[..self.len]
+        } else {
+            &self.more
+        }
+    }
+    fn as_mut_slice(&mut self) -> &mut [T] {
+        if self.len <= FEW {
+            &mut self.inline[..self.len]
+        } else {
+            &mut self.more
+        }
+    }
+}
+
 /// Segments for pipelined chains: long enough to keep a link busy, short enough that the
 /// next hop starts early.
 const CHAIN_SEGMENT_BYTES: usize = 256 << 10;
@@ -284,21 +343,23 @@ impl Comm {
 
     /// One exchange, leaving out empty messages (both ends compute the same sizes, so both
     /// leave out the same ones).
-    fn post(&mut self, sends: &[(usize, &[u8])], recvs: Vec<(usize, &mut [u8])>) -> Result<()> {
-        let sends: Vec<SendOp> = sends
-            .iter()
-            .filter(|(_, b)| !b.is_empty())
-            .map(|&(peer, buf)| SendOp { peer, buf })
-            .collect();
-        let mut recvs: Vec<RecvOp> = recvs
-            .into_iter()
-            .filter(|(_, b)| !b.is_empty())
-            .map(|(peer, buf)| RecvOp { peer, buf })
-            .collect();
-        if sends.is_empty() && recvs.is_empty() {
+    fn post<'a>(
+        &mut self,
+        sends: impl IntoIterator<Item = (usize, &'a [u8])>,
+        recvs: impl IntoIterator<Item = (usize, &'a mut [u8])>,
+    ) -> Result<()> {
+        let mut s = Few::<SendOp<'a>>::default();
+        for (peer, buf) in sends.into_iter().filter(|(_, b)| !b.is_empty()) {
+            s.push(SendOp { peer, buf });
+        }
+        let mut r = Few::<RecvOp<'a>>::default();
+        for (peer, buf) in recvs.into_iter().filter(|(_, b)| !b.is_empty()) {
+            r.push(RecvOp { peer, buf });
+        }
+        if s.len == 0 && r.len == 0 {
             return Ok(());
         }
-        self.t.exchange(&sends, &mut recvs)
+        self.t.exchange(s.as_slice(), r.as_mut_slice())
     }
 
     /// One reduction step: sends `data[send.1]` to rank `send.0` while receiving the same
@@ -332,7 +393,7 @@ impl Comm {
             };
             let (sj, rj) = (part(&send, ms), part(&recv, mr));
             let t = &mut tmp[..rj.len()];
-            self.post(&[(to, as_bytes(&data[sj]))], vec![(from, as_bytes_mut(t))])?;
+            self.post([(to, as_bytes(&data[sj]))], [(from, as_bytes_mut(t))])?;
             T::combine(&mut data[rj], t, op);
         }
         Ok(())
@@ -434,10 +495,7 @@ impl Comm {
                         recv.start + rj.start..recv.start + rj.end,
                     );
                     let t = &mut tmp[..rj.len()];
-                    self.post(
-                        &[(right, as_bytes(&data[sj]))],
-                        vec![(left, as_bytes_mut(t))],
-                    )?;
+                    self.post([(right, as_bytes(&data[sj]))], [(left, as_bytes_mut(t))])?;
                     T::combine(&mut data[rj], t, op);
                 }
                 continue;
@@ -451,7 +509,7 @@ impl Comm {
                 piece(count, n, (me + n - s) % n),
             );
             let (out, inn) = split(data, send, recv);
-            self.post(&[(right, as_bytes(out))], vec![(left, as_bytes_mut(inn))])?;
+            self.post([(right, as_bytes(out))], [(left, as_bytes_mut(inn))])?;
         }
         self.scratch = Some(scratch);
         Ok(())
@@ -483,11 +541,10 @@ impl Comm {
         let (before, rest) = parts.split_at_mut(me);
         let (own, after) = rest.split_first_mut().expect("own piece");
         let own: &[T] = own;
-        let sends: Vec<(usize, &[u8])> = (0..n)
+        let sends = (0..n)
             .filter(|&i| i != me)
-            .map(|i| (group.rank(i), as_bytes(own)))
-            .collect();
-        let recvs: Vec<(usize, &mut [u8])> = before
+            .map(|i| (group.rank(i), as_bytes(own)));
+        let recvs = before
             .iter_mut()
             .enumerate()
             .map(|(i, p)| (group.rank(i), as_bytes_mut(p)))
@@ -496,9 +553,8 @@ impl Comm {
                     .iter_mut()
                     .enumerate()
                     .map(|(i, p)| (group.rank(me + 1 + i), as_bytes_mut(p))),
-            )
-            .collect();
-        self.post(&sends, recvs)
+            );
+        self.post(sends, recvs)
     }
 
     /// Every member sends piece i of `data` to member i, all at once, and sums the pieces it
@@ -517,10 +573,9 @@ impl Comm {
         let tmp: &mut [T] = as_elements_mut(&mut scratch[..m * (n - 1) * std::mem::size_of::<T>()]);
         {
             let data: &[T] = data;
-            let sends: Vec<(usize, &[u8])> = (0..n)
+            let sends = (0..n)
                 .filter(|&i| i != me)
-                .map(|i| (group.rank(i), as_bytes(&data[bounds(i)])))
-                .collect();
+                .map(|i| (group.rank(i), as_bytes(&data[bounds(i)])));
             let recvs: Vec<(usize, &mut [u8])> = if m == 0 {
                 Vec::new()
             } else {
@@ -529,7 +584,7 @@ impl Comm {
                     .map(|(slot, i)| (group.rank(i), as_bytes_mut(slot)))
                     .collect()
             };
-            self.post(&sends, recvs)?;
+            self.post(sends, recvs)?;
         }
         if m > 0 {
             for slot in tmp.chunks(m) {
@@ -626,10 +681,7 @@ impl Comm {
                 (lo - mask, lo)
             };
             let (out, inn) = split(data, blocks(lo..hi), blocks(plo..phi));
-            self.post(
-                &[(partner, as_bytes(out))],
-                vec![(partner, as_bytes_mut(inn))],
-            )?;
+            self.post([(partner, as_bytes(out))], [(partner, as_bytes_mut(inn))])?;
             (lo, hi) = (lo.min(plo), hi.max(phi));
             mask *= 2;
         }
@@ -708,7 +760,7 @@ impl Comm {
                 for s in 0..n - 1 {
                     let (send, recv) = (bounds((me + n - s) % n), bounds((me + 2 * n - s - 1) % n));
                     let (out, inn) = split(data, send, recv);
-                    self.post(&[(right, as_bytes(out))], vec![(left, as_bytes_mut(inn))])?;
+                    self.post([(right, as_bytes(out))], [(left, as_bytes_mut(inn))])?;
                 }
             }
             Algo::Mesh => self.all_gather_direct(group, data, bounds)?,
@@ -742,11 +794,10 @@ impl Comm {
             Algo::Tree => self.bcast_in(group, root, buf)?,
             Algo::Mesh => {
                 if me == root_i {
-                    let sends: Vec<(usize, &[u8])> = (0..n)
+                    let sends = (0..n)
                         .filter(|&i| i != me)
-                        .map(|i| (group.rank(i), &buf[..]))
-                        .collect();
-                    self.post(&sends, Vec::new())?;
+                        .map(|i| (group.rank(i), &buf[..]));
+                    self.post(sends, [])?;
                 } else {
                     self.t.recv(root, buf)?;
                 }
@@ -768,7 +819,7 @@ impl Comm {
                     };
                     let recv = if rel > 0 && k < segs { seg(k) } else { 0..0 };
                     let (out, inn) = split(buf, send, recv);
-                    self.post(&[(at(rel + 1), out)], vec![(at(rel + n - 1), inn)])?;
+                    self.post([(at(rel + 1), out)], [(at(rel + n - 1), inn)])?;
                 }
             }
             other => bail!("broadcast has no {} algorithm", other.name()),
@@ -814,14 +865,13 @@ impl Comm {
                         let recvs = tmp
                             .chunks_mut(m)
                             .enumerate()
-                            .map(|(i, slot)| (at(i + 1), as_bytes_mut(slot)))
-                            .collect();
-                        self.post(&[], recvs)?;
+                            .map(|(i, slot)| (at(i + 1), as_bytes_mut(slot)));
+                        self.post([], recvs)?;
                         for slot in tmp.chunks(m) {
                             T::combine(&mut data[r.clone()], slot, op);
                         }
                     } else {
-                        self.post(&[(root, as_bytes(&data[r]))], Vec::new())?;
+                        self.post([(root, as_bytes(&data[r]))], [])?;
                     }
                 }
                 if let Some(s) = scratch {
@@ -849,8 +899,8 @@ impl Comm {
                     };
                     let t = &mut tmp[..recv.len()];
                     self.post(
-                        &[(at(rel + n - 1), as_bytes(&data[send]))],
-                        vec![(at(rel + 1), as_bytes_mut(t))],
+                        [(at(rel + n - 1), as_bytes(&data[send]))],
+                        [(at(rel + 1), as_bytes_mut(t))],
                     )?;
                     if !recv.is_empty() {
                         T::combine(&mut data[recv], t, op);
@@ -919,17 +969,15 @@ impl Comm {
         }
         match algo {
             Algo::Mesh => {
-                let sends: Vec<(usize, &[u8])> = (0..n)
+                let sends = (0..n)
                     .filter(|&i| i != me)
-                    .map(|i| (group.rank(i), as_bytes(&send[bounds(i)])))
-                    .collect();
+                    .map(|i| (group.rank(i), as_bytes(&send[bounds(i)])));
                 let recvs = split_parts(recv, n, bounds)
                     .into_iter()
                     .enumerate()
                     .filter(|(i, _)| *i != me)
-                    .map(|(i, p)| (group.rank(i), as_bytes_mut(p)))
-                    .collect();
-                self.post(&sends, recvs)?;
+                    .map(|(i, p)| (group.rank(i), as_bytes_mut(p)));
+                self.post(sends, recvs)?;
             }
             Algo::Ring => {
                 // Pairwise exchange: at step s, send to the member s ahead, receive from the
@@ -937,8 +985,8 @@ impl Comm {
                 for s in 1..n {
                     let (to, from) = ((me + s) % n, (me + n - s) % n);
                     self.post(
-                        &[(group.rank(to), as_bytes(&send[bounds(to)]))],
-                        vec![(group.rank(from), as_bytes_mut(&mut recv[bounds(from)]))],
+                        [(group.rank(to), as_bytes(&send[bounds(to)]))],
+                        [(group.rank(from), as_bytes_mut(&mut recv[bounds(from)]))],
                     )?;
                 }
             }
@@ -954,4 +1002,28 @@ fn check_blocks(len: usize, n: usize) -> Result<()> {
         bail!("{len} elements do not split into {n} equal blocks");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod few_tests {
+    use super::*;
+
+    #[test]
+    fn few_keeps_order_on_the_stack_and_past_it() {
+        for count in [0, 1, FEW, FEW + 1, 3 * FEW] {
+            let bufs: Vec<Vec<u8>> = (0..count).map(|i| vec![i as u8; i + 1]).collect();
+            let mut few = Few::<SendOp>::default();
+            for (i, b) in bufs.iter().enumerate() {
+                few.push(SendOp { peer: i, buf: b });
+            }
+            let got: Vec<(usize, usize)> = few
+                .as_slice()
+                .iter()
+                .map(|s| (s.peer, s.buf.len()))
+                .collect();
+            let want: Vec<(usize, usize)> = (0..count).map(|i| (i, i + 1)).collect();
+            assert_eq!(got, want, "{count} messages");
+            assert_eq!(few.as_mut_slice().len(), count);
+        }
+    }
 }

@@ -340,3 +340,29 @@ fn every_all_reduce_algorithm_gives_every_rank_the_same_bits() {
         }
     }
 }
+
+#[test]
+fn auto_follows_the_probed_size_nearest_on_a_log_scale() {
+    let tuning = Tuning {
+        entries: vec![(
+            CollOp::AllReduce,
+            vec![
+                (8, Algo::Tree),
+                (1024, Algo::Rd),
+                (65536, Algo::Mesh),
+                (1 << 20, Algo::Ring),
+            ],
+        )],
+    };
+    let pick = |bytes| tuning.pick(CollOp::AllReduce, bytes);
+    assert_eq!(pick(0), Some(Algo::Tree));
+    assert_eq!(pick(8), Some(Algo::Tree));
+    // 90 is 11.25x above 8 and 11.4x below 1024; 91 is 11.375x and 11.25x.
+    assert_eq!(pick(90), Some(Algo::Tree));
+    assert_eq!(pick(91), Some(Algo::Rd));
+    // 8192 is 8x from both neighbours: the smaller size wins a tie.
+    assert_eq!(pick(8192), Some(Algo::Rd));
+    assert_eq!(pick(8193), Some(Algo::Mesh));
+    assert_eq!(pick(usize::MAX), Some(Algo::Ring));
+    assert_eq!(tuning.pick(CollOp::Broadcast, 8), None);
+}

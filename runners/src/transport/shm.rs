@@ -236,6 +236,11 @@ pub struct ShmTransport {
     /// One-copy sends issued to each peer so far; a send is complete when the peer's ack count
     /// reaches its number.
     cma_sent: Vec<u64>,
+    /// Per peer, the consumer position last read from the ring this rank writes to it. The
+    /// consumer only moves it forward, so the space it implies is never more than there is;
+    /// it is read again only when a message does not fit. Reading the consumer's line on
+    /// every send would pull it across cores each time (a cache miss per message).
+    tail_seen: Vec<u64>,
     /// Bytes in flight on the probe, kept alive for the peers' probe reads.
     _probe: Box<u64>,
     /// Shared buffers this rank handed out, to recognise them when they are sent.
@@ -310,6 +315,7 @@ impl ShmTransport {
             timeout,
             one_copy: false,
             cma_sent: vec![0; size],
+            tail_seen: vec![0; size],
             _probe: probe,
             regions: Vec::new(),
             maps: Vec::new(),
@@ -681,7 +687,10 @@ impl ShmTransport {
         }
         // Messages to one peer must enter its ring in order; `out`/`inc` are in posting order,
         // so only the first unfinished entry per peer may move.
-        let mut last_progress = Instant::now();
+        // When the wait with no progress began, for the yield/nap phases and the timeout:
+        // read only once the busy-wait tries are spent, so the latency path never reads the
+        // clock (a few tens of nanoseconds per read, against a 250 ns exchange).
+        let mut idle_since: Option<Instant> = None;
         let mut idle_spins = 0u32;
         loop {
             let mut progressed = false;
@@ -706,8 +715,12 @@ impl ShmTransport {
                     }
                     blocked[p.peer] = true;
                     let head = ctl.head.load(Ordering::Relaxed);
-                    let tail = ctl.tail.load(Ordering::Acquire);
-                    let space = RING - (head - tail) as usize;
+                    let mut space = RING - (head - self.tail_seen[p.peer]) as usize;
+                    if space < total - p.done {
+                        let tail = ctl.tail.load(Ordering::Acquire);
+                        self.tail_seen[p.peer] = tail;
+                        space = RING - (head - tail) as usize;
+                    }
                     let n = space.min(total - p.done);
                     if n > 0 {
                         let mut pos = head;
@@ -820,7 +833,7 @@ impl ShmTransport {
                 return Ok(());
             }
             if progressed {
-                last_progress = Instant::now();
+                idle_since = None;
                 idle_spins = 0;
                 continue;
             }
@@ -835,6 +848,7 @@ impl ShmTransport {
                 std::hint::spin_loop();
                 continue;
             }
+            let last_progress = *idle_since.get_or_insert_with(Instant::now);
             if last_progress.elapsed() < YIELD_BEFORE_NAPS {
                 std::thread::yield_now();
             } else {
