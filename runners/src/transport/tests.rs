@@ -86,6 +86,8 @@ fn tcp_pair<T: Send + 'static>(
                     timeout,
                     sockbuf: None,
                     spin: super::tcp::SPIN_BEFORE_POLL,
+                    // Test threads may outnumber the cores.
+                    yield_while_spinning: true,
                 };
                 let mut t = connect_mesh(
                     rank,
