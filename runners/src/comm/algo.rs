@@ -23,6 +23,7 @@ use super::element::{as_bytes, as_bytes_mut, as_elements_mut, Element};
 use super::{Comm, Group, ReduceOp};
 use crate::transport::{Buffer, RecvOp, SendOp};
 use anyhow::{bail, Result};
+use smallvec::SmallVec;
 use std::ops::Range;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -251,54 +252,6 @@ fn split_parts<T>(
     out
 }
 
-/// The messages of one exchange: on the stack up to a handful (every step of ring, rd and
-/// tree, and mesh on up to 9 ranks), so the latency path allocates nothing; on the heap past
-/// that.
-struct Few<T> {
-    inline: [T; FEW],
-    len: usize,
-    more: Vec<T>,
-}
-const FEW: usize = 8;
-
-impl<T: Default> Default for Few<T> {
-    fn default() -> Self {
-        Few {
-            inline: std::array::from_fn(|_| T::default()),
-            len: 0,
-            more: Vec::new(),
-        }
-    }
-}
-
-impl<T: Default> Few<T> {
-    fn push(&mut self, item: T) {
-        if self.len < FEW {
-            self.inline[self.len] = item;
-        } else {
-            if self.len == FEW {
-                self.more.extend(self.inline.iter_mut().map(std::mem::take));
-            }
-            self.more.push(item);
-        }
-        self.len += 1;
-    }
-    fn as_slice(&self) -> &[T] {
-        if self.len <= FEW {
-            &self.inline[..self.len]
-        } else {
-            &self.more
-        }
-    }
-    fn as_mut_slice(&mut self) -> &mut [T] {
-        if self.len <= FEW {
-            &mut self.inline[..self.len]
-        } else {
-            &mut self.more
-        }
-    }
-}
-
 /// Segments for pipelined chains: long enough to keep a link busy, short enough that the
 /// next hop starts early.
 const CHAIN_SEGMENT_BYTES: usize = 256 << 10;
@@ -348,18 +301,22 @@ impl Comm {
         sends: impl IntoIterator<Item = (usize, &'a [u8])>,
         recvs: impl IntoIterator<Item = (usize, &'a mut [u8])>,
     ) -> Result<()> {
-        let mut s = Few::<SendOp<'a>>::default();
-        for (peer, buf) in sends.into_iter().filter(|(_, b)| !b.is_empty()) {
-            s.push(SendOp { peer, buf });
-        }
-        let mut r = Few::<RecvOp<'a>>::default();
-        for (peer, buf) in recvs.into_iter().filter(|(_, b)| !b.is_empty()) {
-            r.push(RecvOp { peer, buf });
-        }
-        if s.len == 0 && r.len == 0 {
+        // On the stack up to 8 messages each way (every step of ring, rd and tree, and mesh
+        // on up to 9 ranks), so the latency path allocates nothing.
+        let s: SmallVec<[SendOp<'a>; 8]> = sends
+            .into_iter()
+            .filter(|(_, b)| !b.is_empty())
+            .map(|(peer, buf)| SendOp { peer, buf })
+            .collect();
+        let mut r: SmallVec<[RecvOp<'a>; 8]> = recvs
+            .into_iter()
+            .filter(|(_, b)| !b.is_empty())
+            .map(|(peer, buf)| RecvOp { peer, buf })
+            .collect();
+        if s.is_empty() && r.is_empty() {
             return Ok(());
         }
-        self.t.exchange(s.as_slice(), r.as_mut_slice())
+        self.t.exchange(&s, &mut r)
     }
 
     /// One reduction step: sends `data[send.1]` to rank `send.0` while receiving the same
@@ -1002,28 +959,4 @@ fn check_blocks(len: usize, n: usize) -> Result<()> {
         bail!("{len} elements do not split into {n} equal blocks");
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod few_tests {
-    use super::*;
-
-    #[test]
-    fn few_keeps_order_on_the_stack_and_past_it() {
-        for count in [0, 1, FEW, FEW + 1, 3 * FEW] {
-            let bufs: Vec<Vec<u8>> = (0..count).map(|i| vec![i as u8; i + 1]).collect();
-            let mut few = Few::<SendOp>::default();
-            for (i, b) in bufs.iter().enumerate() {
-                few.push(SendOp { peer: i, buf: b });
-            }
-            let got: Vec<(usize, usize)> = few
-                .as_slice()
-                .iter()
-                .map(|s| (s.peer, s.buf.len()))
-                .collect();
-            let want: Vec<(usize, usize)> = (0..count).map(|i| (i, i + 1)).collect();
-            assert_eq!(got, want, "{count} messages");
-            assert_eq!(few.as_mut_slice().len(), count);
-        }
-    }
 }

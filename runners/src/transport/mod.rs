@@ -22,14 +22,12 @@ use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
 /// One message to send: the bytes go to `peer` whole.
-#[derive(Default)]
 pub struct SendOp<'a> {
     pub peer: usize,
     pub buf: &'a [u8],
 }
 
 /// One message to receive from `peer`; the sender's message must be exactly `buf.len()` bytes.
-#[derive(Default)]
 pub struct RecvOp<'a> {
     pub peer: usize,
     pub buf: &'a mut [u8],
