@@ -4,8 +4,9 @@
 # as tbbench times its own (barrier, call, the slowest rank's time per iteration, median),
 # and `tbbench coll` with its default algorithm choice (auto) and with every algorithm (the
 # fastest shown; broadcast in place, as MPI_Bcast's one buffer is), at the same sizes and
-# rank counts, over loopback TCP (OpenMPI: --mca btl tcp,self) and shared memory (--mca btl vader,self). Rounds interleave the two tools so
-# drift in the machine's load hits both alike; each figure is the median over rounds.
+# rank counts, over loopback TCP (OpenMPI: --mca btl tcp,self) and shared memory (--mca btl
+# vader,self). Rounds interleave the two tools so drift in the machine's load hits both
+# alike; each figure is the median over rounds.
 #
 # Goals (the collectives issue): busbw >= 1.0x OpenMPI's from 1 MiB up, time <= 1.0x up to
 # 8 KiB. "time x" is tbbench's time over OpenMPI's (lower is better), "busbw x" tbbench's
