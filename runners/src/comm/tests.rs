@@ -260,6 +260,14 @@ fn every_op_and_algorithm<T: Element>(c: &mut Comm) -> Vec<String> {
                 &d,
                 &|i| input(i / block, i % block),
             );
+            let own: Vec<T> = (0..block).map(|i| T::from_f64(input(me, i))).collect();
+            let mut d: Vec<T> = vec![T::default(); block * n];
+            c.all_gather(Group::All, &own, &mut d, algo).unwrap();
+            check(
+                format!("all-gather out of place {} count {count}", algo.name()),
+                &d,
+                &|i| input(i / block, i % block),
+            );
         }
         for root in [0, n - 1] {
             for algo in [Algo::Ring, Algo::Mesh, Algo::Tree, Algo::Auto] {

@@ -1,7 +1,7 @@
 //! Both transports moving real bytes between ranks (threads of this process, each with its own
 //! transport), in the shapes the suites use: windows, both directions at once, messages larger
 //! than the shm ring, odd sizes, striping over several TCP connections, and every shm path
-//! (ring, process_vm_readv, mapped shared buffer).
+//! (mailbox slot, ring, process_vm_readv, mapped shared buffer).
 
 use super::shm::{create_segment, ShmTransport};
 use super::tcp::{bind_listener, connect_mesh, TcpOptions};
@@ -167,6 +167,7 @@ fn shm_moves_every_size_both_ways_through_every_path() {
 
 #[test]
 fn shm_names_a_size_mismatch() {
+    // 10 bytes travel in a mailbox slot, 5000 through the ring: both paths check the size.
     shm_pair([4u8; 16], |t, peer| {
         if t.rank() == 0 {
             t.send(peer, &[1u8; 10]).unwrap();
@@ -176,6 +177,69 @@ fn shm_names_a_size_mismatch() {
                 err.contains("size mismatch") && err.contains("10") && err.contains("12"),
                 "{err}"
             );
+        }
+    });
+    shm_pair([5u8; 16], |t, peer| {
+        if t.rank() == 0 {
+            t.send(peer, &[1u8; 5000]).unwrap();
+        } else {
+            let err = t.recv(peer, &mut [0u8; 5001]).unwrap_err().to_string();
+            assert!(
+                err.contains("size mismatch") && err.contains("5000") && err.contains("5001"),
+                "{err}"
+            );
+        }
+    });
+}
+
+/// Sizes on both sides of the mailbox slot's limit (1072 bytes), in an irregular order.
+fn mixed_size(i: usize) -> usize {
+    [0, 8, 1072, 1073, 3, 4096, 1000, 1][i % 8] + (i * 7) % 5
+}
+
+#[test]
+fn shm_keeps_order_when_a_sender_runs_far_ahead() {
+    // Rank 0 sends 200 messages before rank 1 posts a receive: the mailbox's 32 slots fill
+    // and the rest go through the ring, and rank 1 must still take them in order, whichever
+    // path each took. Then both directions at once, in windows of 50, many times round the
+    // slots, so a stale slot from an earlier lap would show as a wrong message.
+    shm_pair([6u8; 16], |t, peer| {
+        let me = t.rank();
+        let msgs: Vec<Vec<u8>> = (0..200).map(|i| pattern(mixed_size(i), 0, i)).collect();
+        if me == 0 {
+            let sends: Vec<SendOp> = msgs.iter().map(|m| SendOp { peer, buf: m }).collect();
+            t.exchange(&sends, &mut []).unwrap();
+        } else {
+            std::thread::sleep(Duration::from_millis(100));
+            for half in [0..100, 100..200] {
+                let mut got: Vec<Vec<u8>> =
+                    half.clone().map(|i| vec![9u8; mixed_size(i)]).collect();
+                let mut recvs: Vec<RecvOp> =
+                    got.iter_mut().map(|b| RecvOp { peer, buf: b }).collect();
+                t.exchange(&[], &mut recvs).unwrap();
+                for (i, g) in half.zip(&got) {
+                    assert!(
+                        g == &msgs[i],
+                        "message {i} ({} bytes) arrived wrong",
+                        g.len()
+                    );
+                }
+            }
+        }
+        for round in 0..20 {
+            let out: Vec<Vec<u8>> = (0..50)
+                .map(|i| pattern(mixed_size(i + round), me, i + round))
+                .collect();
+            let sends: Vec<SendOp> = out.iter().map(|m| SendOp { peer, buf: m }).collect();
+            let mut got: Vec<Vec<u8>> = (0..50).map(|i| vec![9u8; mixed_size(i + round)]).collect();
+            let mut recvs: Vec<RecvOp> = got.iter_mut().map(|b| RecvOp { peer, buf: b }).collect();
+            t.exchange(&sends, &mut recvs).unwrap();
+            for (i, g) in got.iter().enumerate() {
+                assert!(
+                    g == &pattern(mixed_size(i + round), peer, i + round),
+                    "round {round}: message {i} from {peer} arrived wrong"
+                );
+            }
         }
     });
 }

@@ -147,13 +147,16 @@ impl Collective for AllGather {
     }
     fn run<T: Element>(
         comm: &mut Comm,
-        count: usize,
+        _: usize,
         call: &Call,
         send: &mut [T],
         recv: &mut [T],
     ) -> Result<Algo> {
-        stage(call, send, recv, comm.rank() * count);
-        comm.all_gather_in(Group::All, recv, call.algo)
+        if call.in_place {
+            return comm.all_gather_in(Group::All, recv, call.algo);
+        }
+        // Sent from the input, which this rank only reads (see Comm::all_gather).
+        comm.all_gather(Group::All, send, recv, call.algo)
     }
 }
 
