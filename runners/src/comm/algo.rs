@@ -319,13 +319,15 @@ impl Comm {
         self.t.exchange(&s, &mut r)
     }
 
-    /// One reduction step: sends `data[send.1]` to rank `send.0` while receiving the same
-    /// op's partial result for `data[recv.1]` from rank `recv.0` into `tmp`, and adds it in.
+    /// One reduction step: sends `data[send.1]` (or `input[send.1]`, where given: see
+    /// [`Comm::all_gather_from`]) to rank `send.0` while receiving the same op's partial
+    /// result for `data[recv.1]` from rank `recv.0` into `tmp`, and adds it in.
     /// Where the transport asks for it ([`crate::transport::Transport::reduce_segment`]) each
     /// message goes in segments, received and added one at a time. A message's segments
     /// depend on its length alone, so both ends cut it alike whatever else they move.
     fn send_and_combine<T: Element>(
         &mut self,
+        input: Option<&[T]>,
         data: &mut [T],
         send: (usize, Range<usize>),
         recv: (usize, Range<usize>),
@@ -350,7 +352,8 @@ impl Comm {
             };
             let (sj, rj) = (part(&send, ms), part(&recv, mr));
             let t = &mut tmp[..rj.len()];
-            self.post([(to, as_bytes(&data[sj]))], [(from, as_bytes_mut(t))])?;
+            let out = &input.unwrap_or(data)[sj];
+            self.post([(to, as_bytes(out))], [(from, as_bytes_mut(t))])?;
             T::combine(&mut data[rj], t, op);
         }
         Ok(())
@@ -384,17 +387,45 @@ impl Comm {
         op: ReduceOp,
         algo: Algo,
     ) -> Result<Algo> {
+        self.all_reduce_with(group, None, data, op, algo)
+    }
+
+    /// All-reduce out of place: `data` ends holding `input` reduced over `group`. The input
+    /// is copied into `data` and the result built there (as OpenMPI's ring does), but the
+    /// first step sends straight from `input` (see [`Comm::all_gather_from`]).
+    pub fn all_reduce_from<T: Element>(
+        &mut self,
+        group: Group,
+        input: &[T],
+        data: &mut [T],
+        op: ReduceOp,
+        algo: Algo,
+    ) -> Result<Algo> {
+        same_length("all-reduce", input, data)?;
+        data.copy_from_slice(input);
+        self.all_reduce_with(group, Some(input), data, op, algo)
+    }
+
+    /// `input`, where given, equals `data` on entry (see [`Comm::all_reduce_from`]).
+    fn all_reduce_with<T: Element>(
+        &mut self,
+        group: Group,
+        input: Option<&[T]>,
+        data: &mut [T],
+        op: ReduceOp,
+        algo: Algo,
+    ) -> Result<Algo> {
         let n = group.len(self.size());
         let algo = self.resolve(CollOp::AllReduce, algo, std::mem::size_of_val(data), n);
         if n < 2 || data.is_empty() {
             return Ok(algo);
         }
         match algo {
-            Algo::Ring => self.all_reduce_ring(group, data, op)?,
-            Algo::Mesh => self.all_reduce_mesh(group, data, op)?,
+            Algo::Ring => self.all_reduce_ring(group, input, data, op)?,
+            Algo::Mesh => self.all_reduce_mesh(group, input, data, op)?,
             Algo::Rd => {
                 if n >= 4 && std::mem::size_of_val(data) > RD_LONG_BYTES && data.len() >= n {
-                    self.all_reduce_halving_doubling(group, data, op)?
+                    self.all_reduce_halving_doubling(group, input, data, op)?
                 } else {
                     self.reduce_all(group, data, |a, b| T::combine(a, b, op))?
                 }
@@ -421,6 +452,7 @@ impl Comm {
     fn all_reduce_ring<T: Element>(
         &mut self,
         group: Group,
+        input: Option<&[T]>,
         data: &mut [T],
         op: ReduceOp,
     ) -> Result<()> {
@@ -437,27 +469,8 @@ impl Comm {
                 piece(count, n, (me + n - s) % n),
                 piece(count, n, (me + 2 * n - s - 1) % n),
             );
-            let seg = std::env::var("TB_SEG")
-                .ok()
-                .and_then(|v| v.parse::<usize>().ok())
-                .unwrap_or(0)
-                / std::mem::size_of::<T>();
-            if seg > 0 && send.len() > seg && recv.len() > seg {
-                let m = send.len().max(recv.len()).div_ceil(seg);
-                for j in 0..m {
-                    let sj = piece(send.len(), m, j);
-                    let rj = piece(recv.len(), m, j);
-                    let (sj, rj) = (
-                        send.start + sj.start..send.start + sj.end,
-                        recv.start + rj.start..recv.start + rj.end,
-                    );
-                    let t = &mut tmp[..rj.len()];
-                    self.post([(right, as_bytes(&data[sj]))], [(left, as_bytes_mut(t))])?;
-                    T::combine(&mut data[rj], t, op);
-                }
-                continue;
-            }
-            self.send_and_combine(data, (right, send), (left, recv), tmp, op)?;
+            let first = if s == 0 { input } else { None };
+            self.send_and_combine(first, data, (right, send), (left, recv), tmp, op)?;
         }
         // All-gather: pass the whole pieces on round the ring.
         for s in 0..n - 1 {
@@ -475,11 +488,12 @@ impl Comm {
     fn all_reduce_mesh<T: Element>(
         &mut self,
         group: Group,
+        input: Option<&[T]>,
         data: &mut [T],
         op: ReduceOp,
     ) -> Result<()> {
         let (n, count) = (group.len(self.size()), data.len());
-        self.reduce_scatter_direct(group, data, op, |i| piece(count, n, i))?;
+        self.reduce_scatter_direct(group, input, data, op, |i| piece(count, n, i))?;
         // Everyone sends its reduced piece to everyone at once.
         self.all_gather_direct(group, None, data, |i| piece(count, n, i))
     }
@@ -489,7 +503,7 @@ impl Comm {
     /// all-gather.
     ///
     /// `input`, where given, is the member's own piece: sent from there and copied into its
-    /// place afterwards (see [`Comm::all_gather`]).
+    /// place afterwards (see [`Comm::all_gather_from`]).
     fn all_gather_direct<T: Element>(
         &mut self,
         group: Group,
@@ -522,11 +536,13 @@ impl Comm {
         Ok(())
     }
 
-    /// Every member sends piece i of `data` to member i, all at once, and sums the pieces it
-    /// gets into its own (in member order, so the sum is the same on every run).
+    /// Every member sends piece i of `data` (of `input`, where given) to member i, all at
+    /// once, and sums the pieces it gets into its own (in member order, so the sum is the
+    /// same on every run).
     fn reduce_scatter_direct<T: Element>(
         &mut self,
         group: Group,
+        input: Option<&[T]>,
         data: &mut [T],
         op: ReduceOp,
         bounds: impl Fn(usize) -> Range<usize>,
@@ -537,7 +553,7 @@ impl Comm {
         let mut scratch = self.take_scratch::<T>(m * (n - 1))?;
         let tmp: &mut [T] = as_elements_mut(&mut scratch[..m * (n - 1) * std::mem::size_of::<T>()]);
         {
-            let data: &[T] = data;
+            let data: &[T] = input.unwrap_or(data);
             let sends = (0..n)
                 .filter(|&i| i != me)
                 .map(|i| (group.rank(i), as_bytes(&data[bounds(i)])));
@@ -566,6 +582,7 @@ impl Comm {
     fn all_reduce_halving_doubling<T: Element>(
         &mut self,
         group: Group,
+        input: Option<&[T]>,
         data: &mut [T],
         op: ReduceOp,
     ) -> Result<()> {
@@ -574,18 +591,21 @@ impl Comm {
         let count = data.len();
         if me >= p2 {
             let partner = group.rank(me - p2);
-            self.t.send(partner, as_bytes(data))?;
+            self.t.send(partner, as_bytes(input.unwrap_or(data)))?;
             return self.t.recv(partner, as_bytes_mut(data));
         }
         let mut scratch = self.take_scratch::<T>(count)?;
         let tmp: &mut [T] = as_elements_mut(&mut scratch[..std::mem::size_of_val(data)]);
+        // Once a folded partner's share is added in, `data` no longer equals the input.
+        let mut input = input;
         if me + p2 < n {
             self.t.recv(group.rank(me + p2), as_bytes_mut(tmp))?;
             T::combine(data, tmp, op);
+            input = None;
         }
         let blocks =
             |r: Range<usize>| piece(count, p2, r.start).start..piece(count, p2, r.end - 1).end;
-        self.halve(group, me, p2, data, tmp, op, &blocks)?;
+        self.halve(group, me, p2, input, data, tmp, op, &blocks)?;
         self.double(group, me, p2, None, data, &blocks)?;
         if me + p2 < n {
             self.t.send(group.rank(me + p2), as_bytes(data))?;
@@ -597,12 +617,15 @@ impl Comm {
     /// Recursive halving among members 0..p2 (p2 a power of two): each step keeps half of the
     /// blocks still held, sends the other half to the partner across one bit and adds the
     /// partner's copy of the kept half. Member i ends holding block i summed over all.
+    /// `input`, where given, equals `data` and is what the first step sends (see
+    /// [`Comm::all_gather_from`]).
     #[allow(clippy::too_many_arguments)]
     fn halve<T: Element>(
         &mut self,
         group: Group,
         me: usize,
         p2: usize,
+        input: Option<&[T]>,
         data: &mut [T],
         tmp: &mut [T],
         op: ReduceOp,
@@ -619,7 +642,8 @@ impl Comm {
                 (mid..hi, lo..mid)
             };
             let (k, g) = (blocks(keep.clone()), blocks(give));
-            self.send_and_combine(data, (partner, g), (partner, k), tmp, op)?;
+            let first = if mask == p2 / 2 { input } else { None };
+            self.send_and_combine(first, data, (partner, g), (partner, k), tmp, op)?;
             (lo, hi) = (keep.start, keep.end);
             mask /= 2;
         }
@@ -629,7 +653,7 @@ impl Comm {
     /// Recursive doubling among members 0..p2, each starting with block `me`: each step
     /// swaps everything held with the partner across one bit, so the held range doubles.
     /// `input`, where given, is block `me`: the first step sends it from there, then it is
-    /// copied into its place (see [`Comm::all_gather`]).
+    /// copied into its place (see [`Comm::all_gather_from`]).
     fn double<T: Element>(
         &mut self,
         group: Group,
@@ -675,6 +699,33 @@ impl Comm {
         op: ReduceOp,
         algo: Algo,
     ) -> Result<Algo> {
+        self.reduce_scatter_with(group, None, data, op, algo)
+    }
+
+    /// Reduce-scatter out of place: `input` holds n blocks, and block `me` of `data` ends
+    /// holding block `me` reduced over `group`. Like [`Comm::all_reduce_from`]: the input is
+    /// copied into `data`, and the first step sends from `input`.
+    pub fn reduce_scatter_from<T: Element>(
+        &mut self,
+        group: Group,
+        input: &[T],
+        data: &mut [T],
+        op: ReduceOp,
+        algo: Algo,
+    ) -> Result<Algo> {
+        same_length("reduce-scatter", input, data)?;
+        data.copy_from_slice(input);
+        self.reduce_scatter_with(group, Some(input), data, op, algo)
+    }
+
+    fn reduce_scatter_with<T: Element>(
+        &mut self,
+        group: Group,
+        input: Option<&[T]>,
+        data: &mut [T],
+        op: ReduceOp,
+        algo: Algo,
+    ) -> Result<Algo> {
         let n = group.len(self.size());
         let algo = self.plan(CollOp::ReduceScatter, algo, std::mem::size_of_val(data), n)?;
         check_blocks(data.len(), n)?;
@@ -695,17 +746,18 @@ impl Comm {
                         bounds((me + 2 * n - s - 1) % n),
                         bounds((me + 2 * n - s - 2) % n),
                     );
-                    self.send_and_combine(data, (right, send), (left, recv), tmp, op)?;
+                    let first = if s == 0 { input } else { None };
+                    self.send_and_combine(first, data, (right, send), (left, recv), tmp, op)?;
                 }
                 self.scratch = Some(scratch);
             }
-            Algo::Mesh => self.reduce_scatter_direct(group, data, op, bounds)?,
+            Algo::Mesh => self.reduce_scatter_direct(group, input, data, op, bounds)?,
             Algo::Rd => {
                 let mut scratch = self.take_scratch::<T>(data.len() / 2)?;
                 let tmp: &mut [T] =
                     as_elements_mut(&mut scratch[..data.len() / 2 * std::mem::size_of::<T>()]);
                 let blocks = |r: Range<usize>| r.start * block..r.end * block;
-                self.halve(group, me, n, data, tmp, op, &blocks)?;
+                self.halve(group, me, n, input, data, tmp, op, &blocks)?;
                 self.scratch = Some(scratch);
             }
             other => bail!("reduce-scatter has no {} algorithm", other.name()),
@@ -721,7 +773,7 @@ impl Comm {
         data: &mut [T],
         algo: Algo,
     ) -> Result<Algo> {
-        self.all_gather_from(group, None, data, algo)
+        self.all_gather_with(group, None, data, algo)
     }
 
     /// All-gather out of place: `input` is this member's block, `data` receives all n blocks
@@ -730,7 +782,7 @@ impl Comm {
     /// peer copies a line out of another core's freshly written cache far more slowly than a
     /// clean one (2 shm ranks, 1 MiB on a 2-core VM: 22 µs against 52 with the block copied
     /// in first, 22 against 240 while the host ran slow).
-    pub fn all_gather<T: Element>(
+    pub fn all_gather_from<T: Element>(
         &mut self,
         group: Group,
         input: &[T],
@@ -746,10 +798,10 @@ impl Comm {
                 data.len()
             );
         }
-        self.all_gather_from(group, Some(input), data, algo)
+        self.all_gather_with(group, Some(input), data, algo)
     }
 
-    fn all_gather_from<T: Element>(
+    fn all_gather_with<T: Element>(
         &mut self,
         group: Group,
         input: Option<&[T]>,
@@ -1017,6 +1069,17 @@ impl Comm {
 }
 
 /// Reduce-scatter, all-gather and all-to-all move n equal blocks.
+fn same_length<T>(op: &str, input: &[T], data: &[T]) -> Result<()> {
+    if input.len() != data.len() {
+        bail!(
+            "{op} out of place needs input and output of one length, not {} and {}",
+            input.len(),
+            data.len()
+        );
+    }
+    Ok(())
+}
+
 fn check_blocks(len: usize, n: usize) -> Result<()> {
     if !len.is_multiple_of(n) {
         bail!("{len} elements do not split into {n} equal blocks");

@@ -235,6 +235,17 @@ fn every_op_and_algorithm<T: Element>(c: &mut Comm) -> Vec<String> {
                     &d,
                     &want,
                 );
+                // Out of place: the output starts as garbage, the input must stay as it was.
+                let own: Vec<T> = (0..count).map(|i| T::from_f64(input(me, i))).collect();
+                let mut d: Vec<T> = vec![T::from_f64(99.0); count];
+                c.all_reduce_from(Group::All, &own, &mut d, op, *algo)
+                    .unwrap();
+                let what = format!(
+                    "all-reduce out of place {op:?} {} count {count}",
+                    algo.name()
+                );
+                check(what.clone(), &d, &want);
+                check(format!("{what}: input"), &own, &|i| input(me, i));
             }
         }
         let block = count.div_ceil(n);
@@ -250,6 +261,15 @@ fn every_op_and_algorithm<T: Element>(c: &mut Comm) -> Vec<String> {
                 &d[me * block..(me + 1) * block],
                 &|i| sum(me * block + i),
             );
+            let own: Vec<T> = (0..block * n).map(|i| T::from_f64(input(me, i))).collect();
+            let mut d: Vec<T> = vec![T::from_f64(99.0); block * n];
+            c.reduce_scatter_from(Group::All, &own, &mut d, ReduceOp::Sum, algo)
+                .unwrap();
+            let what = format!("reduce-scatter out of place {} count {count}", algo.name());
+            check(what.clone(), &d[me * block..(me + 1) * block], &|i| {
+                sum(me * block + i)
+            });
+            check(format!("{what}: input"), &own, &|i| input(me, i));
             let mut d: Vec<T> = vec![T::default(); block * n];
             for i in 0..block {
                 d[me * block + i] = T::from_f64(input(me, i));
@@ -262,7 +282,7 @@ fn every_op_and_algorithm<T: Element>(c: &mut Comm) -> Vec<String> {
             );
             let own: Vec<T> = (0..block).map(|i| T::from_f64(input(me, i))).collect();
             let mut d: Vec<T> = vec![T::default(); block * n];
-            c.all_gather(Group::All, &own, &mut d, algo).unwrap();
+            c.all_gather_from(Group::All, &own, &mut d, algo).unwrap();
             check(
                 format!("all-gather out of place {} count {count}", algo.name()),
                 &d,

@@ -86,8 +86,10 @@ impl Collective for AllReduce {
         send: &mut [T],
         recv: &mut [T],
     ) -> Result<Algo> {
-        stage(call, send, recv, 0);
-        comm.all_reduce(recv, call.redop, call.algo)
+        if call.in_place {
+            return comm.all_reduce(recv, call.redop, call.algo);
+        }
+        comm.all_reduce_from(Group::All, send, recv, call.redop, call.algo)
     }
 }
 
@@ -113,8 +115,10 @@ impl Collective for ReduceScatter {
         send: &mut [T],
         recv: &mut [T],
     ) -> Result<Algo> {
-        stage(call, send, recv, 0);
-        comm.reduce_scatter_in(Group::All, recv, call.redop, call.algo)
+        if call.in_place {
+            return comm.reduce_scatter_in(Group::All, recv, call.redop, call.algo);
+        }
+        comm.reduce_scatter_from(Group::All, send, recv, call.redop, call.algo)
     }
 }
 
@@ -155,8 +159,7 @@ impl Collective for AllGather {
         if call.in_place {
             return comm.all_gather_in(Group::All, recv, call.algo);
         }
-        // Sent from the input, which this rank only reads (see Comm::all_gather).
-        comm.all_gather(Group::All, send, recv, call.algo)
+        comm.all_gather_from(Group::All, send, recv, call.algo)
     }
 }
 
