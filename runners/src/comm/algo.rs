@@ -401,8 +401,7 @@ impl Comm {
         op: ReduceOp,
         algo: Algo,
     ) -> Result<Algo> {
-        same_length("all-reduce", input, data)?;
-        data.copy_from_slice(input);
+        copy_input("all-reduce", input, data)?;
         self.all_reduce_with(group, Some(input), data, op, algo)
     }
 
@@ -713,8 +712,7 @@ impl Comm {
         op: ReduceOp,
         algo: Algo,
     ) -> Result<Algo> {
-        same_length("reduce-scatter", input, data)?;
-        data.copy_from_slice(input);
+        copy_input("reduce-scatter", input, data)?;
         self.reduce_scatter_with(group, Some(input), data, op, algo)
     }
 
@@ -1069,7 +1067,8 @@ impl Comm {
 }
 
 /// Reduce-scatter, all-gather and all-to-all move n equal blocks.
-fn same_length<T>(op: &str, input: &[T], data: &[T]) -> Result<()> {
+/// The out-of-place ops' start: the output takes a copy of the input, of the same length.
+fn copy_input<T: Element>(op: &str, input: &[T], data: &mut [T]) -> Result<()> {
     if input.len() != data.len() {
         bail!(
             "{op} out of place needs input and output of one length, not {} and {}",
@@ -1077,6 +1076,7 @@ fn same_length<T>(op: &str, input: &[T], data: &[T]) -> Result<()> {
             data.len()
         );
     }
+    data.copy_from_slice(input);
     Ok(())
 }
 
