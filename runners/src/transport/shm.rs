@@ -1,16 +1,18 @@
 //! Shared memory, for ranks on one host: one POSIX shared-memory segment per run, holding a
-//! single-producer/single-consumer byte ring for every ordered pair of ranks.
+//! small mailbox and a single-producer/single-consumer byte ring for every ordered pair of
+//! ranks.
 //!
-//! Small messages are copied through shared memory (two copies, but no syscall on the hot
-//! path: both ends spin on cache lines). Those up to about 1 KiB go in a slot of a small
-//! per-pair mailbox whose first word is the message's sequence stamp (OpenMPI's fast boxes work
-//! the same way): the receiver polls the line that carries the data itself, so an 8-byte
-//! message costs one cache-line transfer instead of two (the ring's head, then its data).
-//! Larger messages, and small ones while every slot is taken, go through a byte ring. On Linux, large messages go with one copy instead: the
-//! sender puts only the address of its buffer in the ring and the receiver pulls the bytes
-//! straight out of the sender's memory with process_vm_readv (cross-memory attach, as MPI's
-//! shared-memory transports do), then acknowledges so the sender may reuse the buffer. Where
-//! that is not permitted (ptrace restrictions), everything goes through the ring.
+//! Small messages are copied through shared memory (two copies, but no syscall on the hot path:
+//! both ends spin on cache lines). Those up to about 1 KiB go in a slot of a small per-pair
+//! mailbox whose first word is the message's sequence stamp (OpenMPI's fast boxes work the same
+//! way): the receiver polls the line that carries the data itself, so an 8-byte message costs
+//! one cache-line transfer instead of two (the ring's head, then its data). Larger messages,
+//! and small ones while every slot is taken, go through a byte ring. On Linux, large messages
+//! go with one copy instead: the sender puts only the address of its buffer in the ring and the
+//! receiver pulls the bytes straight out of the sender's memory with process_vm_readv (cross-
+//! memory attach, as MPI's shared-memory transports do), then acknowledges so the sender may
+//! reuse the buffer. Where that is not permitted (ptrace restrictions), everything goes through
+//! the ring.
 
 use super::{
     Buffer, OpenPlan, Opened, Opening, PeerName, Peers, RecvOp, SendOp, SharedRegion, Transport,
@@ -870,6 +872,13 @@ impl ShmTransport {
                     let (slot, payload) = self.slot(p.peer, self.rank, seq);
                     if slot.stamp.load(Ordering::Acquire) == seq + 1 {
                         let len = slot.len.load(Ordering::Relaxed);
+                        if len > SLOT_MAX as u64 {
+                            bail!(
+                                "{} left a mailbox slot claiming {len} bytes, more than a slot \
+                                 holds: the shared-memory segment is corrupt",
+                                self.names[p.peer]
+                            );
+                        }
                         if len != buf.len() as u64 {
                             return Err(self.size_mismatch(p.peer, len, buf.len()));
                         }
