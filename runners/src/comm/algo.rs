@@ -319,15 +319,19 @@ impl Comm {
         self.t.exchange(&s, &mut r)
     }
 
-    /// One reduction step: sends `data[send.1]` (or `input[send.1]`, where given: see
-    /// [`Comm::all_gather_from`]) to rank `send.0` while receiving the same op's partial
-    /// result for `data[recv.1]` from rank `recv.0` into `tmp`, and adds it in.
+    /// One reduction step: sends `data[send.1]` to rank `send.0` while receiving the same
+    /// op's partial result for `data[recv.1]` from rank `recv.0` into `tmp`, and adds it in.
     /// Where the transport asks for it ([`crate::transport::Transport::reduce_segment`]) each
     /// message goes in segments, received and added one at a time. A message's segments
     /// depend on its length alone, so both ends cut it alike whatever else they move.
+    ///
+    /// Out of place ([`Own`]), this rank's share of the received range is still only in the
+    /// input: the partner's partial result lands straight in `data` and the input is added
+    /// to it, and where the sent range is not in `data` yet either, it goes from the input.
+    #[allow(clippy::too_many_arguments)]
     fn send_and_combine<T: Element>(
         &mut self,
-        input: Option<&[T]>,
+        own: Option<Own<T>>,
         data: &mut [T],
         send: (usize, Range<usize>),
         recv: (usize, Range<usize>),
@@ -351,10 +355,25 @@ impl Comm {
                 }
             };
             let (sj, rj) = (part(&send, ms), part(&recv, mr));
-            let t = &mut tmp[..rj.len()];
-            let out = &input.unwrap_or(data)[sj];
-            self.post([(to, as_bytes(out))], [(from, as_bytes_mut(t))])?;
-            T::combine(&mut data[rj], t, op);
+            match own {
+                None => {
+                    let t = &mut tmp[..rj.len()];
+                    self.post([(to, as_bytes(&data[sj]))], [(from, as_bytes_mut(t))])?;
+                    T::combine(&mut data[rj], t, op);
+                }
+                Some(Own { input, send_input }) => {
+                    if send_input {
+                        let inn = &mut data[rj.clone()];
+                        self.post([(to, as_bytes(&input[sj]))], [(from, as_bytes_mut(inn))])?;
+                    } else {
+                        let (out, inn) = split(data, sj, rj.clone());
+                        self.post([(to, as_bytes(out))], [(from, as_bytes_mut(inn))])?;
+                    }
+                    // The ops commute (see Element::combine): partner's + own is bit for bit
+                    // own + partner's, what the in-place op computes.
+                    T::combine(&mut data[rj.clone()], &input[rj], op);
+                }
+            }
         }
         Ok(())
     }
@@ -390,9 +409,11 @@ impl Comm {
         self.all_reduce_with(group, None, data, op, algo)
     }
 
-    /// All-reduce out of place: `data` ends holding `input` reduced over `group`. The input
-    /// is copied into `data` and the result built there (as OpenMPI's ring does), but the
-    /// first step sends straight from `input` (see [`Comm::all_gather_from`]).
+    /// All-reduce out of place: `data` ends holding `input` reduced over `group`, whatever it
+    /// held before. No copy of the input comes first (OpenMPI's ring starts with one): the
+    /// first step sends straight from `input`, and each partial result received lands in
+    /// `data` with this rank's input added to it (see [`Comm::all_gather_from`] for why the
+    /// sends come from the input). The tree copies the input first.
     pub fn all_reduce_from<T: Element>(
         &mut self,
         group: Group,
@@ -401,11 +422,12 @@ impl Comm {
         op: ReduceOp,
         algo: Algo,
     ) -> Result<Algo> {
-        copy_input("all-reduce", input, data)?;
+        same_length("all-reduce", input, data)?;
         self.all_reduce_with(group, Some(input), data, op, algo)
     }
 
-    /// `input`, where given, equals `data` on entry (see [`Comm::all_reduce_from`]).
+    /// `input`, where given, holds this rank's values and `data` is not filled yet (see
+    /// [`Comm::all_reduce_from`]).
     fn all_reduce_with<T: Element>(
         &mut self,
         group: Group,
@@ -416,8 +438,13 @@ impl Comm {
     ) -> Result<Algo> {
         let n = group.len(self.size());
         let algo = self.resolve(CollOp::AllReduce, algo, std::mem::size_of_val(data), n);
-        if n < 2 || data.is_empty() {
-            return Ok(algo);
+        if n < 2 || data.is_empty() || algo == Algo::Tree {
+            if let Some(input) = input {
+                data.copy_from_slice(input);
+            }
+            if n < 2 || data.is_empty() {
+                return Ok(algo);
+            }
         }
         match algo {
             Algo::Ring => self.all_reduce_ring(group, input, data, op)?,
@@ -426,7 +453,7 @@ impl Comm {
                 if n >= 4 && std::mem::size_of_val(data) > RD_LONG_BYTES && data.len() >= n {
                     self.all_reduce_halving_doubling(group, input, data, op)?
                 } else {
-                    self.reduce_all(group, data, |a, b| T::combine(a, b, op))?
+                    self.reduce_all(group, input, data, |a, b| T::combine(a, b, op))?
                 }
             }
             Algo::Tree => {
@@ -468,8 +495,13 @@ impl Comm {
                 piece(count, n, (me + n - s) % n),
                 piece(count, n, (me + 2 * n - s - 1) % n),
             );
-            let first = if s == 0 { input } else { None };
-            self.send_and_combine(first, data, (right, send), (left, recv), tmp, op)?;
+            // Out of place, every piece received is combined with this rank's input; only the
+            // first piece sent is not in `data` yet.
+            let own = input.map(|input| Own {
+                input,
+                send_input: s == 0,
+            });
+            self.send_and_combine(own, data, (right, send), (left, recv), tmp, op)?;
         }
         // All-gather: pass the whole pieces on round the ring.
         for s in 0..n - 1 {
@@ -551,24 +583,47 @@ impl Comm {
         let m = mine.len();
         let mut scratch = self.take_scratch::<T>(m * (n - 1))?;
         let tmp: &mut [T] = as_elements_mut(&mut scratch[..m * (n - 1) * std::mem::size_of::<T>()]);
-        {
-            let data: &[T] = input.unwrap_or(data);
-            let sends = (0..n)
-                .filter(|&i| i != me)
-                .map(|i| (group.rank(i), as_bytes(&data[bounds(i)])));
-            let recvs: Vec<(usize, &mut [u8])> = if m == 0 {
-                Vec::new()
-            } else {
-                tmp.chunks_mut(m)
-                    .zip((0..n).filter(|&i| i != me))
-                    .map(|(slot, i)| (group.rank(i), as_bytes_mut(slot)))
-                    .collect()
-            };
-            self.post(sends, recvs)?;
-        }
-        if m > 0 {
-            for slot in tmp.chunks(m) {
-                T::combine(&mut data[mine.clone()], slot, op);
+        let others = || (0..n).filter(|&i| i != me);
+        match input {
+            // Out of place: the first piece received lands in this rank's own piece, and the
+            // input's share is added to it (see send_and_combine).
+            Some(input) if m > 0 => {
+                let sends = others().map(|i| (group.rank(i), as_bytes(&input[bounds(i)])));
+                let mut from = others();
+                let first = from
+                    .next()
+                    .map(|i| (group.rank(i), &mut data[mine.clone()]));
+                let rest = tmp
+                    .chunks_mut(m)
+                    .zip(from)
+                    .map(|(slot, i)| (group.rank(i), slot));
+                let recvs = first
+                    .into_iter()
+                    .chain(rest)
+                    .map(|(r, b)| (r, as_bytes_mut(b)));
+                self.post(sends, recvs)?;
+                T::combine(&mut data[mine.clone()], &input[mine.clone()], op);
+                for slot in tmp.chunks(m).take(n - 2) {
+                    T::combine(&mut data[mine.clone()], slot, op);
+                }
+            }
+            _ => {
+                let src: &[T] = input.unwrap_or(data);
+                let sends = others().map(|i| (group.rank(i), as_bytes(&src[bounds(i)])));
+                let recvs: Vec<(usize, &mut [u8])> = if m == 0 {
+                    Vec::new()
+                } else {
+                    tmp.chunks_mut(m)
+                        .zip(others())
+                        .map(|(slot, i)| (group.rank(i), as_bytes_mut(slot)))
+                        .collect()
+                };
+                self.post(sends, recvs)?;
+                if m > 0 {
+                    for slot in tmp.chunks(m) {
+                        T::combine(&mut data[mine.clone()], slot, op);
+                    }
+                }
             }
         }
         self.scratch = Some(scratch);
@@ -595,12 +650,21 @@ impl Comm {
         }
         let mut scratch = self.take_scratch::<T>(count)?;
         let tmp: &mut [T] = as_elements_mut(&mut scratch[..std::mem::size_of_val(data)]);
-        // Once a folded partner's share is added in, `data` no longer equals the input.
+        // Out of place, the folded partner's share lands in `data` and the input is added to
+        // it (see send_and_combine); from there on `data` holds this rank's values.
         let mut input = input;
         if me + p2 < n {
-            self.t.recv(group.rank(me + p2), as_bytes_mut(tmp))?;
-            T::combine(data, tmp, op);
-            input = None;
+            let from = group.rank(me + p2);
+            match input.take() {
+                Some(own) => {
+                    self.t.recv(from, as_bytes_mut(data))?;
+                    T::combine(data, own, op);
+                }
+                None => {
+                    self.t.recv(from, as_bytes_mut(tmp))?;
+                    T::combine(data, tmp, op);
+                }
+            }
         }
         let blocks =
             |r: Range<usize>| piece(count, p2, r.start).start..piece(count, p2, r.end - 1).end;
@@ -616,8 +680,8 @@ impl Comm {
     /// Recursive halving among members 0..p2 (p2 a power of two): each step keeps half of the
     /// blocks still held, sends the other half to the partner across one bit and adds the
     /// partner's copy of the kept half. Member i ends holding block i summed over all.
-    /// `input`, where given, equals `data` and is what the first step sends (see
-    /// [`Comm::all_gather_from`]).
+    /// `input`, where given, holds this rank's values and `data` nothing yet: the first step
+    /// sends from it and adds it to what it receives (see send_and_combine).
     #[allow(clippy::too_many_arguments)]
     fn halve<T: Element>(
         &mut self,
@@ -641,8 +705,11 @@ impl Comm {
                 (mid..hi, lo..mid)
             };
             let (k, g) = (blocks(keep.clone()), blocks(give));
-            let first = if mask == p2 / 2 { input } else { None };
-            self.send_and_combine(first, data, (partner, g), (partner, k), tmp, op)?;
+            let own = input.filter(|_| mask == p2 / 2).map(|input| Own {
+                input,
+                send_input: true,
+            });
+            self.send_and_combine(own, data, (partner, g), (partner, k), tmp, op)?;
             (lo, hi) = (keep.start, keep.end);
             mask /= 2;
         }
@@ -702,8 +769,8 @@ impl Comm {
     }
 
     /// Reduce-scatter out of place: `input` holds n blocks, and block `me` of `data` ends
-    /// holding block `me` reduced over `group`. Like [`Comm::all_reduce_from`]: the input is
-    /// copied into `data`, and the first step sends from `input`.
+    /// holding block `me` reduced over `group` (the other blocks are left as scratch). Like
+    /// [`Comm::all_reduce_from`], with no copy of the input first.
     pub fn reduce_scatter_from<T: Element>(
         &mut self,
         group: Group,
@@ -712,7 +779,7 @@ impl Comm {
         op: ReduceOp,
         algo: Algo,
     ) -> Result<Algo> {
-        copy_input("reduce-scatter", input, data)?;
+        same_length("reduce-scatter", input, data)?;
         self.reduce_scatter_with(group, Some(input), data, op, algo)
     }
 
@@ -728,10 +795,13 @@ impl Comm {
         let algo = self.plan(CollOp::ReduceScatter, algo, std::mem::size_of_val(data), n)?;
         check_blocks(data.len(), n)?;
         let (me, block) = (group.index_of(self.rank())?, data.len() / n);
+        let bounds = |i: usize| i * block..(i + 1) * block;
         if n < 2 || block == 0 {
+            if let Some(input) = input {
+                data[bounds(me)].copy_from_slice(&input[bounds(me)]);
+            }
             return Ok(algo);
         }
-        let bounds = |i: usize| i * block..(i + 1) * block;
         match algo {
             Algo::Ring => {
                 let (right, left) = (group.rank((me + 1) % n), group.rank((me + n - 1) % n));
@@ -744,8 +814,11 @@ impl Comm {
                         bounds((me + 2 * n - s - 1) % n),
                         bounds((me + 2 * n - s - 2) % n),
                     );
-                    let first = if s == 0 { input } else { None };
-                    self.send_and_combine(first, data, (right, send), (left, recv), tmp, op)?;
+                    let own = input.map(|input| Own {
+                        input,
+                        send_input: s == 0,
+                    });
+                    self.send_and_combine(own, data, (right, send), (left, recv), tmp, op)?;
                 }
                 self.scratch = Some(scratch);
             }
@@ -1067,8 +1140,7 @@ impl Comm {
 }
 
 /// Reduce-scatter, all-gather and all-to-all move n equal blocks.
-/// The out-of-place ops' start: the output takes a copy of the input, of the same length.
-fn copy_input<T: Element>(op: &str, input: &[T], data: &mut [T]) -> Result<()> {
+fn same_length<T>(op: &str, input: &[T], data: &[T]) -> Result<()> {
     if input.len() != data.len() {
         bail!(
             "{op} out of place needs input and output of one length, not {} and {}",
@@ -1076,8 +1148,16 @@ fn copy_input<T: Element>(op: &str, input: &[T], data: &mut [T]) -> Result<()> {
             data.len()
         );
     }
-    data.copy_from_slice(input);
     Ok(())
+}
+
+/// An out-of-place reduction step's view of this rank's input (see `send_and_combine`):
+/// `data` does not hold the input's share of the range received, and, with `send_input`, of
+/// the range sent either.
+#[derive(Clone, Copy)]
+struct Own<'a, T> {
+    input: &'a [T],
+    send_input: bool,
 }
 
 fn check_blocks(len: usize, n: usize) -> Result<()> {

@@ -335,7 +335,7 @@ impl Comm {
     pub fn allreduce_f64_in(&mut self, group: Group, data: &mut [f64], op: ReduceOp) -> Result<()> {
         // Commutative, as reduce_all needs: IEEE addition is; max and min by the total
         // order (f64::max may return either zero of ±0, so two partners could disagree).
-        self.reduce_all(group, data, |acc, other| {
+        self.reduce_all(group, None, data, |acc, other| {
             for (a, b) in acc.iter_mut().zip(other) {
                 *a = match op {
                     ReduceOp::Sum => *a + *b,
@@ -373,7 +373,7 @@ impl Comm {
         index: u64,
     ) -> Result<(f64, u64)> {
         let mut pair = [value, f64::from_bits(index)];
-        self.reduce_all(group, &mut pair, |acc, other| {
+        self.reduce_all(group, None, &mut pair, |acc, other| {
             let (v, i) = (other[0], other[1].to_bits());
             let take = match v.total_cmp(&acc[0]) {
                 std::cmp::Ordering::Greater => true,
@@ -395,34 +395,60 @@ impl Comm {
     /// every member ends with bit-identical data, the same on every run. Half the latency
     /// steps of a reduce followed by a broadcast (one round trip for 2 ranks instead of two
     /// one-way hops), which is what a decode's per-layer all-reduce of a few KiB pays.
+    ///
+    /// `input`, where given, holds this rank's vector and `data` nothing yet (an out-of-place
+    /// all-reduce): the first partial result received lands straight in `data` and the input
+    /// is combined into it, so the input is never copied first.
     pub(crate) fn reduce_all<T: Element>(
         &mut self,
         group: Group,
+        input: Option<&[T]>,
         data: &mut [T],
         combine: impl Fn(&mut [T], &[T]),
     ) -> Result<()> {
         let n = group.len(self.size());
         let me = group.index_of(self.rank())?;
         if n < 2 {
+            if let Some(input) = input {
+                data.copy_from_slice(input);
+            }
             return Ok(());
         }
         let p2 = 1usize << (usize::BITS - 1 - n.leading_zeros());
         if me >= p2 {
             let partner = group.rank(me - p2);
-            self.t.send(partner, as_bytes(data))?;
+            self.t.send(partner, as_bytes(input.unwrap_or(data)))?;
             return self.t.recv(partner, as_bytes_mut(data));
         }
         let mut scratch = self.take_scratch::<T>(data.len())?;
         let tmp: &mut [T] = element::as_elements_mut(&mut scratch[..std::mem::size_of_val(data)]);
+        let mut input = input;
         if me + p2 < n {
-            self.t.recv(group.rank(me + p2), as_bytes_mut(tmp))?;
-            combine(data, tmp);
+            let from = group.rank(me + p2);
+            match input.take() {
+                Some(own) => {
+                    self.t.recv(from, as_bytes_mut(data))?;
+                    combine(data, own);
+                }
+                None => {
+                    self.t.recv(from, as_bytes_mut(tmp))?;
+                    combine(data, tmp);
+                }
+            }
         }
         let mut mask = 1;
         while mask < p2 {
             let partner = group.rank(me ^ mask);
-            self.sendrecv(partner, as_bytes(data), partner, as_bytes_mut(tmp))?;
-            combine(data, tmp);
+            match input.take() {
+                Some(own) => {
+                    self.sendrecv(partner, as_bytes(own), partner, as_bytes_mut(data))?;
+                    combine(data, own);
+                }
+                None => {
+                    self.sendrecv(partner, as_bytes(data), partner, as_bytes_mut(tmp))?;
+                    combine(data, tmp);
+                }
+            }
             mask <<= 1;
         }
         if me + p2 < n {
