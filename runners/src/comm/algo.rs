@@ -413,7 +413,7 @@ impl Comm {
     /// held before. No copy of the input comes first (OpenMPI's ring starts with one): the
     /// first step sends straight from `input`, and each partial result received lands in
     /// `data` with this rank's input added to it (see [`Comm::all_gather_from`] for why the
-    /// sends come from the input). The tree copies the input first.
+    /// sends come from the input).
     pub fn all_reduce_from<T: Element>(
         &mut self,
         group: Group,
@@ -438,13 +438,11 @@ impl Comm {
     ) -> Result<Algo> {
         let n = group.len(self.size());
         let algo = self.resolve(CollOp::AllReduce, algo, std::mem::size_of_val(data), n);
-        if n < 2 || data.is_empty() || algo == Algo::Tree {
+        if n < 2 || data.is_empty() {
             if let Some(input) = input {
                 data.copy_from_slice(input);
             }
-            if n < 2 || data.is_empty() {
-                return Ok(algo);
-            }
+            return Ok(algo);
         }
         match algo {
             Algo::Ring => self.all_reduce_ring(group, input, data, op)?,
@@ -457,7 +455,7 @@ impl Comm {
                 }
             }
             Algo::Tree => {
-                self.reduce_tree(group, 0, data, op)?;
+                self.reduce_tree(group, 0, input, data, op)?;
                 self.bcast_in(group, group.rank(0), as_bytes_mut(data))?;
             }
             Algo::Auto => unreachable!("resolved above"),
@@ -980,17 +978,48 @@ impl Comm {
         op: ReduceOp,
         algo: Algo,
     ) -> Result<Algo> {
+        self.reduce_with(group, root, None, data, op, algo)
+    }
+
+    /// Reduce out of place: the root's `data` ends holding `input` reduced over `group` (the
+    /// others' is left as scratch). Like [`Comm::all_reduce_from`], with no copy of the input
+    /// first.
+    pub fn reduce_from<T: Element>(
+        &mut self,
+        group: Group,
+        root: usize,
+        input: &[T],
+        data: &mut [T],
+        op: ReduceOp,
+        algo: Algo,
+    ) -> Result<Algo> {
+        same_length("reduce", input, data)?;
+        self.reduce_with(group, root, Some(input), data, op, algo)
+    }
+
+    fn reduce_with<T: Element>(
+        &mut self,
+        group: Group,
+        root: usize,
+        input: Option<&[T]>,
+        data: &mut [T],
+        op: ReduceOp,
+        algo: Algo,
+    ) -> Result<Algo> {
         let n = group.len(self.size());
         let algo = self.plan(CollOp::Reduce, algo, std::mem::size_of_val(data), n)?;
         let (me, root_i) = (group.index_of(self.rank())?, group.index_of(root)?);
         if n < 2 || data.is_empty() {
+            if let Some(input) = input {
+                data.copy_from_slice(input);
+            }
             return Ok(algo);
         }
         let count = data.len();
         let rel = (me + n - root_i) % n;
         let at = |r: usize| group.rank((r % n + root_i) % n);
         match algo {
-            Algo::Tree => self.reduce_tree(group, root_i, data, op)?,
+            Algo::Tree => self.reduce_tree(group, root_i, input, data, op)?,
             Algo::Mesh => {
                 // Everyone sends to the root at once, in segments that bound its scratch.
                 let seg = (MESH_REDUCE_SEGMENT_BYTES / std::mem::size_of::<T>()).max(1);
@@ -1005,16 +1034,34 @@ impl Comm {
                         let m = r.len();
                         let tmp: &mut [T] =
                             as_elements_mut(&mut s[..m * (n - 1) * std::mem::size_of::<T>()]);
-                        let recvs = tmp
-                            .chunks_mut(m)
-                            .enumerate()
-                            .map(|(i, slot)| (at(i + 1), as_bytes_mut(slot)));
-                        self.post([], recvs)?;
-                        for slot in tmp.chunks(m) {
-                            T::combine(&mut data[r.clone()], slot, op);
+                        match input {
+                            // Out of place, the first member's segment lands in `data` and the
+                            // input is added to it (see send_and_combine).
+                            Some(input) => {
+                                let first = (at(1), &mut data[r.clone()]);
+                                let rest = tmp.chunks_mut(m).zip(2..n).map(|(t, i)| (at(i), t));
+                                let recvs = std::iter::once(first)
+                                    .chain(rest)
+                                    .map(|(from, b)| (from, as_bytes_mut(b)));
+                                self.post([], recvs)?;
+                                T::combine(&mut data[r.clone()], &input[r.clone()], op);
+                                for slot in tmp.chunks(m).take(n - 2) {
+                                    T::combine(&mut data[r.clone()], slot, op);
+                                }
+                            }
+                            None => {
+                                let recvs = tmp
+                                    .chunks_mut(m)
+                                    .enumerate()
+                                    .map(|(i, slot)| (at(i + 1), as_bytes_mut(slot)));
+                                self.post([], recvs)?;
+                                for slot in tmp.chunks(m) {
+                                    T::combine(&mut data[r.clone()], slot, op);
+                                }
+                            }
                         }
                     } else {
-                        self.post([(root, as_bytes(&data[r]))], [])?;
+                        self.post([(root, as_bytes(&input.unwrap_or(data)[r]))], [])?;
                     }
                 }
                 if let Some(s) = scratch {
@@ -1033,6 +1080,9 @@ impl Comm {
                 let mut scratch = self.take_scratch::<T>(seg_len.min(count))?;
                 let tmp: &mut [T] =
                     as_elements_mut(&mut scratch[..seg_len.min(count) * std::mem::size_of::<T>()]);
+                // Out of place, the chain's far end sends its input, and every other member
+                // receives into `data` and adds its input (see send_and_combine).
+                let far_end = rel + 1 == n;
                 for k in 0..=segs {
                     let send = if rel > 0 && k >= 1 { seg(k - 1) } else { 0..0 };
                     let recv = if rel + 1 < n && k < segs {
@@ -1040,13 +1090,23 @@ impl Comm {
                     } else {
                         0..0
                     };
-                    let t = &mut tmp[..recv.len()];
-                    self.post(
-                        [(at(rel + n - 1), as_bytes(&data[send]))],
-                        [(at(rel + 1), as_bytes_mut(t))],
-                    )?;
-                    if !recv.is_empty() {
-                        T::combine(&mut data[recv], t, op);
+                    let (down, up) = (at(rel + n - 1), at(rel + 1));
+                    match input {
+                        Some(input) if far_end => {
+                            self.post([(down, as_bytes(&input[send]))], [])?
+                        }
+                        Some(input) => {
+                            let (out, inn) = split(data, send, recv.clone());
+                            self.post([(down, as_bytes(out))], [(up, as_bytes_mut(inn))])?;
+                            T::combine(&mut data[recv.clone()], &input[recv], op);
+                        }
+                        None => {
+                            let t = &mut tmp[..recv.len()];
+                            self.post([(down, as_bytes(&data[send]))], [(up, as_bytes_mut(t))])?;
+                            if !recv.is_empty() {
+                                T::combine(&mut data[recv], t, op);
+                            }
+                        }
                     }
                 }
                 self.scratch = Some(scratch);
@@ -1057,10 +1117,14 @@ impl Comm {
     }
 
     /// Binomial-tree reduce to member `root_i`: the mirror of the binomial broadcast.
+    /// `input`, where given, holds this rank's values and `data` nothing yet: a leaf sends
+    /// it, and the first child's partial result lands in `data` and has it added (see
+    /// send_and_combine).
     fn reduce_tree<T: Element>(
         &mut self,
         group: Group,
         root_i: usize,
+        input: Option<&[T]>,
         data: &mut [T],
         op: ReduceOp,
     ) -> Result<()> {
@@ -1069,15 +1133,26 @@ impl Comm {
         let at = |r: usize| group.rank((r + root_i) % n);
         let mut scratch = self.take_scratch::<T>(data.len())?;
         let tmp: &mut [T] = as_elements_mut(&mut scratch[..std::mem::size_of_val(data)]);
+        let mut input = input;
         let mut mask = 1;
         while mask < n {
             if rel & mask != 0 {
-                self.t.send(at(rel - mask), as_bytes(data))?;
+                self.t
+                    .send(at(rel - mask), as_bytes(input.unwrap_or(data)))?;
                 break;
             }
             if rel + mask < n {
-                self.t.recv(at(rel + mask), as_bytes_mut(tmp))?;
-                T::combine(data, tmp, op);
+                let from = at(rel + mask);
+                match input.take() {
+                    Some(own) => {
+                        self.t.recv(from, as_bytes_mut(data))?;
+                        T::combine(data, own, op);
+                    }
+                    None => {
+                        self.t.recv(from, as_bytes_mut(tmp))?;
+                        T::combine(data, tmp, op);
+                    }
+                }
             }
             mask <<= 1;
         }

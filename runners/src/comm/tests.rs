@@ -310,6 +310,18 @@ fn every_op_and_algorithm<T: Element>(c: &mut Comm) -> Vec<String> {
                         &sum,
                     );
                 }
+                let own: Vec<T> = (0..count).map(|i| T::from_f64(input(me, i))).collect();
+                let mut d: Vec<T> = vec![T::from_f64(99.0); count];
+                c.reduce_from(Group::All, root, &own, &mut d, ReduceOp::Sum, algo)
+                    .unwrap();
+                let what = format!(
+                    "reduce out of place {} root {root} count {count}",
+                    algo.name()
+                );
+                if me == root {
+                    check(what.clone(), &d, &sum);
+                }
+                check(format!("{what}: input"), &own, &|i| input(me, i));
             }
         }
         for algo in [Algo::Ring, Algo::Mesh] {

@@ -218,8 +218,10 @@ impl Collective for Reduce {
         send: &mut [T],
         recv: &mut [T],
     ) -> Result<Algo> {
-        stage(call, send, recv, 0);
-        comm.reduce_in(Group::All, call.root, recv, call.redop, call.algo)
+        if call.in_place {
+            return comm.reduce_in(Group::All, call.root, recv, call.redop, call.algo);
+        }
+        comm.reduce_from(Group::All, call.root, send, recv, call.redop, call.algo)
     }
 }
 
