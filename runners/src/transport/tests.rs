@@ -192,16 +192,17 @@ fn shm_names_a_size_mismatch() {
     });
 }
 
-/// Sizes on both sides of the mailbox slot's limit (1072 bytes), in an irregular order.
+/// Sizes on both sides of the mailbox slot's limit (1072 bytes), and one for the one-copy
+/// path (64 KiB and up), in an irregular order.
 fn mixed_size(i: usize) -> usize {
-    [0, 8, 1072, 1073, 3, 4096, 1000, 1][i % 8] + (i * 7) % 5
+    [0, 8, 1072, 1073, 3, 4096, 1000, 70_000, 1][i % 9] + (i * 7) % 5
 }
 
 #[test]
 fn shm_keeps_order_when_a_sender_runs_far_ahead() {
     // Rank 0 sends 200 messages before rank 1 posts a receive: the mailbox's 32 slots fill
-    // and the rest go through the ring, and rank 1 must still take them in order, whichever
-    // path each took. Then both directions at once, in windows of 50, many times round the
+    // and the rest go through the ring (the one-copy ones wait there for rank 1's reads), and
+    // rank 1 must still take them in order, whichever path each took. Then both directions at once, in windows of 50, many times round the
     // slots, so a stale slot from an earlier lap would show as a wrong message.
     shm_pair([6u8; 16], |t, peer| {
         let me = t.rank();
