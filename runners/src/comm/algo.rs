@@ -582,48 +582,25 @@ impl Comm {
         let mut scratch = self.take_scratch::<T>(m * (n - 1))?;
         let tmp: &mut [T] = as_elements_mut(&mut scratch[..m * (n - 1) * std::mem::size_of::<T>()]);
         let others = || (0..n).filter(|&i| i != me);
-        match input {
-            // Out of place: the first piece received lands in this rank's own piece, and the
-            // input's share is added to it (see send_and_combine).
-            Some(input) if m > 0 => {
-                let sends = others().map(|i| (group.rank(i), as_bytes(&input[bounds(i)])));
-                let mut from = others();
-                let first = from
-                    .next()
-                    .map(|i| (group.rank(i), &mut data[mine.clone()]));
-                let rest = tmp
-                    .chunks_mut(m)
-                    .zip(from)
-                    .map(|(slot, i)| (group.rank(i), slot));
-                let recvs = first
-                    .into_iter()
-                    .chain(rest)
-                    .map(|(r, b)| (r, as_bytes_mut(b)));
-                self.post(sends, recvs)?;
-                T::combine(&mut data[mine.clone()], &input[mine.clone()], op);
-                for slot in tmp.chunks(m).take(n - 2) {
-                    T::combine(&mut data[mine.clone()], slot, op);
-                }
-            }
-            _ => {
-                let src: &[T] = input.unwrap_or(data);
-                let sends = others().map(|i| (group.rank(i), as_bytes(&src[bounds(i)])));
-                let recvs: Vec<(usize, &mut [u8])> = if m == 0 {
-                    Vec::new()
-                } else {
-                    tmp.chunks_mut(m)
-                        .zip(others())
-                        .map(|(slot, i)| (group.rank(i), as_bytes_mut(slot)))
-                        .collect()
-                };
-                self.post(sends, recvs)?;
-                if m > 0 {
-                    for slot in tmp.chunks(m) {
-                        T::combine(&mut data[mine.clone()], slot, op);
-                    }
-                }
-            }
+        // Out of place, the first piece received lands in this rank's own piece and the
+        // input's share is added to it (see send_and_combine); in place, all go to `tmp`.
+        let own = input.filter(|_| m > 0).map(|input| &input[mine.clone()]);
+        {
+            let (src, own_piece): (&[T], Option<&mut [T]>) = match input {
+                Some(input) => (input, own.map(|_| &mut data[mine.clone()])),
+                None => (data, None),
+            };
+            let sends = others().map(|i| (group.rank(i), as_bytes(&src[bounds(i)])));
+            let mut from = others();
+            let first = own_piece.and_then(|p| from.next().map(|i| (group.rank(i), p)));
+            let rest = tmp
+                .chunks_mut(m.max(1))
+                .zip(from)
+                .map(|(slot, i)| (group.rank(i), slot));
+            let recvs = first.into_iter().chain(rest);
+            self.post(sends, recvs.map(|(r, b)| (r, as_bytes_mut(b))))?;
         }
+        add_received(&mut data[mine], own, tmp, n - 1, op);
         self.scratch = Some(scratch);
         Ok(())
     }
@@ -652,17 +629,8 @@ impl Comm {
         // it (see send_and_combine); from there on `data` holds this rank's values.
         let mut input = input;
         if me + p2 < n {
-            let from = group.rank(me + p2);
-            match input.take() {
-                Some(own) => {
-                    self.t.recv(from, as_bytes_mut(data))?;
-                    T::combine(data, own, op);
-                }
-                None => {
-                    self.t.recv(from, as_bytes_mut(tmp))?;
-                    T::combine(data, tmp, op);
-                }
-            }
+            let (from, own) = (group.rank(me + p2), input.take());
+            self.combine_from(None, from, own, data, tmp, |a, b| T::combine(a, b, op))?;
         }
         let blocks =
             |r: Range<usize>| piece(count, p2, r.start).start..piece(count, p2, r.end - 1).end;
@@ -1034,32 +1002,17 @@ impl Comm {
                         let m = r.len();
                         let tmp: &mut [T] =
                             as_elements_mut(&mut s[..m * (n - 1) * std::mem::size_of::<T>()]);
-                        match input {
-                            // Out of place, the first member's segment lands in `data` and the
-                            // input is added to it (see send_and_combine).
-                            Some(input) => {
-                                let first = (at(1), &mut data[r.clone()]);
-                                let rest = tmp.chunks_mut(m).zip(2..n).map(|(t, i)| (at(i), t));
-                                let recvs = std::iter::once(first)
-                                    .chain(rest)
-                                    .map(|(from, b)| (from, as_bytes_mut(b)));
-                                self.post([], recvs)?;
-                                T::combine(&mut data[r.clone()], &input[r.clone()], op);
-                                for slot in tmp.chunks(m).take(n - 2) {
-                                    T::combine(&mut data[r.clone()], slot, op);
-                                }
-                            }
-                            None => {
-                                let recvs = tmp
-                                    .chunks_mut(m)
-                                    .enumerate()
-                                    .map(|(i, slot)| (at(i + 1), as_bytes_mut(slot)));
-                                self.post([], recvs)?;
-                                for slot in tmp.chunks(m) {
-                                    T::combine(&mut data[r.clone()], slot, op);
-                                }
-                            }
-                        }
+                        // Out of place, the first member's segment lands in `data` and the
+                        // input is added to it (see send_and_combine).
+                        let own = input.map(|input| &input[r.clone()]);
+                        let mut from = 1..n;
+                        let first = own
+                            .and_then(|_| from.next())
+                            .map(|i| (at(i), &mut data[r.clone()]));
+                        let rest = tmp.chunks_mut(m).zip(from).map(|(t, i)| (at(i), t));
+                        let recvs = first.into_iter().chain(rest);
+                        self.post([], recvs.map(|(f, b)| (f, as_bytes_mut(b))))?;
+                        add_received(&mut data[r], own, tmp, n - 1, op);
                     } else {
                         self.post([(root, as_bytes(&input.unwrap_or(data)[r]))], [])?;
                     }
@@ -1142,17 +1095,8 @@ impl Comm {
                 break;
             }
             if rel + mask < n {
-                let from = at(rel + mask);
-                match input.take() {
-                    Some(own) => {
-                        self.t.recv(from, as_bytes_mut(data))?;
-                        T::combine(data, own, op);
-                    }
-                    None => {
-                        self.t.recv(from, as_bytes_mut(tmp))?;
-                        T::combine(data, tmp, op);
-                    }
-                }
+                let (from, own) = (at(rel + mask), input.take());
+                self.combine_from(None, from, own, data, tmp, |a, b| T::combine(a, b, op))?;
             }
             mask <<= 1;
         }
@@ -1214,7 +1158,28 @@ impl Comm {
     }
 }
 
-/// Reduce-scatter, all-gather and all-to-all move n equal blocks.
+/// Adds into `piece` what a gather of `count` partial results left: where `own` is given
+/// (an out-of-place op's share of the piece), the first landed in `piece` itself and `own`
+/// is added to it, and the rest lie in `tmp`, one piece-length slot each, added in order.
+fn add_received<T: Element>(
+    piece: &mut [T],
+    own: Option<&[T]>,
+    tmp: &[T],
+    count: usize,
+    op: ReduceOp,
+) {
+    if piece.is_empty() {
+        return;
+    }
+    if let Some(own) = own {
+        T::combine(piece, own, op);
+    }
+    let in_tmp = count - own.is_some() as usize;
+    for slot in tmp.chunks(piece.len()).take(in_tmp) {
+        T::combine(piece, slot, op);
+    }
+}
+
 fn same_length<T>(op: &str, input: &[T], data: &[T]) -> Result<()> {
     if input.len() != data.len() {
         bail!(
@@ -1235,6 +1200,7 @@ struct Own<'a, T> {
     send_input: bool,
 }
 
+/// Reduce-scatter, all-gather and all-to-all move n equal blocks.
 fn check_blocks(len: usize, n: usize) -> Result<()> {
     if !len.is_multiple_of(n) {
         bail!("{len} elements do not split into {n} equal blocks");

@@ -61,6 +61,46 @@ impl Comm {
         self.t.recv(peer, buf)
     }
 
+    /// Receives rank `from`'s partial result of the whole of `data` and combines it in,
+    /// sending `data` to rank `to` meanwhile where given. `own`, where given, is an
+    /// out-of-place op's input, not in `data` yet: it is what goes to `to`, the partial result
+    /// lands straight in `data` and `own` is combined into it, so the input is never copied
+    /// first (`combine` commutes, so the result is the same bits).
+    pub(crate) fn combine_from<T: Element>(
+        &mut self,
+        to: Option<usize>,
+        from: usize,
+        own: Option<&[T]>,
+        data: &mut [T],
+        tmp: &mut [T],
+        combine: impl Fn(&mut [T], &[T]),
+    ) -> Result<()> {
+        match own {
+            Some(own) => {
+                let send = to.map(|peer| SendOp {
+                    peer,
+                    buf: as_bytes(own),
+                });
+                let buf = as_bytes_mut(data);
+                self.t
+                    .exchange(send.as_slice(), &mut [RecvOp { peer: from, buf }])?;
+                combine(data, own);
+            }
+            None => {
+                let t = &mut tmp[..data.len()];
+                let send = to.map(|peer| SendOp {
+                    peer,
+                    buf: as_bytes(data),
+                });
+                let buf = as_bytes_mut(t);
+                self.t
+                    .exchange(send.as_slice(), &mut [RecvOp { peer: from, buf }])?;
+                combine(data, t);
+            }
+        }
+        Ok(())
+    }
+
     /// Sends to one rank while receiving from another, without deadlock.
     pub fn sendrecv(&mut self, to: usize, send: &[u8], from: usize, recv: &mut [u8]) -> Result<()> {
         self.t.exchange(
@@ -424,31 +464,12 @@ impl Comm {
         let tmp: &mut [T] = element::as_elements_mut(&mut scratch[..std::mem::size_of_val(data)]);
         let mut input = input;
         if me + p2 < n {
-            let from = group.rank(me + p2);
-            match input.take() {
-                Some(own) => {
-                    self.t.recv(from, as_bytes_mut(data))?;
-                    combine(data, own);
-                }
-                None => {
-                    self.t.recv(from, as_bytes_mut(tmp))?;
-                    combine(data, tmp);
-                }
-            }
+            self.combine_from(None, group.rank(me + p2), input.take(), data, tmp, &combine)?;
         }
         let mut mask = 1;
         while mask < p2 {
             let partner = group.rank(me ^ mask);
-            match input.take() {
-                Some(own) => {
-                    self.sendrecv(partner, as_bytes(own), partner, as_bytes_mut(data))?;
-                    combine(data, own);
-                }
-                None => {
-                    self.sendrecv(partner, as_bytes(data), partner, as_bytes_mut(tmp))?;
-                    combine(data, tmp);
-                }
-            }
+            self.combine_from(Some(partner), partner, input.take(), data, tmp, &combine)?;
             mask <<= 1;
         }
         if me + p2 < n {

@@ -60,13 +60,6 @@ fn fill_from<T: Element>(input: &Input, rank: usize, offset: usize, out: &mut [T
     }
 }
 
-/// Out of place, the input copied where the in-place op reads it.
-fn stage<T: Element>(call: &Call, send: &[T], recv: &mut [T], at: usize) {
-    if !call.in_place {
-        recv[at..at + send.len()].copy_from_slice(send);
-    }
-}
-
 pub struct AllReduce;
 impl Collective for AllReduce {
     const OP: CollOp = CollOp::AllReduce;
@@ -187,7 +180,7 @@ impl Collective for Broadcast {
             // the others then read lines the root has not just written (over shared memory a
             // copy out of another core's freshly written cache lines costs twice as long).
             let algo = comm.broadcast_in(Group::All, call.root, send, call.algo)?;
-            stage(call, send, recv, 0);
+            recv.copy_from_slice(send);
             return Ok(algo);
         }
         comm.broadcast_in(Group::All, call.root, recv, call.algo)
