@@ -75,29 +75,19 @@ impl Comm {
         tmp: &mut [T],
         combine: impl Fn(&mut [T], &[T]),
     ) -> Result<()> {
-        match own {
-            Some(own) => {
-                let send = to.map(|peer| SendOp {
-                    peer,
-                    buf: as_bytes(own),
-                });
-                let buf = as_bytes_mut(data);
-                self.t
-                    .exchange(send.as_slice(), &mut [RecvOp { peer: from, buf }])?;
-                combine(data, own);
-            }
-            None => {
-                let t = &mut tmp[..data.len()];
-                let send = to.map(|peer| SendOp {
-                    peer,
-                    buf: as_bytes(data),
-                });
-                let buf = as_bytes_mut(t);
-                self.t
-                    .exchange(send.as_slice(), &mut [RecvOp { peer: from, buf }])?;
-                combine(data, t);
-            }
-        }
+        let t = &mut tmp[..data.len()];
+        let (out, into): (&[T], &mut [T]) = match own {
+            Some(own) => (own, &mut *data),
+            None => (&*data, &mut *t),
+        };
+        let send = to.map(|peer| SendOp {
+            peer,
+            buf: as_bytes(out),
+        });
+        let buf = as_bytes_mut(into);
+        self.t
+            .exchange(send.as_slice(), &mut [RecvOp { peer: from, buf }])?;
+        combine(data, own.unwrap_or(t));
         Ok(())
     }
 
