@@ -28,6 +28,11 @@
 # memory measures 0.16 us after its linear or tree barrier, where the root leaves first and
 # its data is waiting for every other rank, and 4-11 us after dissemination or recursive
 # doubling).
+#
+# With more ranks than cores, tbbench binds each rank to one CPU, dealt round-robin (ranks 0
+# and 2 on CPU 0, 1 and 3 on CPU 1 on two cores), and OpenMPI gets the same placement
+# (--bind-to core:overload-allowed; mpirun leaves oversubscribed ranks unbound otherwise), so
+# the two tools' small-size times are compared on the same core sharing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -61,12 +66,13 @@ echo "# sizes: $sizes; iters $small_iters up to 64 KiB, $iters above; rounds $ro
 
 # One round of both tools at one rank count and network, for one group of sizes.
 run_group() { # n net round tag sizes iters warmup
-  local n=$1 net=$2 round=$3 tag=$4 group=$5 it=$6 warm=$7 btl list
+  local n=$1 net=$2 round=$3 tag=$4 group=$5 it=$6 warm=$7 btl list bind=()
   [ -n "$group" ] || return 0
+  [ "$n" -gt "$(nproc)" ] && bind=(--bind-to core:overload-allowed)
   if [ "$net" = tcp ]; then btl=(--mca btl tcp,self --mca btl_tcp_if_include lo); else btl=(--mca btl vader,self); fi
   for op in allreduce allgather bcast; do
     # shellcheck disable=SC2086
-    mpirun "${root_flag[@]}" --oversubscribe -np "$n" --mca pml ob1 "${btl[@]}" \
+    mpirun "${root_flag[@]}" --oversubscribe "${bind[@]}" -np "$n" --mca pml ob1 "${btl[@]}" \
       --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_barrier_algorithm 4 \
       "$peer" "$op" "$it" "$warm" $group >>"$tmp/ompi-$n-$net-$round.txt"
   done

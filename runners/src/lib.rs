@@ -13,6 +13,7 @@ pub mod launch;
 pub mod mpi_boot;
 pub mod netinfo;
 pub mod options;
+pub mod pinning;
 pub mod rendezvous;
 pub mod suite;
 pub mod sysinfo;

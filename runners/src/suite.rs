@@ -57,6 +57,22 @@ impl Context {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         (cores / self.ranks_on_my_host()).max(1)
     }
+    /// Where this rank's host runs more ranks than it has cores, binds this rank to one CPU
+    /// (see [`crate::pinning`]) and says so for the result's warnings; rank 0's line states
+    /// the rule every rank followed. For suites whose ranks each run one thread: a rank bound
+    /// to one CPU keeps its threads there.
+    pub fn pin_when_oversubscribed(&self) -> Option<String> {
+        let host = self.my_host()?;
+        let local = host.ranks.iter().position(|&r| r == self.rank())?;
+        let cpu =
+            crate::pinning::pin_when_oversubscribed(local, host.ranks.len(), host.cores_logical)?;
+        Some(format!(
+            "ranks bound one CPU each, dealt round-robin over {}'s {} CPUs (rank {} on CPU {cpu}), so that which ranks share a core is the same in every launch",
+            host.hostname,
+            host.cores_logical,
+            self.rank()
+        ))
+    }
     /// True when more ranks run on some host than it has cores: figures then measure the
     /// scheduler as much as the work.
     pub fn oversubscribed(&self) -> Option<String> {

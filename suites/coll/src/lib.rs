@@ -186,6 +186,11 @@ impl Suite for CollSuite {
             }
         }
         harness::check_memory(config, ctx)?;
+        // Each rank runs one thread, so binding costs nothing and makes small sizes repeatable.
+        let pinned = ctx.pin_when_oversubscribed();
+        if let (0, Some(p)) = (ctx.rank(), &pinned) {
+            eprintln!("tbbench: warning: {p}");
+        }
         // Bus bandwidth against the link: GB/s from the interface's Gbit/s (or the flag).
         let (ceiling, source) = match (config.ceiling_bits_per_s, ctx.network.nominal_gbit_per_s) {
             (Some(bits), _) => (Some(bits / 8e9), Some("flag")),
@@ -271,11 +276,11 @@ impl Suite for CollSuite {
                 format!("{wrong} wrong elements: {}", bad.join("; "))
             },
         }];
-        // The driver adds the run's own warnings (oversubscription) to the file.
+        // The driver puts the run's own warnings (oversubscription) before these.
         Ok(Some(SuiteOutput {
             results: serde_json::to_value(&results)?,
             checks,
-            warnings: Vec::new(),
+            warnings: pinned.into_iter().collect(),
         }))
     }
 }

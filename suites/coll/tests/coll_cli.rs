@@ -228,6 +228,70 @@ fn result_rows_carry_nccl_tests_figures_and_the_winners() {
     assert!(csv_text.starts_with("op,algo,"));
 }
 
+/// More ranks than CPUs: each rank is bound to one CPU, dealt round-robin, and the result says
+/// so; launched inside a narrower CPU set (as mpirun's binding or taskset leave it), the ranks
+/// keep the placement they were given.
+#[test]
+fn oversubscribed_ranks_are_bound_one_cpu_each_unless_already_placed() {
+    let dir = tmpdir("coll-pin");
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    let nodes = (cpus + 1).to_string();
+    let args = |out: &std::path::Path| -> Vec<String> {
+        [
+            "coll", "--nodes", &nodes, "-t", "shm", "--sizes", "8", "--iters", "2", "--out",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([out.to_str().unwrap().to_string()])
+        .collect()
+    };
+    let out = dir.join("free.json");
+    let o = run(
+        &args(&out).iter().map(String::as_str).collect::<Vec<_>>(),
+        Duration::from_secs(120),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let r = read_json(&out);
+    let warnings = r["warnings"].to_string();
+    assert!(warnings.contains("oversubscribed"), "{warnings}");
+    let online = r["hosts"][0]["cores_logical"].as_u64().unwrap() as usize;
+    if cpus == online {
+        assert!(
+            warnings.contains("bound one CPU each") && warnings.contains("rank 0 on CPU"),
+            "{warnings}"
+        );
+    } else {
+        // This test itself runs in a narrower set than the host's CPUs: already placed.
+        assert!(!warnings.contains("bound one CPU each"), "{warnings}");
+    }
+
+    // The same run confined to one CPU by taskset (the first this test may use): that
+    // placement stands.
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let first_cpu: String = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap()
+        .trim()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    let out = dir.join("taskset.json");
+    let child = std::process::Command::new("taskset")
+        .args(["-c", &first_cpu, bin()])
+        .args(args(&out))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("taskset runs");
+    let (o, _) = finish(child, Duration::from_secs(120));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let warnings = read_json(&out)["warnings"].to_string();
+    assert!(warnings.contains("oversubscribed"), "{warnings}");
+    assert!(!warnings.contains("bound one CPU each"), "{warnings}");
+}
+
 /// Mistakes a user can make end in one line naming the cause, before any rank starts where
 /// the flags alone show it.
 #[test]
