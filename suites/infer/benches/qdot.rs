@@ -47,6 +47,23 @@ fn rows(c: &mut Criterion) {
                     &m[r * nb..(r + 1) * nb],
                 )
             };
+            // The whole matrix through `qdot::rows` on the chosen kernel (a decode step's
+            // product: lengths checked and the kernel chosen once, not per row).
+            let mut out = vec![0f32; nrows];
+            g.throughput(Throughput::Elements((nrows * ncols) as u64));
+            g.bench_with_input(
+                BenchmarkId::new(
+                    format!("rows-{}", Kernel::chosen().name()),
+                    format!("{nrows}x{ncols}"),
+                ),
+                &(),
+                |bench, _| {
+                    bench.iter(|| {
+                        qdot::rows(format, &q, &d, &m, &acts[0], &mut out);
+                        out[0]
+                    })
+                },
+            );
             for &k in &kernels {
                 // One activation per row (a decode step) and four (a prompt's tokens), each
                 // counted as weight × token products.

@@ -451,10 +451,17 @@ impl Matrix {
                 a.quantize(x);
                 let a = &a;
                 threads.rows(self.rows * self.cols, y, |first, ys| {
-                    for (i, yr) in ys.iter_mut().enumerate() {
-                        let (qs, sc, mins) = block_row(q, scale, min, first + i, nb * qb, nb);
-                        *yr = qdot::row(*format, qs, sc, mins, a) as f32;
-                    }
+                    let rows = first..first + ys.len();
+                    let mins = if min.is_empty() {
+                        &[][..]
+                    } else {
+                        &min[rows.start * nb..rows.end * nb]
+                    };
+                    let (qs, sc) = (
+                        &q[rows.start * nb * qb..rows.end * nb * qb],
+                        &scale[rows.start * nb..rows.end * nb],
+                    );
+                    qdot::rows(*format, qs, sc, mins, a, ys);
                 })
             }
         }

@@ -69,8 +69,9 @@ impl Format {
 /// An activation vector quantized for the integer products.
 #[derive(Debug, Default, Clone)]
 pub struct Q8Activation {
-    /// Per block: the scale (an f16 value).
-    pub d: Vec<f32>,
+    /// Per block: the scale (an f16 value), held as f64 so the x86 kernels load it without a
+    /// conversion (a shuffle-port instruction on Intel cores).
+    pub d: Vec<f64>,
     /// Per block: Σq (Q4_0's offset of −8 multiplies it).
     pub qsum: Vec<i32>,
     /// Per block: d·Σq rounded to f16 (Q4_1's minimum multiplies it).
@@ -101,7 +102,7 @@ impl Q8Activation {
                 *q = round_small(v * id) as i8;
                 sum += *q as i32;
             }
-            self.d.push(to_f16(d));
+            self.d.push(to_f16(d) as f64);
             self.qsum.push(sum);
             self.dsum.push(to_f16(d * sum as f32) as f64);
         }
@@ -263,16 +264,18 @@ pub fn kernel() -> &'static str {
     Kernel::chosen().describe()
 }
 
-/// The SIMD kernels read by pointer: these hold every read of a row and its activations in
-/// bounds (cheap next to a row).
+/// The SIMD kernels read by pointer: these hold every read of `rows` weight rows (laid out
+/// one after another) and their activations in bounds (cheap next to a row).
 fn check_lengths<'a>(
     format: Format,
     q: &[u8],
     d: &[f32],
     m: &[f32],
+    rows: usize,
     acts: impl IntoIterator<Item = &'a Q8Activation>,
 ) {
-    let nb = d.len();
+    let nb = d.len() / rows.max(1);
+    assert_eq!(d.len(), rows * nb, "scales for {rows} rows of {nb} blocks");
     for a in acts {
         assert!(
             a.blocks() == nb && a.q.len() == nb * QK && a.qsum.len() == nb && a.dsum.len() == nb,
@@ -280,11 +283,17 @@ fn check_lengths<'a>(
             a.blocks()
         );
     }
-    assert_eq!(q.len(), nb * format.quant_bytes(), "quants for {nb} blocks");
+    assert_eq!(
+        q.len(),
+        d.len() * format.quant_bytes(),
+        "quants for {} blocks",
+        d.len()
+    );
     assert!(
-        format != Format::Q4_1 || m.len() == nb,
-        "{} Q4_1 minimums for {nb} blocks",
-        m.len()
+        format != Format::Q4_1 || m.len() == d.len(),
+        "{} Q4_1 minimums for {} blocks",
+        m.len(),
+        d.len()
     );
 }
 
@@ -292,6 +301,53 @@ fn check_lengths<'a>(
 /// blocks line up with the row's, on the chosen kernel.
 pub fn row(format: Format, q: &[u8], d: &[f32], m: &[f32], a: &Q8Activation) -> f64 {
     row_with(Kernel::chosen(), format, q, d, m, a)
+}
+
+/// `out.len()` weight rows laid out one after another (quants, scales and, for Q4_1,
+/// minimums; `a.blocks()` blocks each) times `a`, into `out` as f32: each value bit for bit
+/// what [`row`] gives for its row, the kernel chosen and the lengths checked once for all of
+/// them instead of once per row (a decode step's rows are short: 18 blocks in SmolLM2).
+pub fn rows(format: Format, q: &[u8], d: &[f32], m: &[f32], a: &Q8Activation, out: &mut [f32]) {
+    check_lengths(format, q, d, m, out.len(), [a]);
+    let k = Kernel::chosen();
+    #[cfg(target_arch = "x86_64")]
+    {
+        macro_rules! matvec {
+            ($module:ident) => {
+                // SAFETY: the chosen kernel is one this CPU has; the lengths are checked.
+                unsafe {
+                    match format {
+                        Format::Q8_0 => x86::$module::matvec::<{ x86::Q8_0 }>(q, d, m, a, out),
+                        Format::Q4_0 => x86::$module::matvec::<{ x86::Q4_0 }>(q, d, m, a, out),
+                        Format::Q4_1 => x86::$module::matvec::<{ x86::Q4_1 }>(q, d, m, a, out),
+                    }
+                }
+            };
+        }
+        match k {
+            Kernel::Avx512Vnni => return matvec!(avx512vnni),
+            Kernel::AvxVnni => return matvec!(avxvnni),
+            Kernel::Avx2 => return matvec!(avx2),
+            _ => {}
+        }
+    }
+    let nb = a.blocks();
+    let qb = nb * format.quant_bytes();
+    for (r, o) in out.iter_mut().enumerate() {
+        let mr = if format == Format::Q4_1 {
+            &m[r * nb..(r + 1) * nb]
+        } else {
+            m
+        };
+        *o = row_with(
+            k,
+            format,
+            &q[r * qb..(r + 1) * qb],
+            &d[r * nb..(r + 1) * nb],
+            mr,
+            a,
+        ) as f32;
+    }
 }
 
 /// The x86 kernel `k` at format `format` and N activations.
@@ -332,7 +388,7 @@ pub fn row_many(
     out: &mut [f32],
 ) {
     assert_eq!(acts.len(), out.len(), "one output per activation");
-    check_lengths(format, q, d, m, acts);
+    check_lengths(format, q, d, m, 1, acts);
     let k = Kernel::chosen();
     #[cfg(target_arch = "x86_64")]
     {
@@ -369,7 +425,7 @@ pub fn row_with(
     m: &[f32],
     a: &Q8Activation,
 ) -> f64 {
-    check_lengths(format, q, d, m, [a]);
+    check_lengths(format, q, d, m, 1, [a]);
     if !k.available() {
         return portable::row(format, q, d, m, a);
     }
@@ -397,7 +453,7 @@ pub fn row4_with(
     m: &[f32],
     a: [&Q8Activation; 4],
 ) -> [f64; 4] {
-    check_lengths(format, q, d, m, a);
+    check_lengths(format, q, d, m, 1, a);
     #[cfg(target_arch = "x86_64")]
     if k.available() {
         if let Some(v) = x86_rows!(k, format, 4, q, d, m, a) {
@@ -449,7 +505,7 @@ pub mod portable {
             .enumerate()
         {
             let xa: &[i8; 32] = xa.try_into().expect("32-value blocks");
-            let scale = *dw as f64 * a.d[b] as f64;
+            let scale = *dw as f64 * a.d[b];
             acc += match format {
                 Format::Q8_0 => scale * byte_sum(qs.try_into().expect("32-byte blocks"), xa) as f64,
                 Format::Q4_0 => {
@@ -480,14 +536,28 @@ mod x86 {
     pub const Q4_0: u8 = 1;
     pub const Q4_1: u8 = 2;
 
-    /// Four blocks' eight-lane i32 sums folded to one i32 per block: [s0, s1, s2, s3].
+    /// Four blocks' eight-lane i32 sums folded to one i32 per block: [s0, s1, s2, s3]. Blends
+    /// (any vector port) pair the lanes up and one in-lane shuffle per level lines them up,
+    /// four shuffle-port instructions in all where three `hadd`s take seven: Intel cores run
+    /// shuffles on one port, and this fold runs once per four blocks of every row.
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn fold4(s0: __m256i, s1: __m256i, s2: __m256i, s3: __m256i) -> __m128i {
-        let a = _mm256_hadd_epi32(s0, s1);
-        let b = _mm256_hadd_epi32(s2, s3);
-        let c = _mm256_hadd_epi32(a, b);
-        _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1))
+        // Even lanes: s_a's adjacent pairs summed; odd lanes: s_b's.
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        unsafe fn pairs(a: __m256i, b: __m256i) -> __m256i {
+            let x = _mm256_blend_epi32::<0xAA>(a, b);
+            let y = _mm256_shuffle_epi32::<0xB1>(_mm256_blend_epi32::<0xAA>(b, a));
+            _mm256_add_epi32(x, y)
+        }
+        let t01 = pairs(s0, s1);
+        let t23 = pairs(s2, s3);
+        // Each 128-bit half: [s0, s1, s2, s3] over that half's lanes.
+        let x = _mm256_blend_epi32::<0xCC>(t01, t23);
+        let y = _mm256_shuffle_epi32::<0x4E>(_mm256_blend_epi32::<0xCC>(t23, t01));
+        let h = _mm256_add_epi32(x, y);
+        _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1))
     }
 
     #[inline]
@@ -508,11 +578,15 @@ mod x86 {
             let w = _mm256_loadu_si256(q as *const __m256i);
             (_mm256_sign_epi8(w, w), w)
         } else {
-            let low = _mm_set1_epi8(0x0f);
-            let bytes = _mm_loadu_si128(q as *const __m128i);
-            let lo = _mm_and_si128(bytes, low);
-            let hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low);
-            (_mm256_set_m128i(hi, lo), _mm256_setzero_si256())
+            // The 16 bytes in both halves (a load, no shuffle), the upper half's 32-bit lanes
+            // shifted down a nibble, then masked: low nibbles in the lower half, high in the
+            // upper (the bits a lane's shift carries in from the next byte are masked off).
+            let bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(q as *const __m128i));
+            let both = _mm256_srlv_epi32(bytes, _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0));
+            (
+                _mm256_and_si256(both, _mm256_set1_epi8(0x0f)),
+                _mm256_setzero_si256(),
+            )
         }
     }
 
@@ -578,10 +652,10 @@ mod x86 {
                             dot(w[2], x.add(2 * QK)),
                             dot(w[3], x.add(3 * QK)),
                         );
-                        let scale = _mm256_mul_pd(dw, _mm256_cvtps_pd(_mm_loadu_ps(xd[k].add(b))));
+                        let scale = _mm256_mul_pd(dw, _mm256_loadu_pd(xd[k].add(b)));
                         // Multiply, then add (no fused multiply-add): each block's term is
                         // rounded as the portable and NEON kernels round it.
-                        let term = if F == Q8_0 {
+                        let t = if F == Q8_0 {
                             _mm256_mul_pd(scale, _mm256_cvtepi32_pd(s))
                         } else if F == Q4_0 {
                             let qsum = _mm_loadu_si128(xs[k].add(b) as *const __m128i);
@@ -593,7 +667,7 @@ mod x86 {
                                 _mm256_mul_pd(mins, _mm256_loadu_pd(xm[k].add(b))),
                             )
                         };
-                        acc[k] = _mm256_add_pd(acc[k], term);
+                        acc[k] = _mm256_add_pd(acc[k], t);
                     }
                     b += 4;
                 }
@@ -603,7 +677,7 @@ mod x86 {
                     for k in 0..N {
                         let v = dot(w, xq[k].add(QK * b));
                         let s = _mm_cvtsi128_si32(fold4(v, v, v, v));
-                        let scale = d[b] as f64 * *xd[k].add(b) as f64;
+                        let scale = d[b] as f64 * *xd[k].add(b);
                         total[k] += if F == Q8_0 {
                             scale * s as f64
                         } else if F == Q4_0 {
@@ -615,6 +689,36 @@ mod x86 {
                     b += 1;
                 }
                 total
+            }
+
+            /// `rows` for each of `out.len()` weight rows laid out one after another, one
+            /// activation, into `out` (as f32).
+            ///
+            /// # Safety
+            /// As `rows`, for every row.
+            #[target_feature(enable = $features)]
+            pub unsafe fn matvec<const F: u8>(
+                q: &[u8],
+                d: &[f32],
+                m: &[f32],
+                a: &Q8Activation,
+                out: &mut [f32],
+            ) {
+                let nb = a.d.len();
+                let qb = nb * if F == Q8_0 { 32 } else { 16 };
+                for (r, o) in out.iter_mut().enumerate() {
+                    let mr = if F == Q4_1 {
+                        m.get_unchecked(r * nb..)
+                    } else {
+                        m
+                    };
+                    *o = rows::<F, 1>(
+                        q.get_unchecked(r * qb..),
+                        d.get_unchecked(r * nb..(r + 1) * nb),
+                        mr,
+                        [a],
+                    )[0] as f32;
+                }
             }
 
             /// `rows` for each of `acts` into `out` (as f32), four at a time, the rest one
@@ -733,7 +837,7 @@ mod neon {
                     sum32(lo, hi, xa)
                 }
             };
-            let scale = d[b] as f64 * a.d[b] as f64;
+            let scale = d[b] as f64 * a.d[b];
             acc += match format {
                 Format::Q8_0 => scale * s as f64,
                 Format::Q4_0 => scale * (s - 8 * a.qsum[b]) as f64,
@@ -796,7 +900,7 @@ mod tests {
         assert_eq!(a.q[0], (x[0] * 127.0 / amax).round() as i8);
         assert_eq!(a.q[0], -127);
         assert_eq!(a.q[31], (x[31] * 127.0 / amax).round() as i8);
-        assert_eq!(a.d[0], to_f16(amax / 127.0));
+        assert_eq!(a.d[0], to_f16(amax / 127.0) as f64);
         assert_eq!(a.qsum[1], a.q[32..].iter().map(|q| *q as i32).sum::<i32>());
         // A zero block has a zero scale and zero quants, not NaN.
         a.quantize(&[0.0; 32]);
@@ -862,6 +966,50 @@ mod tests {
     }
 
     #[test]
+    fn a_matrix_of_rows_equals_each_row_alone() {
+        for format in [Format::Q4_0, Format::Q4_1, Format::Q8_0] {
+            for nb in [1usize, 3, 4, 5, 18] {
+                let rows = 3;
+                let qb = format.quant_bytes();
+                let q = noise(rows * nb * qb, 7 + nb as u32);
+                let d: Vec<f32> = (0..rows * nb).map(|b| 0.01 + b as f32 * 1e-3).collect();
+                let m: Vec<f32> = (0..rows * nb).map(|b| -0.3 + b as f32 * 1e-2).collect();
+                let m = if format == Format::Q4_1 {
+                    m
+                } else {
+                    Vec::new()
+                };
+                let x: Vec<f32> = (0..nb * QK)
+                    .map(|i| ((i * 29 % 31) as f32 - 15.0) / 4.0)
+                    .collect();
+                let mut a = Q8Activation::default();
+                a.quantize(&x);
+                let mut out = vec![0f32; rows];
+                super::rows(format, &q, &d, &m, &a, &mut out);
+                for (r, o) in out.iter().enumerate() {
+                    let mr = if m.is_empty() {
+                        &m[..]
+                    } else {
+                        &m[r * nb..(r + 1) * nb]
+                    };
+                    let one = row(
+                        format,
+                        &q[r * nb * qb..(r + 1) * nb * qb],
+                        &d[r * nb..(r + 1) * nb],
+                        mr,
+                        &a,
+                    );
+                    assert_eq!(
+                        o.to_bits(),
+                        (one as f32).to_bits(),
+                        "{format:?} {nb} blocks, row {r}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn kernels_equal_the_exact_block_sums() {
         for format in [Format::Q4_0, Format::Q4_1, Format::Q8_0] {
             for nb in [1usize, 3, 4, 5, 8, 18, 48] {
@@ -895,7 +1043,7 @@ mod tests {
                         };
                         s += w * a.q[b * QK + j] as i64;
                     }
-                    exact += d[b] as f64 * a.d[b] as f64 * s as f64;
+                    exact += d[b] as f64 * a.d[b] * s as f64;
                     if format == Format::Q4_1 {
                         exact += m[b] as f64 * a.dsum[b];
                     }
