@@ -452,15 +452,7 @@ impl Matrix {
                 let a = &a;
                 threads.rows(self.rows * self.cols, y, |first, ys| {
                     let rows = first..first + ys.len();
-                    let mins = if min.is_empty() {
-                        &[][..]
-                    } else {
-                        &min[rows.start * nb..rows.end * nb]
-                    };
-                    let (qs, sc) = (
-                        &q[rows.start * nb * qb..rows.end * nb * qb],
-                        &scale[rows.start * nb..rows.end * nb],
-                    );
+                    let (qs, sc, mins) = block_rows(q, scale, min, rows, nb * qb, nb);
                     qdot::rows(*format, qs, sc, mins, a, ys);
                 })
             }
@@ -509,7 +501,7 @@ impl Matrix {
             for t0 in (0..n).step_by(TILE) {
                 let t1 = (t0 + TILE).min(n);
                 for r in range.clone() {
-                    let (qs, sc, mins) = block_row(q, scale, min, r, nb * qb, nb);
+                    let (qs, sc, mins) = block_rows(q, scale, min, r..r + 1, nb * qb, nb);
                     let out = &mut tile[..t1 - t0];
                     qdot::row_many(*format, qs, sc, mins, &acts[t0..t1], out);
                     for (k, v) in out.iter().enumerate() {
@@ -523,26 +515,23 @@ impl Matrix {
     }
 }
 
-/// Row `r` of a block matrix: its quants (`qbytes` per row), scales and, for Q4_1, minimums
-/// (`nb` blocks per row; other formats have none).
-fn block_row<'a>(
+/// Rows `rows` of a block matrix: their quants (`qbytes` per row), scales and, for Q4_1,
+/// minimums (`nb` blocks per row; other formats have none).
+fn block_rows<'a>(
     q: &'a [u8],
     scale: &'a [f32],
     min: &'a [f32],
-    r: usize,
+    rows: std::ops::Range<usize>,
     qbytes: usize,
     nb: usize,
 ) -> (&'a [u8], &'a [f32], &'a [f32]) {
+    let (r0, r1) = (rows.start, rows.end);
     let mins = if min.is_empty() {
         &[][..]
     } else {
-        &min[r * nb..(r + 1) * nb]
+        &min[r0 * nb..r1 * nb]
     };
-    (
-        &q[r * qbytes..(r + 1) * qbytes],
-        &scale[r * nb..(r + 1) * nb],
-        mins,
-    )
+    (&q[r0 * qbytes..r1 * qbytes], &scale[r0 * nb..r1 * nb], mins)
 }
 
 /// The threads one rank multiplies with. A product's rows are dealt out in chunks and each
