@@ -297,6 +297,34 @@ fn check_lengths<'a>(
     );
 }
 
+/// `$f` of kernel `$k`'s x86 module at format `$format` (its first generic argument, any
+/// further ones after it), called with `$args`: `Some` of its result, `None` for a kernel
+/// that is not an x86 one. The callers check that the CPU has the kernel and that every
+/// length matches the block count.
+#[cfg(target_arch = "x86_64")]
+macro_rules! on_x86 {
+    ($k:expr, $format:expr, $f:ident [$($n:tt)*] ($($args:expr),*)) => {{
+        macro_rules! by_format {
+            ($module:ident) => {
+                // SAFETY: see above: the kernel is one this CPU has, the lengths are checked.
+                unsafe {
+                    match $format {
+                        Format::Q8_0 => x86::$module::$f::<{ x86::Q8_0 } $($n)*>($($args),*),
+                        Format::Q4_0 => x86::$module::$f::<{ x86::Q4_0 } $($n)*>($($args),*),
+                        Format::Q4_1 => x86::$module::$f::<{ x86::Q4_1 } $($n)*>($($args),*),
+                    }
+                }
+            };
+        }
+        match $k {
+            Kernel::Avx512Vnni => Some(by_format!(avx512vnni)),
+            Kernel::AvxVnni => Some(by_format!(avxvnni)),
+            Kernel::Avx2 => Some(by_format!(avx2)),
+            _ => None,
+        }
+    }};
+}
+
 /// One weight row (its blocks' quants, scales and, for Q4_1, minimums) times `a`, whose
 /// blocks line up with the row's, on the chosen kernel.
 pub fn row(format: Format, q: &[u8], d: &[f32], m: &[f32], a: &Q8Activation) -> f64 {
@@ -311,25 +339,8 @@ pub fn rows(format: Format, q: &[u8], d: &[f32], m: &[f32], a: &Q8Activation, ou
     check_lengths(format, q, d, m, out.len(), [a]);
     let k = Kernel::chosen();
     #[cfg(target_arch = "x86_64")]
-    {
-        macro_rules! matvec {
-            ($module:ident) => {
-                // SAFETY: the chosen kernel is one this CPU has; the lengths are checked.
-                unsafe {
-                    match format {
-                        Format::Q8_0 => x86::$module::matvec::<{ x86::Q8_0 }>(q, d, m, a, out),
-                        Format::Q4_0 => x86::$module::matvec::<{ x86::Q4_0 }>(q, d, m, a, out),
-                        Format::Q4_1 => x86::$module::matvec::<{ x86::Q4_1 }>(q, d, m, a, out),
-                    }
-                }
-            };
-        }
-        match k {
-            Kernel::Avx512Vnni => return matvec!(avx512vnni),
-            Kernel::AvxVnni => return matvec!(avxvnni),
-            Kernel::Avx2 => return matvec!(avx2),
-            _ => {}
-        }
+    if on_x86!(k, format, matvec[](q, d, m, a, &mut *out)).is_some() {
+        return;
     }
     let nb = a.blocks();
     let qb = nb * format.quant_bytes();
@@ -350,32 +361,6 @@ pub fn rows(format: Format, q: &[u8], d: &[f32], m: &[f32], a: &Q8Activation, ou
     }
 }
 
-/// The x86 kernel `k` at format `format` and N activations.
-#[cfg(target_arch = "x86_64")]
-macro_rules! x86_rows {
-    ($k:expr, $format:expr, $n:literal, $q:expr, $d:expr, $m:expr, $a:expr) => {{
-        macro_rules! by_format {
-            ($module:ident) => {
-                // SAFETY: the callers checked that the CPU has the kernel's features and that
-                // every length matches the block count.
-                unsafe {
-                    match $format {
-                        Format::Q8_0 => x86::$module::rows::<{ x86::Q8_0 }, $n>($q, $d, $m, $a),
-                        Format::Q4_0 => x86::$module::rows::<{ x86::Q4_0 }, $n>($q, $d, $m, $a),
-                        Format::Q4_1 => x86::$module::rows::<{ x86::Q4_1 }, $n>($q, $d, $m, $a),
-                    }
-                }
-            };
-        }
-        match $k {
-            Kernel::Avx512Vnni => Some(by_format!(avx512vnni)),
-            Kernel::AvxVnni => Some(by_format!(avxvnni)),
-            Kernel::Avx2 => Some(by_format!(avx2)),
-            _ => None,
-        }
-    }};
-}
-
 /// One weight row times each of `acts` (a tile of a prompt's tokens), into `out` as f32:
 /// each value bit for bit what [`row`] gives for that activation, four tokens at a time
 /// where the kernel has a four-token form, the kernel chosen once for the tile.
@@ -391,25 +376,8 @@ pub fn row_many(
     check_lengths(format, q, d, m, 1, acts);
     let k = Kernel::chosen();
     #[cfg(target_arch = "x86_64")]
-    {
-        macro_rules! tile {
-            ($module:ident) => {
-                // SAFETY: the chosen kernel is one this CPU has; the lengths are checked.
-                unsafe {
-                    match format {
-                        Format::Q8_0 => x86::$module::tile::<{ x86::Q8_0 }>(q, d, m, acts, out),
-                        Format::Q4_0 => x86::$module::tile::<{ x86::Q4_0 }>(q, d, m, acts, out),
-                        Format::Q4_1 => x86::$module::tile::<{ x86::Q4_1 }>(q, d, m, acts, out),
-                    }
-                }
-            };
-        }
-        match k {
-            Kernel::Avx512Vnni => return tile!(avx512vnni),
-            Kernel::AvxVnni => return tile!(avxvnni),
-            Kernel::Avx2 => return tile!(avx2),
-            _ => {}
-        }
+    if on_x86!(k, format, tile[](q, d, m, acts, &mut *out)).is_some() {
+        return;
     }
     for (a, o) in acts.iter().zip(out) {
         *o = row_with(k, format, q, d, m, a) as f32;
@@ -430,7 +398,7 @@ pub fn row_with(
         return portable::row(format, q, d, m, a);
     }
     #[cfg(target_arch = "x86_64")]
-    if let Some([v]) = x86_rows!(k, format, 1, q, d, m, [a]) {
+    if let Some([v]) = on_x86!(k, format, rows[, 1](q, d, m, [a])) {
         return v;
     }
     #[cfg(target_arch = "aarch64")]
@@ -456,7 +424,7 @@ pub fn row4_with(
     check_lengths(format, q, d, m, 1, a);
     #[cfg(target_arch = "x86_64")]
     if k.available() {
-        if let Some(v) = x86_rows!(k, format, 4, q, d, m, a) {
+        if let Some(v) = on_x86!(k, format, rows[, 4](q, d, m, a)) {
             return v;
         }
     }
