@@ -61,18 +61,20 @@ trap 'rm -rf "$tmp"' EXIT
 root_flag=()
 [ "$(id -u)" = 0 ] && root_flag=(--allow-run-as-root)
 
-echo "# machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $(mpirun --version | head -1)"
+cores=$(getconf _NPROCESSORS_ONLN)   # nproc is Linux-only
+echo "# machine: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p'), $cores cores; $(mpirun --version | head -1)"
 echo "# sizes: $sizes; iters $small_iters up to 64 KiB, $iters above; rounds $rounds; f32 sum"
 
 # One round of both tools at one rank count and network, for one group of sizes.
 run_group() { # n net round tag sizes iters warmup
   local n=$1 net=$2 round=$3 tag=$4 group=$5 it=$6 warm=$7 btl list bind=()
   [ -n "$group" ] || return 0
-  [ "$n" -gt "$(nproc)" ] && bind=(--bind-to core:overload-allowed)
+  [ "$n" -gt "$cores" ] && bind=(--bind-to core:overload-allowed)
   if [ "$net" = tcp ]; then btl=(--mca btl tcp,self --mca btl_tcp_if_include lo); else btl=(--mca btl vader,self); fi
   for op in allreduce allgather bcast; do
+    # ${a[@]+"${a[@]}"}: an empty array under set -u (macOS's bash 3.2 calls it unbound).
     # shellcheck disable=SC2086
-    mpirun "${root_flag[@]}" --oversubscribe "${bind[@]}" -np "$n" --mca pml ob1 "${btl[@]}" \
+    mpirun ${root_flag[@]+"${root_flag[@]}"} --oversubscribe ${bind[@]+"${bind[@]}"} -np "$n" --mca pml ob1 "${btl[@]}" \
       --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_barrier_algorithm 4 \
       "$peer" "$op" "$it" "$warm" $group >>"$tmp/ompi-$n-$net-$round.txt"
   done
