@@ -22,7 +22,7 @@
 use crate::grid::{numroc, owner, Grid};
 use crate::input::{Algorithm, Broadcast};
 use crate::kernels;
-use crate::matrix::{self, LocalMatrix};
+use crate::matrix::{self, Layout, LocalMatrix};
 use crate::panel::{Panel, PanelColumns};
 use crate::swap;
 use crate::swap_solve::{self, PackedL, Solver};
@@ -30,6 +30,7 @@ use anyhow::Result;
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::ops::Range;
+use std::sync::Mutex;
 use std::time::Instant;
 use tbbench_runners::comm::{f64_bytes, f64_bytes_mut, Comm, Group};
 
@@ -125,6 +126,8 @@ pub(crate) mod schedule {
     pub enum Event {
         /// The panel starting at this global column was factored here.
         Factor(usize),
+        /// The same, on a thread of its own beside the update of the rest (one rank).
+        FactorBeside(usize),
         /// The panel starting here updated the trailing columns right of the panels factored
         /// so far.
         Update(usize),
@@ -147,21 +150,19 @@ pub(crate) mod schedule {
 #[cfg(test)]
 use schedule::{log as log_event, Event};
 
-/// Factors the panel at `f.j0` on the process column that owns it, and packs it for the row
-/// broadcast.
-fn factor_panel(
-    m: &mut LocalMatrix,
+/// Factors panel `f`, held in `cols` (its own columns of the share), on the process column
+/// that owns it.
+fn factor_columns(
+    lay: &Layout,
+    cols: PanelColumns,
     comm: &mut Comm,
     column: &[usize],
     f: &mut Factored,
     algo: &Algorithm,
 ) -> Result<()> {
-    let lda = m.lda;
-    #[cfg(test)]
-    log_event(Event::Factor(f.j0));
     Panel {
-        lay: &m.layout,
-        cols: PanelColumns::of(&mut m.a, lda, f.c0, f.jb),
+        lay,
+        cols,
         comm,
         column,
         j0: f.j0,
@@ -174,7 +175,23 @@ fn factor_panel(
         trace: None,
         next_max: None,
     }
-    .factor()?;
+    .factor()
+}
+
+/// Factors the panel at `f.j0` on the process column that owns it, and packs it for the row
+/// broadcast.
+fn factor_panel(
+    m: &mut LocalMatrix,
+    comm: &mut Comm,
+    column: &[usize],
+    f: &mut Factored,
+    algo: &Algorithm,
+) -> Result<()> {
+    let lda = m.lda;
+    #[cfg(test)]
+    log_event(Event::Factor(f.j0));
+    let cols = PanelColumns::of(&mut m.a, lda, f.c0, f.jb);
+    factor_columns(&m.layout, cols, comm, column, f, algo)?;
     if !f.in_place() {
         let (rows, jb) = (f.rows, f.jb);
         for k in 0..jb {
@@ -435,6 +452,211 @@ fn catch_up<'f>(
     Ok(())
 }
 
+/// The threads a step may split over: the rank's kernel threads (a test sets its own).
+fn step_threads() -> usize {
+    #[cfg(test)]
+    if let Some(t) = TEST_THREADS.with(|c| c.get()) {
+        return t;
+    }
+    kernels::threads()
+}
+
+#[cfg(test)]
+thread_local! {
+    /// A test's thread count for the ranks it runs as threads (the process's is shared).
+    pub(crate) static TEST_THREADS: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// DEPTH 1 on a single rank with several threads. A rank alone has no broadcast to hide, but
+/// its panels are a serial stretch (tall, narrow, with a pivot search per column) that leaves
+/// all but one core idle: 4% of a 1-rank N=10000 NB=128 run on 2 cores, another 6% in the
+/// swaps and U12 solve, memory-bound. So each step brings the next panel's columns up to date
+/// with every thread, then factors that panel on one thread while the others take the rest of
+/// the trailing columns in chunks (swaps, U12 and product per chunk, one BLAS thread each);
+/// the panel's thread joins them when it is done. The panels' time is inside `update`.
+#[allow(clippy::too_many_arguments)]
+fn factor_one_rank(
+    m: &mut LocalMatrix,
+    comm: &mut Comm,
+    column: &[usize],
+    algo: &Algorithm,
+    mut cur: Factored,
+    threads: usize,
+    t: &mut Timings,
+    clock: &mut Instant,
+    mut on_panel: impl FnMut(usize),
+) -> Result<()> {
+    // Chosen here: the solver may be a test's choice, local to this thread.
+    let solver = swap_solve::solver();
+    let (mut spare, mut u12_buf) = (Vec::new(), Vec::new());
+    loop {
+        let end = cur.j0 + cur.jb;
+        let (ct, nq) = (m.cols_before(end), m.nq);
+        let next_cols = if end < m.n {
+            m.cols_before(end + m.nb.min(m.n - end))
+        } else {
+            nq
+        };
+        let u12 = swap_and_solve_u12(
+            m,
+            comm,
+            column,
+            &cur,
+            ct..next_cols,
+            algo,
+            &mut u12_buf,
+            t,
+            clock,
+        )?;
+        update_trailing(m, &cur, ct..next_cols, u12);
+        t.update += lap(clock);
+        if end >= m.n {
+            #[cfg(test)]
+            log_event(Event::Update(cur.j0));
+            on_panel(end);
+            return Ok(());
+        }
+        let mut next = Factored::new(m, end, &mut spare);
+        #[cfg(test)]
+        {
+            log_event(Event::FactorBeside(end));
+            log_event(Event::Update(cur.j0));
+        }
+        factor_beside_update(
+            m,
+            comm,
+            column,
+            algo,
+            &cur,
+            &mut next,
+            next_cols..nq,
+            solver,
+            threads,
+        )?;
+        t.update += lap(clock);
+        on_panel(end);
+        cur = next;
+    }
+}
+
+/// Panel `next` factored on one thread while `threads` − 1 others (and then that one) apply
+/// panel `cur` to local columns `cols` (one rank: everything local, `next`'s columns already
+/// up to date with `cur`).
+#[allow(clippy::too_many_arguments)]
+fn factor_beside_update(
+    m: &mut LocalMatrix,
+    comm: &mut Comm,
+    column: &[usize],
+    algo: &Algorithm,
+    cur: &Factored,
+    next: &mut Factored,
+    cols: Range<usize>,
+    solver: Solver,
+    threads: usize,
+) -> Result<()> {
+    let (lay, lda) = (m.layout, m.lda);
+    let packed_l11 = (solver == Solver::Tiles).then(|| l11_packed(m, cur));
+    let (left, right) = m.a.split_at_mut(cols.start * lda);
+    let (left, panel) = left.split_at_mut(next.c0 * lda);
+    let update = LocalUpdate {
+        l: &left[cur.c0 * lda..],
+        lda,
+        mp: lay.mp,
+        r0: cur.r0,
+        jb: cur.jb,
+        ipiv: &cur.ipiv,
+        pivots: cur.ipiv.iter().map(|&g| g as usize).collect(),
+        packed_l11,
+    };
+    let pool = Mutex::new(right);
+    // One BLAS thread per caller while the threads share the columns out themselves.
+    kernels::set_blas_threads(1);
+    let factored = std::thread::scope(|s| {
+        let helpers: Vec<_> = (2..threads)
+            .map(|_| s.spawn(|| update.take_chunks(&pool, threads)))
+            .collect();
+        let panel_thread = s.spawn(|| {
+            let cols = PanelColumns::of(panel, lda, 0, next.jb);
+            let factored = factor_columns(&lay, cols, comm, column, next, algo);
+            update.take_chunks(&pool, threads);
+            factored
+        });
+        update.take_chunks(&pool, threads);
+        for h in helpers {
+            if let Err(panic) = h.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+        panel_thread.join()
+    });
+    kernels::set_blas_threads(kernels::threads());
+    match factored {
+        Ok(r) => r,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
+/// One panel's swaps, U12 solve and trailing product over any columns of a single rank's
+/// share, as the threads of `factor_beside_update` apply it chunk by chunk.
+struct LocalUpdate<'a> {
+    /// The share from the panel's first column on (L11 at row `r0`, L21 below it).
+    l: &'a [f64],
+    lda: usize,
+    mp: usize,
+    r0: usize,
+    jb: usize,
+    ipiv: &'a [u64],
+    pivots: Vec<usize>,
+    /// L11 packed for the tile solver (None: dlaswp and dtrsm).
+    packed_l11: Option<PackedL>,
+}
+
+impl LocalUpdate<'_> {
+    /// Takes chunks of columns off the front of `pool` until none are left. The chunks shrink
+    /// as the pool does (a share of what is left per thread, 64 to 512 columns), so the
+    /// threads finish within a small chunk of each other and each product stays wide enough
+    /// for the BLAS to run at its rate.
+    fn take_chunks(&self, pool: &Mutex<&mut [f64]>, threads: usize) {
+        loop {
+            let chunk = {
+                let mut rest = pool.lock().unwrap_or_else(|e| e.into_inner());
+                let left = rest.len() / self.lda;
+                if left == 0 {
+                    return;
+                }
+                let take = (left / (2 * threads)).clamp(64, 512).min(left);
+                let (chunk, tail) = std::mem::take(&mut *rest).split_at_mut(take * self.lda);
+                *rest = tail;
+                chunk
+            };
+            self.apply(chunk);
+        }
+    }
+
+    /// The update of the whole columns in `a`.
+    fn apply(&self, a: &mut [f64]) {
+        let (lda, r0, jb) = (self.lda, self.r0, self.jb);
+        let width = a.len() / lda;
+        match &self.packed_l11 {
+            Some(l11) => swap_solve::swap_and_solve(a, lda, 0..width, r0, &self.pivots, l11, 1),
+            None => {
+                swap::local(a, lda, self.mp, width, r0, self.ipiv);
+                kernels::trsm_unit_lower(jb, width, &self.l[r0..], lda, &mut a[r0..], lda);
+            }
+        }
+        let below = r0 + jb;
+        kernels::gemm_minus_below(
+            self.mp.saturating_sub(below),
+            width,
+            jb,
+            &self.l[below.min(self.l.len())..],
+            lda,
+            &mut a[r0..],
+            lda,
+        );
+    }
+}
+
 /// Factors [A | b] in place; on return this rank's share holds its part of U and of the
 /// transformed b, with `algo`'s variants (any lookahead DEPTH). `on_panel(columns done)`
 /// runs on every rank after each panel.
@@ -470,6 +692,12 @@ pub fn factor(
     broadcast_panel(comm, &my_row, root_in_row(0), bcast, &mut cur)?;
     t.broadcast += lap(&mut clock);
 
+    let threads = step_threads();
+    if depth == 1 && grid.p == 1 && grid.q == 1 && threads > 1 {
+        return factor_one_rank(
+            m, comm, &my_column, algo, cur, threads, t, &mut clock, on_panel,
+        );
+    }
     if depth == 0 {
         loop {
             let next_j0 = cur.j0 + cur.jb;

@@ -166,10 +166,12 @@ impl Variant {
     }
 
     /// The lookahead `--n` runs use: DEPTH 1 where there is a panel broadcast for it to hide
-    /// (more than one process column; measured faster on 1x2). With one process column it
-    /// could only reorder the update, so it stays off.
+    /// (more than one process column; measured faster on 1x2), and on one rank, where the
+    /// panel is factored on one of the rank's threads while the others update (`factor`;
+    /// with one thread it only reorders the update). With several process rows in one
+    /// column it could only reorder the update, so it stays off.
     pub fn default_depth(grid: &Grid) -> usize {
-        usize::from(grid.q > 1)
+        usize::from(grid.q > 1 || grid.p == 1)
     }
 
     /// HPL's T/V code: W, the process map, depth, broadcast, RFACT, NDIV, PFACT, NBMIN.
@@ -504,7 +506,7 @@ mod tests {
     }
 
     #[test]
-    fn plain_runs_look_ahead_only_with_a_broadcast_to_hide() {
+    fn plain_runs_look_ahead_with_a_broadcast_or_a_panel_to_hide() {
         let grid = |p, q| Grid {
             p,
             q,
@@ -512,7 +514,7 @@ mod tests {
         };
         assert_eq!(Variant::plain(8000, 192, grid(1, 2)).code(), "WR10R2R4");
         assert_eq!(Variant::plain(8000, 192, grid(2, 2)).algo.depth, 1);
-        assert_eq!(Variant::plain(8000, 192, grid(1, 1)).code(), "WR00R2R4");
+        assert_eq!(Variant::plain(8000, 192, grid(1, 1)).code(), "WR10R2R4");
         assert_eq!(Variant::plain(8000, 192, grid(4, 1)).algo.depth, 0);
     }
 

@@ -92,14 +92,20 @@ pub fn threads() -> usize {
     THREADS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Threads the BLAS, and tbbench's own threaded kernels, may use in this rank (OpenBLAS would
-/// otherwise take every core, and ranks sharing a host would fight over them).
-pub fn set_threads(n: usize) {
-    THREADS.store(n.max(1), std::sync::atomic::Ordering::Relaxed);
+/// Threads the BLAS may use for each call from now on, leaving `threads()` as it is: for a
+/// stretch where the rank's threads each call the BLAS themselves.
+pub fn set_blas_threads(n: usize) {
     if let Some(f) = blas().and_then(|b| b.set_threads) {
         // SAFETY: openblas_set_num_threads takes a plain int.
         unsafe { f(n.max(1) as c_int) };
     }
+}
+
+/// Threads the BLAS, and tbbench's own threaded kernels, may use in this rank (OpenBLAS would
+/// otherwise take every core, and ranks sharing a host would fight over them).
+pub fn set_threads(n: usize) {
+    THREADS.store(n.max(1), std::sync::atomic::Ordering::Relaxed);
+    set_blas_threads(n);
 }
 
 fn load() -> Option<Blas> {

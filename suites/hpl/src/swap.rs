@@ -70,6 +70,22 @@ pub(crate) fn moves(j0: usize, ipiv: &[u64]) -> Vec<Move> {
         .collect()
 }
 
+/// With one process row, where every row is here: the pivots (`ipiv`, for rows from `j0`)
+/// applied to the first `width` columns of `a` (leading dimension `lda`, `mp` rows) one
+/// column at a time, as LAPACK's dlaswp does, so each column stays in cache instead of
+/// striding across rows.
+pub(crate) fn local(a: &mut [f64], lda: usize, mp: usize, width: usize, j0: usize, ipiv: &[u64]) {
+    if width == 0 || kernels::laswp(width, a, lda, j0, ipiv) {
+        return;
+    }
+    for c in 0..width {
+        let col = &mut a[c * lda..c * lda + mp];
+        for (jj, &g) in ipiv.iter().enumerate() {
+            col.swap(j0 + jj, g as usize);
+        }
+    }
+}
+
 /// Applies the panel's pivots (`ipiv`, for rows from `j0`) to local columns `cols` of every
 /// rank in this process column (`column`, indexed by process row), with `swap`'s algorithm.
 pub(crate) fn apply_pivots(
@@ -85,18 +101,8 @@ pub(crate) fn apply_pivots(
         return Ok(());
     }
     if m.grid.p == 1 {
-        // Every row is here: apply the pivots one column at a time (as LAPACK's dlaswp does),
-        // so each column stays in cache instead of striding across rows.
         let (lda, mp) = (m.lda, m.mp);
-        let (c0, width) = (cols.start, cols.len());
-        if !kernels::laswp(width, &mut m.a[c0 * lda..], lda, j0, ipiv) {
-            for c in cols {
-                let col = &mut m.a[c * lda..c * lda + mp];
-                for (jj, &g) in ipiv.iter().enumerate() {
-                    col.swap(j0 + jj, g as usize);
-                }
-            }
-        }
+        local(&mut m.a[cols.start * lda..], lda, mp, cols.len(), j0, ipiv);
         return Ok(());
     }
     let moved = moves(j0, ipiv);

@@ -69,6 +69,19 @@ fn run_ranks_solving_u12_by(
     o: Opts,
     u12: Option<Solver>,
 ) -> Vec<(Vec<f64>, Vec<Event>)> {
+    run_ranks_with(n, nb, grid, o, u12, None)
+}
+
+/// As `run_ranks_solving_u12_by`, every rank with `threads` threads for its steps (None: the
+/// process's count, 1 in the tests).
+fn run_ranks_with(
+    n: usize,
+    nb: usize,
+    grid: Grid,
+    o: Opts,
+    u12: Option<Solver>,
+    threads: Option<usize>,
+) -> Vec<(Vec<f64>, Vec<Event>)> {
     let ranks = grid.size();
     let token = fresh_token();
     create_segment(&token, ranks).unwrap();
@@ -85,6 +98,7 @@ fn run_ranks_solving_u12_by(
                     .unwrap();
                 let mut comm = Comm::new(Box::new(t));
                 swap_solve::TEST_CHOICE.with(|f| f.set(u12));
+                crate::factor::TEST_THREADS.with(|f| f.set(threads));
                 let mut m = LocalMatrix::generate(n, nb, grid, rank, HPL_SEED);
                 let mut times = Timings::default();
                 schedule::take();
@@ -169,6 +183,43 @@ fn both_u12_solvers_reach_the_reference_x_on_every_grid() {
     }
 }
 
+/// One rank with several threads and DEPTH 1 factors each panel beside the update of the
+/// rest of the trailing matrix, which its threads share out in chunks: with both U12
+/// solvers, panels a multiple of the tiles' 8 rows and not, a narrow last panel, a single
+/// panel, and trailing matrices of one chunk and of several (n 500: chunks of 64 to 117
+/// columns), it reaches the reference x and one thread's x, in DEPTH 1's order.
+#[test]
+fn one_rank_factors_each_panel_beside_the_update_on_several_threads() {
+    for (n, nb) in [(35, 64), (150, 13), (300, 16), (500, 16)] {
+        let want = reference::solve(n, reference::augmented(n, HPL_SEED));
+        let panels: Vec<usize> = (0..n.div_ceil(nb)).map(|k| k * nb).collect();
+        let mut order = vec![Event::Factor(0)];
+        for (j, &pj) in panels.iter().enumerate() {
+            if let Some(&next) = panels.get(j + 1) {
+                order.push(Event::FactorBeside(next));
+            }
+            order.push(Event::Update(pj));
+        }
+        let o = Opts {
+            depth: 1,
+            ..DEFAULT
+        };
+        for u12 in [Solver::Tiles, Solver::Blas] {
+            let one = run_ranks_with(n, nb, grid(1, 1), o, Some(u12), None);
+            for threads in [2, 3] {
+                let (x, events) =
+                    run_ranks_with(n, nb, grid(1, 1), o, Some(u12), Some(threads)).remove(0);
+                let case = format!("n {n} nb {nb} {u12:?} {threads} threads");
+                assert_eq!(events, order, "{case}");
+                let worst = worst_error(std::slice::from_ref(&x), &want);
+                assert!(worst < 1e-11, "{case}: x off the reference by {worst}");
+                let apart = worst_error(std::slice::from_ref(&x), &one[0].0);
+                assert!(apart < 1e-12, "{case}: x off one thread's by {apart}");
+            }
+        }
+    }
+}
+
 #[test]
 fn every_lookahead_depth_gives_the_same_x_as_none_on_larger_systems() {
     // Several panels per process column, a last panel narrower than NB (300 = 18·16 + 12),
@@ -240,7 +291,7 @@ fn lookahead_keeps_exactly_depth_panels_factored_ahead_of_the_update() {
                     .iter()
                     .copied()
                     .filter(|e| match e {
-                        Event::Factor(j0) => owner(*j0, nb, q) == mycol,
+                        Event::Factor(j0) | Event::FactorBeside(j0) => owner(*j0, nb, q) == mycol,
                         Event::Update(_) => true,
                     })
                     .collect();

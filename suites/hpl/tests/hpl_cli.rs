@@ -33,10 +33,11 @@ fn run_dat(
 #[test]
 fn small_solves_pass_on_one_two_and_four_ranks() {
     let dir = tmpdir("hpl-small");
-    // Lookahead by default wherever there is a panel broadcast to hide behind it; --depth
-    // sets it.
+    // Lookahead by default wherever there is a panel broadcast or (one rank) a panel
+    // factorization to hide behind it; --depth sets it.
     for (nodes, extra, code) in [
-        ("1", vec![], "WR00R2R4"),
+        ("1", vec![], "WR10R2R4"),
+        ("1", vec!["--depth", "0"], "WR00R2R4"),
         ("2", vec!["--nb", "16"], "WR10R2R4"),
         ("2", vec!["--nb", "16", "--depth", "3"], "WR30R2R4"),
         (
