@@ -29,6 +29,12 @@ fn rows(c: &mut Criterion) {
             let q = bytes(nrows * nb * format.quant_bytes(), 7);
             let d = vec![0.01f32; nrows * nb];
             let m = vec![-0.1f32; nrows * nb];
+            // What a matrix holds: minimums for Q4_1 only.
+            let m_held = if format == Format::Q4_1 {
+                m.clone()
+            } else {
+                Vec::new()
+            };
             let acts: Vec<Q8Activation> = (0..4)
                 .map(|t| {
                     let x: Vec<f32> = (0..ncols)
@@ -60,6 +66,22 @@ fn rows(c: &mut Criterion) {
                 |bench, _| {
                     bench.iter(|| {
                         qdot::rows(format, &q, &d, &m, &acts[0], &mut out);
+                        out[0]
+                    })
+                },
+            );
+            // The same rows interleaved in groups of eight (qdot::group), as a decode step
+            // reads them where the chosen kernel has the grouped product.
+            let (gq, gd, gm) = qdot::group(format, &q, &d, &m_held, nrows);
+            g.bench_with_input(
+                BenchmarkId::new(
+                    format!("groups-{}", Kernel::chosen().name()),
+                    format!("{nrows}x{ncols}"),
+                ),
+                &(),
+                |bench, _| {
+                    bench.iter(|| {
+                        qdot::rows_grouped(format, &gq, &gd, &gm, &acts[0], &mut out);
                         out[0]
                     })
                 },

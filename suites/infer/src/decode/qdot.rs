@@ -15,7 +15,10 @@
 //!
 //! x86-64: AVX-512 VNNI (with VL) or AVX-VNNI where the CPU has them (one `vpdpbusd` per
 //! block), else AVX2 (`maddubs` + `madd`), four blocks' sums at a time into f64 lanes; four
-//! tokens of a prompt share each weight block's load and unpacking. aarch64 (Apple silicon):
+//! tokens of a prompt share each weight block's load and unpacking. A decode step's matrix
+//! is read in groups of eight interleaved rows ([`group`], [`rows_grouped`]): one broadcast
+//! of four activation bytes feeds eight rows' products, and each row's terms are summed in
+//! the same lanes and order as the row alone, so the bits do not change. aarch64 (Apple silicon):
 //! NEON widening products. Elsewhere a portable loop. The kernel is chosen at run time per
 //! CPU ([`Kernel::chosen`]; `TBBENCH_QDOT` names another, to compare like with like) and the
 //! result file records it. All give bit-identical block terms (multiply, then add: no fused
@@ -384,6 +387,157 @@ pub fn row_many(
     }
 }
 
+/// Rows per group in the interleaved layout ([`group`]).
+pub const GROUP: usize = 8;
+
+/// Whether the chosen kernel has a product over interleaved rows ([`rows_grouped`]): the x86
+/// ones. Elsewhere a matrix keeps its rows one after another.
+pub fn groups_pay() -> bool {
+    matches!(
+        Kernel::chosen(),
+        Kernel::Avx2 | Kernel::AvxVnni | Kernel::Avx512Vnni
+    )
+}
+
+/// `rows` weight rows of `nb` blocks (laid out one after another: quants, scales and, for
+/// Q4_1, minimums) rearranged so that every [`GROUP`] rows share their blocks: group g's
+/// block b holds, for each 4 bytes of quants, those 4 bytes of each of its 8 rows in turn,
+/// then (in the scales and minimums) the 8 rows' values. The x86 kernels then multiply 8
+/// rows with one broadcast of 4 activation bytes. Rows past the last whole group stay as
+/// they were, after the groups. Same size as before.
+pub fn group(
+    format: Format,
+    q: &[u8],
+    d: &[f32],
+    m: &[f32],
+    rows: usize,
+) -> (Vec<u8>, Vec<f32>, Vec<f32>) {
+    check_lengths(format, q, d, m, rows, []);
+    let nb = d.len() / rows.max(1);
+    let qb = format.quant_bytes();
+    let grouped = rows / GROUP * GROUP;
+    let (mut gq, mut gd, mut gm) = (
+        Vec::with_capacity(q.len()),
+        Vec::with_capacity(d.len()),
+        Vec::with_capacity(m.len()),
+    );
+    for g0 in (0..grouped).step_by(GROUP) {
+        for b in 0..nb {
+            for k in (0..qb).step_by(4) {
+                for r in g0..g0 + GROUP {
+                    let at = (r * nb + b) * qb + k;
+                    gq.extend_from_slice(&q[at..at + 4]);
+                }
+            }
+            gd.extend((g0..g0 + GROUP).map(|r| d[r * nb + b]));
+            if format == Format::Q4_1 {
+                gm.extend((g0..g0 + GROUP).map(|r| m[r * nb + b]));
+            }
+        }
+    }
+    gq.extend_from_slice(&q[grouped * nb * qb..]);
+    gd.extend_from_slice(&d[grouped * nb..]);
+    if format == Format::Q4_1 {
+        gm.extend_from_slice(&m[grouped * nb..]);
+    }
+    (gq, gd, gm)
+}
+
+/// One group of [`group`]'s layout (its quants, scales and, for Q4_1, minimums) put back
+/// into rows one after another, into the `out` buffers (resized to fit): for products that
+/// take one row at a time (a prompt's tiles).
+pub fn ungroup(
+    format: Format,
+    q: &[u8],
+    d: &[f32],
+    m: &[f32],
+    out: (&mut Vec<u8>, &mut Vec<f32>, &mut Vec<f32>),
+) {
+    let nb = d.len() / GROUP;
+    let qb = format.quant_bytes();
+    let (oq, od, om) = out;
+    oq.resize(q.len(), 0);
+    od.resize(d.len(), 0.0);
+    om.resize(m.len(), 0.0);
+    for b in 0..nb {
+        for k in (0..qb).step_by(4) {
+            for r in 0..GROUP {
+                let from = b * GROUP * qb + k * GROUP + 4 * r;
+                let to = (r * nb + b) * qb + k;
+                oq[to..to + 4].copy_from_slice(&q[from..from + 4]);
+            }
+        }
+        for r in 0..GROUP {
+            od[r * nb + b] = d[b * GROUP + r];
+            if format == Format::Q4_1 {
+                om[r * nb + b] = m[b * GROUP + r];
+            }
+        }
+    }
+}
+
+/// [`rows`] over whole groups of [`group`]'s layout (`out.len()` a multiple of [`GROUP`]):
+/// each value bit for bit what [`row`] gives for its row. Kernels without a grouped form put
+/// each group back into rows first.
+pub fn rows_grouped(
+    format: Format,
+    q: &[u8],
+    d: &[f32],
+    m: &[f32],
+    a: &Q8Activation,
+    out: &mut [f32],
+) {
+    rows_grouped_with(Kernel::chosen(), format, q, d, m, a, out)
+}
+
+/// [`rows_grouped`] on kernel `k` (the portable one where this CPU lacks `k`): for tests and
+/// benches.
+pub fn rows_grouped_with(
+    k: Kernel,
+    format: Format,
+    q: &[u8],
+    d: &[f32],
+    m: &[f32],
+    a: &Q8Activation,
+    out: &mut [f32],
+) {
+    assert!(
+        out.len().is_multiple_of(GROUP),
+        "whole groups of {GROUP} rows"
+    );
+    check_lengths(format, q, d, m, out.len(), [a]);
+    #[cfg(target_arch = "x86_64")]
+    if k.available() && on_x86!(k, format, matvec_groups[](q, d, m, a, &mut *out)).is_some() {
+        return;
+    }
+    let nb = a.blocks();
+    let (gq, gd) = (nb * GROUP * format.quant_bytes(), nb * GROUP);
+    let (mut rq, mut rd, mut rm) = (Vec::new(), Vec::new(), Vec::new());
+    for (g, o) in out.chunks_exact_mut(GROUP).enumerate() {
+        let gm = if format == Format::Q4_1 {
+            &m[g * gd..(g + 1) * gd]
+        } else {
+            m
+        };
+        ungroup(
+            format,
+            &q[g * gq..(g + 1) * gq],
+            &d[g * gd..(g + 1) * gd],
+            gm,
+            (&mut rq, &mut rd, &mut rm),
+        );
+        for (r, o) in o.iter_mut().enumerate() {
+            let mr = if format == Format::Q4_1 {
+                &rm[r * nb..(r + 1) * nb]
+            } else {
+                &rm[..]
+            };
+            let rq = &rq[r * nb * format.quant_bytes()..(r + 1) * nb * format.quant_bytes()];
+            *o = row_with(k, format, rq, &rd[r * nb..(r + 1) * nb], mr, a) as f32;
+        }
+    }
+}
+
 /// [`row`] on kernel `k` (the portable one where this CPU lacks `k`): for tests and benches.
 pub fn row_with(
     k: Kernel,
@@ -563,12 +717,125 @@ mod x86 {
     /// same lanes and order whatever N, so N = 4 gives each activation's N = 1 result bit
     /// for bit while loading and unpacking each weight block once for the four.
     macro_rules! kernel {
-        ($features:literal, $dot:ident) => {
+        ($features:literal, $dot:ident, $dot_add:ident) => {
             /// 32 unsigned weight bytes times 32 signed activations: eight i32 sums.
             #[inline]
             #[target_feature(enable = $features)]
             unsafe fn block_dot(w: __m256i, x: __m256i) -> __m256i {
                 $dot(w, x)
+            }
+
+            /// One block of a group of eight interleaved rows ([`super::group`]) times the
+            /// activation's block at `x`: the eight rows' exact i32 sums, lane r for row r.
+            /// Each 32-byte load holds four consecutive weight bytes of every row, so one
+            /// broadcast of four activation bytes serves the eight rows' products.
+            #[inline]
+            #[target_feature(enable = $features)]
+            unsafe fn group_block<const F: u8>(w: *const u8, x: *const i8) -> __m256i {
+                let bcast = |at: usize| {
+                    _mm256_set1_epi32(std::ptr::read_unaligned(x.add(at) as *const i32))
+                };
+                let mut acc = _mm256_setzero_si256();
+                if F == Q8_0 {
+                    for k in 0..8 {
+                        let v = _mm256_loadu_si256(w.add(32 * k) as *const __m256i);
+                        // |w| times x carrying w's sign, as in `weights`.
+                        let xs = _mm256_sign_epi8(bcast(4 * k), v);
+                        acc = $dot_add(acc, _mm256_sign_epi8(v, v), xs);
+                    }
+                } else {
+                    // Low nibbles are values 4k..4k+4 of each row, high ones 16 + 4k...
+                    let low = _mm256_set1_epi8(0x0f);
+                    for k in 0..4 {
+                        let v = _mm256_loadu_si256(w.add(32 * k) as *const __m256i);
+                        let lo = _mm256_and_si256(v, low);
+                        let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+                        acc = $dot_add(acc, lo, bcast(4 * k));
+                        acc = $dot_add(acc, hi, bcast(16 + 4 * k));
+                    }
+                }
+                acc
+            }
+
+            /// Groups of eight interleaved rows ([`super::group`]) times one activation,
+            /// into `out` (eight values per group, as f32): each value bit for bit what
+            /// `rows::<F, 1>` gives for its row. The block terms are the same products in
+            /// f64, summed per row in the same lanes (block b into lane b mod 4, the four
+            /// lanes added as `hsum` adds them, then the last nb mod 4 blocks in order), only
+            /// eight rows side by side instead of four blocks: no per-block fold of lanes.
+            ///
+            /// # Safety
+            /// The CPU has the module's features; `q`, `d` and `m` (Q4_1) hold
+            /// `out.len() / 8` groups of `a.blocks()` blocks.
+            #[target_feature(enable = $features)]
+            pub unsafe fn matvec_groups<const F: u8>(
+                q: &[u8],
+                d: &[f32],
+                m: &[f32],
+                a: &Q8Activation,
+                out: &mut [f32],
+            ) {
+                let nb = a.d.len();
+                let qb = if F == Q8_0 { 32 } else { 16 };
+                let (qp, dp, mp) = (q.as_ptr(), d.as_ptr(), m.as_ptr());
+                let (xq, xd, xs, xm) =
+                    (a.q.as_ptr(), a.d.as_ptr(), a.qsum.as_ptr(), a.dsum.as_ptr());
+                let widen = |p: *const f32| {
+                    (
+                        _mm256_cvtps_pd(_mm_loadu_ps(p)),
+                        _mm256_cvtps_pd(_mm_loadu_ps(p.add(4))),
+                    )
+                };
+                for (g, o) in out.chunks_exact_mut(8).enumerate() {
+                    // Block b's terms for rows 0-3 and 4-7, as `rows` forms them.
+                    let term = |b: usize| {
+                        let gb = (g * nb + b) * 8;
+                        let mut s = group_block::<F>(qp.add(gb * qb), xq.add(QK * b));
+                        if F == Q4_0 {
+                            s = _mm256_sub_epi32(s, _mm256_set1_epi32(8 * *xs.add(b)));
+                        }
+                        let x = _mm256_set1_pd(*xd.add(b));
+                        let (dl, dh) = widen(dp.add(gb));
+                        let sl = _mm256_cvtepi32_pd(_mm256_castsi256_si128(s));
+                        let sh = _mm256_cvtepi32_pd(_mm256_extracti128_si256::<1>(s));
+                        let tl = _mm256_mul_pd(_mm256_mul_pd(dl, x), sl);
+                        let th = _mm256_mul_pd(_mm256_mul_pd(dh, x), sh);
+                        if F == Q4_1 {
+                            let xmin = _mm256_set1_pd(*xm.add(b));
+                            let (ml, mh) = widen(mp.add(gb));
+                            (
+                                _mm256_add_pd(tl, _mm256_mul_pd(ml, xmin)),
+                                _mm256_add_pd(th, _mm256_mul_pd(mh, xmin)),
+                            )
+                        } else {
+                            (tl, th)
+                        }
+                    };
+                    let mut acc = [[_mm256_setzero_pd(); 2]; 4];
+                    let mut b = 0;
+                    while b + 4 <= nb {
+                        for (i, lane) in acc.iter_mut().enumerate() {
+                            let (tl, th) = term(b + i);
+                            lane[0] = _mm256_add_pd(lane[0], tl);
+                            lane[1] = _mm256_add_pd(lane[1], th);
+                        }
+                        b += 4;
+                    }
+                    let [mut lo, mut hi] = [0, 1].map(|h| {
+                        _mm256_add_pd(
+                            _mm256_add_pd(acc[0][h], acc[2][h]),
+                            _mm256_add_pd(acc[1][h], acc[3][h]),
+                        )
+                    });
+                    while b < nb {
+                        let (tl, th) = term(b);
+                        lo = _mm256_add_pd(lo, tl);
+                        hi = _mm256_add_pd(hi, th);
+                        b += 1;
+                    }
+                    _mm_storeu_ps(o.as_mut_ptr(), _mm256_cvtpd_ps(lo));
+                    _mm_storeu_ps(o.as_mut_ptr().add(4), _mm256_cvtpd_ps(hi));
+                }
             }
 
             /// # Safety
@@ -726,9 +993,21 @@ mod x86 {
     }
 
     #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn maddubs_add(acc: __m256i, w: __m256i, x: __m256i) -> __m256i {
+        _mm256_add_epi32(acc, maddubs(w, x))
+    }
+
+    #[inline]
     #[target_feature(enable = "avx2,avx512vnni,avx512vl")]
     unsafe fn dpbusd512(w: __m256i, x: __m256i) -> __m256i {
         _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,avx512vnni,avx512vl")]
+    unsafe fn dpbusd512_add(acc: __m256i, w: __m256i, x: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(acc, w, x)
     }
 
     #[inline]
@@ -737,9 +1016,15 @@ mod x86 {
         _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w, x)
     }
 
+    #[inline]
+    #[target_feature(enable = "avx2,avxvnni")]
+    unsafe fn dpbusd_avx_add(acc: __m256i, w: __m256i, x: __m256i) -> __m256i {
+        _mm256_dpbusd_avx_epi32(acc, w, x)
+    }
+
     pub mod avx2 {
         use super::*;
-        kernel!("avx2", maddubs);
+        kernel!("avx2", maddubs, maddubs_add);
         pub fn available() -> bool {
             std::is_x86_feature_detected!("avx2")
         }
@@ -747,7 +1032,7 @@ mod x86 {
 
     pub mod avx512vnni {
         use super::*;
-        kernel!("avx2,avx512vnni,avx512vl", dpbusd512);
+        kernel!("avx2,avx512vnni,avx512vl", dpbusd512, dpbusd512_add);
         pub fn available() -> bool {
             std::is_x86_feature_detected!("avx2")
                 && std::is_x86_feature_detected!("avx512vnni")
@@ -757,7 +1042,7 @@ mod x86 {
 
     pub mod avxvnni {
         use super::*;
-        kernel!("avx2,avxvnni", dpbusd_avx);
+        kernel!("avx2,avxvnni", dpbusd_avx, dpbusd_avx_add);
         pub fn available() -> bool {
             std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("avxvnni")
         }
@@ -972,6 +1257,96 @@ mod tests {
                         (one as f32).to_bits(),
                         "{format:?} {nb} blocks, row {r}"
                     );
+                }
+            }
+        }
+    }
+
+    /// Rows interleaved in groups of eight give each row's product bit for bit, on every
+    /// kernel this CPU has, and put back into rows they are the rows they were.
+    #[test]
+    fn grouped_rows_equal_each_row_alone() {
+        for format in [Format::Q4_0, Format::Q4_1, Format::Q8_0] {
+            for nb in [1usize, 3, 4, 5, 18] {
+                // Two whole groups and three rows past them.
+                let rows = 2 * GROUP + 3;
+                let qb = format.quant_bytes();
+                let mut q = noise(rows * nb * qb, 11 + nb as u32);
+                if format == Format::Q8_0 {
+                    q[qb * nb * 9 + 4] = 0x80;
+                }
+                let d: Vec<f32> = (0..rows * nb).map(|b| 0.01 + b as f32 * 1e-3).collect();
+                let m: Vec<f32> = if format == Format::Q4_1 {
+                    (0..rows * nb).map(|b| -0.3 + b as f32 * 1e-2).collect()
+                } else {
+                    Vec::new()
+                };
+                let x: Vec<f32> = (0..nb * QK)
+                    .map(|i| ((i * 29 % 31) as f32 - 15.0) / 4.0)
+                    .collect();
+                let mut a = Q8Activation::default();
+                a.quantize(&x);
+                let (gq, gd, gm) = group(format, &q, &d, &m, rows);
+                assert_eq!((gq.len(), gd.len(), gm.len()), (q.len(), d.len(), m.len()));
+                let whole = 2 * GROUP;
+                // Past the groups, the rows as they were.
+                assert_eq!(gq[whole * nb * qb..], q[whole * nb * qb..]);
+                assert_eq!(gd[whole * nb..], d[whole * nb..]);
+                let (mut rq, mut rd, mut rm) = (Vec::new(), Vec::new(), Vec::new());
+                let (sq, sd) = (GROUP * nb * qb, GROUP * nb);
+                let gm1 = if m.is_empty() {
+                    &gm[..]
+                } else {
+                    &gm[sd..2 * sd]
+                };
+                ungroup(
+                    format,
+                    &gq[sq..2 * sq],
+                    &gd[sd..2 * sd],
+                    gm1,
+                    (&mut rq, &mut rd, &mut rm),
+                );
+                assert_eq!(rq, q[sq..2 * sq]);
+                assert_eq!(rd, d[sd..2 * sd]);
+                if !m.is_empty() {
+                    assert_eq!(rm, m[sd..2 * sd]);
+                }
+                for k in Kernel::ALL.into_iter().filter(|k| k.available()) {
+                    let mut out = vec![0f32; whole];
+                    let gm = if m.is_empty() {
+                        &gm[..]
+                    } else {
+                        &gm[..whole * nb]
+                    };
+                    rows_grouped_with(
+                        k,
+                        format,
+                        &gq[..whole * nb * qb],
+                        &gd[..whole * nb],
+                        gm,
+                        &a,
+                        &mut out,
+                    );
+                    for (r, o) in out.iter().enumerate() {
+                        let mr = if m.is_empty() {
+                            &m[..]
+                        } else {
+                            &m[r * nb..(r + 1) * nb]
+                        };
+                        let one = row_with(
+                            k,
+                            format,
+                            &q[r * nb * qb..(r + 1) * nb * qb],
+                            &d[r * nb..(r + 1) * nb],
+                            mr,
+                            &a,
+                        );
+                        assert_eq!(
+                            o.to_bits(),
+                            (one as f32).to_bits(),
+                            "{k:?} {format:?} {nb} blocks, row {r}"
+                        );
+                    }
                 }
             }
         }
