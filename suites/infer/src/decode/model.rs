@@ -496,7 +496,7 @@ impl Matrix {
     /// Y = X Wᵀ for `n` rows of X at once (a prompt's tokens): `x` holds n rows of `cols`
     /// values, `y` gets n rows of `self.rows`. Each of Y's rows equals [`Matrix::apply`]'s for
     /// that row of X bit for bit; the weights are read once for the batch instead of once per
-    /// token, and each block is unpacked once for four tokens (qdot::row_many).
+    /// token, and each block is unpacked once for several tokens (qdot::rows_many).
     pub fn apply_batch(
         &self,
         x: &[f32],
@@ -522,22 +522,21 @@ impl Matrix {
         let acts = quantized.of(x, cols, n, threads);
         let nb = cols / QK;
         let qb = format.quant_bytes();
-        // Tokens in tiles of TILE: a tile's activations stay in L1 while each row of the
-        // thread's chunk passes over them, and the chunk's rows stay in L2 from tile to tile
-        // (a whole 256-token batch of activations is several hundred KiB; measured on a 2-core
-        // EPYC VM, SmolLM2 pp512 at 2 threads: 171 tokens/s untiled).
+        // Each thread's rows go a piece at a time (PIECE rows, a few tens of KiB), the tokens
+        // in tiles of TILE: a tile's activations stay in L1 while the piece's rows pass over
+        // them, and the piece's rows stay in cache from tile to tile (a whole 256-token batch
+        // of activations is several hundred KiB; measured on a 2-core EPYC VM, SmolLM2 pp512
+        // at 2 threads: 171 tokens/s untiled). Grouped rows are handed out in whole groups
+        // and put back into rows piece by piece for the tile product.
         const TILE: usize = 32;
+        const PIECE: usize = 8 * qdot::GROUP;
         let y = &mut y[..n * rows];
         let base = y.as_mut_ptr() as usize;
-        // Grouped rows are handed out in whole groups and put back into rows a piece at a
-        // time (PIECE rows, a few tens of KiB) for the row-at-a-time tile product; each
-        // piece's rows then serve every tile of tokens while they are in cache.
-        const PIECE: usize = 8 * qdot::GROUP;
         let (unit, in_groups) = grouping(*grouped, rows);
         let (row_q, row_s) = (nb * qb, nb);
         threads.ranges(rows * cols * n, rows.div_ceil(unit), |units| {
             let range = units.start * unit..(units.end * unit).min(rows);
-            let mut tile = [0f32; TILE];
+            let mut tile = vec![0f32; PIECE * TILE];
             let (mut pq, mut ps, mut pm) = (Vec::new(), Vec::new(), Vec::new());
             let (mut gq, mut gs, mut gm) = (Vec::new(), Vec::new(), Vec::new());
             let mut p0 = range.start;
@@ -565,11 +564,10 @@ impl Matrix {
                 };
                 for t0 in (0..n).step_by(TILE) {
                     let t1 = (t0 + TILE).min(n);
-                    for (i, r) in piece.clone().enumerate() {
-                        let (qs, sc, mins) = block_rows(qs, sc, mins, i..i + 1, row_q, row_s);
-                        let out = &mut tile[..t1 - t0];
-                        qdot::row_many(*format, qs, sc, mins, &acts[t0..t1], out);
-                        for (k, v) in out.iter().enumerate() {
+                    let out = &mut tile[..piece.len() * (t1 - t0)];
+                    qdot::rows_many(*format, qs, sc, mins, piece.len(), &acts[t0..t1], out);
+                    for (r, vs) in piece.clone().zip(out.chunks_exact(t1 - t0)) {
+                        for (k, v) in vs.iter().enumerate() {
                             // SAFETY: value r of each token's row belongs to this chunk's
                             // range alone, and `y` (n rows of `rows`) outlives `ranges`.
                             unsafe { *(base as *mut f32).add((t0 + k) * rows + r) = *v };

@@ -18,8 +18,9 @@
 //! tokens of a prompt share each weight block's load and unpacking. A decode step's matrix
 //! is read in groups of eight interleaved rows ([`group`], [`rows_grouped`]): one broadcast
 //! of four activation bytes feeds eight rows' products, and each row's terms are summed in
-//! the same lanes and order as the row alone, so the bits do not change. aarch64 (Apple silicon):
-//! NEON widening products. Elsewhere a portable loop. The kernel is chosen at run time per
+//! the same lanes and order as the row alone, so the bits do not change. aarch64 (Apple
+//! silicon): NEON `sdot` (FEAT_DotProd) or widening products, and for a prompt's tokens
+//! `smmla` (FEAT_I8MM), two rows by two tokens. Elsewhere a portable loop. The kernel is chosen at run time per
 //! CPU ([`Kernel::chosen`]; `TBBENCH_QDOT` names another, to compare like with like) and the
 //! result file records it. All give bit-identical block terms (multiply, then add: no fused
 //! multiply-add); only the order in which the terms are added can differ between the x86
@@ -161,6 +162,11 @@ pub enum Kernel {
     Avx512Vnni,
     /// aarch64 baseline NEON: `smull` widening byte products.
     Neon,
+    /// aarch64 with FEAT_DotProd (Apple M1 and later, Graviton 2 and later): `sdot`.
+    NeonDot,
+    /// aarch64 with FEAT_I8MM as well (Apple M2 and later): a prompt's tokens by `smmla`, two
+    /// rows by two tokens per instruction; one token by `sdot`.
+    NeonI8mm,
 }
 
 /// Names a kernel to use instead of the best one, for comparing like with like (e.g. the
@@ -168,12 +174,14 @@ pub enum Kernel {
 pub const ENV_KERNEL: &str = "TBBENCH_QDOT";
 
 impl Kernel {
-    pub const ALL: [Kernel; 5] = [
+    pub const ALL: [Kernel; 7] = [
         Kernel::Portable,
         Kernel::Avx2,
         Kernel::AvxVnni,
         Kernel::Avx512Vnni,
         Kernel::Neon,
+        Kernel::NeonDot,
+        Kernel::NeonI8mm,
     ];
 
     pub fn name(self) -> &'static str {
@@ -183,6 +191,8 @@ impl Kernel {
             Kernel::AvxVnni => "avx-vnni",
             Kernel::Avx512Vnni => "avx512-vnni",
             Kernel::Neon => "neon",
+            Kernel::NeonDot => "neon-dotprod",
+            Kernel::NeonI8mm => "neon-i8mm",
         }
     }
 
@@ -196,7 +206,17 @@ impl Kernel {
                 "avx512-vnni (x86-64 AVX-512 VNNI+VL: vpdpbusd byte products, 256-bit)"
             }
             Kernel::Neon => "neon (aarch64 baseline: smull byte products)",
+            Kernel::NeonDot => "neon-dotprod (aarch64 FEAT_DotProd: sdot byte products)",
+            Kernel::NeonI8mm => {
+                "neon-i8mm (aarch64 FEAT_I8MM: smmla 2x2 byte products for prompts, sdot for steps)"
+            }
         }
+    }
+
+    /// The x86-64 kernels: the same lanes and order among themselves, a different order of
+    /// adding the block terms from the others.
+    pub fn is_x86(self) -> bool {
+        matches!(self, Kernel::Avx2 | Kernel::AvxVnni | Kernel::Avx512Vnni)
     }
 
     /// Whether this CPU runs the kernel.
@@ -211,6 +231,13 @@ impl Kernel {
             Kernel::Avx512Vnni => x86::avx512vnni::available(),
             #[cfg(target_arch = "aarch64")]
             Kernel::Neon => true,
+            #[cfg(target_arch = "aarch64")]
+            Kernel::NeonDot => std::arch::is_aarch64_feature_detected!("dotprod"),
+            #[cfg(target_arch = "aarch64")]
+            Kernel::NeonI8mm => {
+                std::arch::is_aarch64_feature_detected!("dotprod")
+                    && std::arch::is_aarch64_feature_detected!("i8mm")
+            }
             #[allow(unreachable_patterns)]
             _ => false,
         }
@@ -222,6 +249,8 @@ impl Kernel {
             Kernel::Avx512Vnni,
             Kernel::AvxVnni,
             Kernel::Avx2,
+            Kernel::NeonI8mm,
+            Kernel::NeonDot,
             Kernel::Neon,
         ]
         .into_iter()
@@ -387,16 +416,70 @@ pub fn row_many(
     }
 }
 
+/// `rows` weight rows laid out one after another times each of `acts` (a tile of a prompt's
+/// tokens), into `out` row by row (`out[r * acts.len() + t]`) as f32: each value bit for bit
+/// what [`row`] gives. Two rows by two tokens at a time where the kernel multiplies 2x2
+/// blocks of bytes (`neon-i8mm`), else row by row as [`row_many`].
+pub fn rows_many(
+    format: Format,
+    q: &[u8],
+    d: &[f32],
+    m: &[f32],
+    rows: usize,
+    acts: &[Q8Activation],
+    out: &mut [f32],
+) {
+    rows_many_with(Kernel::chosen(), format, q, d, m, rows, acts, out)
+}
+
+/// [`rows_many`] on kernel `k` (row by row on the portable kernel where this CPU lacks `k`):
+/// for tests and benches.
+#[allow(clippy::too_many_arguments)]
+pub fn rows_many_with(
+    k: Kernel,
+    format: Format,
+    q: &[u8],
+    d: &[f32],
+    m: &[f32],
+    rows: usize,
+    acts: &[Q8Activation],
+    out: &mut [f32],
+) {
+    let n = acts.len();
+    assert_eq!(out.len(), rows * n, "one output per row and activation");
+    check_lengths(format, q, d, m, rows, acts);
+    #[cfg(target_arch = "aarch64")]
+    if k == Kernel::NeonI8mm && k.available() {
+        // SAFETY: the CPU has i8mm and dotprod (available), the lengths are checked above.
+        unsafe { neon::rows_many_i8mm(format, q, d, m, rows, acts, out) };
+        return;
+    }
+    let nb = d.len() / rows.max(1);
+    let qb = nb * format.quant_bytes();
+    for (r, o) in out.chunks_exact_mut(n.max(1)).take(rows).enumerate() {
+        let mr = if format == Format::Q4_1 {
+            &m[r * nb..(r + 1) * nb]
+        } else {
+            m
+        };
+        let (rq, rd) = (&q[r * qb..(r + 1) * qb], &d[r * nb..(r + 1) * nb]);
+        #[cfg(target_arch = "x86_64")]
+        if k.available() && on_x86!(k, format, tile[](rq, rd, mr, acts, &mut *o)).is_some() {
+            continue;
+        }
+        for (a, o) in acts.iter().zip(o) {
+            *o = row_with(k, format, rq, rd, mr, a) as f32;
+        }
+    }
+}
+
 /// Rows per group in the interleaved layout ([`group`]).
 pub const GROUP: usize = 8;
 
 /// Whether the chosen kernel has a product over interleaved rows ([`rows_grouped`]): the x86
 /// ones. Elsewhere a matrix keeps its rows one after another.
 pub fn groups_pay() -> bool {
-    matches!(
-        Kernel::chosen(),
-        Kernel::Avx2 | Kernel::AvxVnni | Kernel::Avx512Vnni
-    )
+    Kernel::chosen().is_x86()
 }
 
 /// `rows` weight rows of `nb` blocks (laid out one after another: quants, scales and, for
@@ -556,9 +639,12 @@ pub fn row_with(
         return v;
     }
     #[cfg(target_arch = "aarch64")]
-    if k == Kernel::Neon {
-        // SAFETY: NEON is part of every aarch64 target; the lengths are checked above.
-        return unsafe { neon::row(format, q, d, m, a) };
+    match k {
+        // SAFETY: NEON is part of every aarch64 target, and the CPU has dotprod where
+        // NeonDot is available (checked above); the lengths are checked above.
+        Kernel::Neon => return unsafe { neon::row(format, q, d, m, a) },
+        Kernel::NeonDot | Kernel::NeonI8mm => return unsafe { neon::row_dot(format, q, d, m, a) },
+        _ => {}
     }
     portable::row(format, q, d, m, a)
 }
@@ -1050,7 +1136,10 @@ mod x86 {
 }
 
 /// Apple silicon (and any aarch64): baseline NEON, widening byte products (`smull`) summed
-/// pairwise into i32 lanes, then the block terms in f64 in row order, as the portable kernel.
+/// pairwise into i32 lanes, or where the CPU has FEAT_DotProd (every Apple M-series core)
+/// `sdot`, four byte products into each i32 lane in one instruction; then the block terms in
+/// f64 in row order, as the portable kernel. Both sums are exact, so both kernels give the
+/// portable kernel's bits.
 #[cfg(target_arch = "aarch64")]
 mod neon {
     use super::{Format, Q8Activation, QK};
@@ -1069,7 +1158,204 @@ mod neon {
         vaddvq_s32(acc)
     }
 
+    /// `acc` plus, in each i32 lane, the four byte products of that lane's bytes of `w` and
+    /// `x` (`sdot`; written out because Rust's intrinsic for it is not stable).
+    #[inline]
+    #[target_feature(enable = "neon,dotprod")]
+    unsafe fn sdot(acc: int32x4_t, w: int8x16_t, x: int8x16_t) -> int32x4_t {
+        let mut acc = acc;
+        std::arch::asm!(
+            "sdot {acc:v}.4s, {w:v}.16b, {x:v}.16b",
+            acc = inout(vreg) acc,
+            w = in(vreg) w,
+            x = in(vreg) x,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+        acc
+    }
+
+    /// `sum32` by two `sdot`s (each sum of four products at most 4·128·127: exact in i32).
+    #[inline]
+    #[target_feature(enable = "neon,dotprod")]
+    unsafe fn sum32_dot(w0: int8x16_t, w1: int8x16_t, a: *const i8) -> i32 {
+        let acc = sdot(vdupq_n_s32(0), w0, vld1q_s8(a));
+        vaddvq_s32(sdot(acc, w1, vld1q_s8(a.add(16))))
+    }
+
+    /// `acc` plus the 2x2 i32 products of `a`'s two rows of 8 bytes with `b`'s two rows of 8
+    /// bytes: lanes [a0·b0, a0·b1, a1·b0, a1·b1] (`smmla`, written out as `sdot` is).
+    #[inline]
+    #[target_feature(enable = "neon,i8mm")]
+    unsafe fn smmla(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+        let mut acc = acc;
+        std::arch::asm!(
+            "smmla {acc:v}.4s, {a:v}.16b, {b:v}.16b",
+            acc = inout(vreg) acc,
+            a = in(vreg) a,
+            b = in(vreg) b,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+        acc
+    }
+
+    /// The low (`HIGH` false) or high 8 bytes of `x` and of `y`, side by side.
+    #[inline(always)]
+    unsafe fn pair_halves<const HIGH: bool>(x: int8x16_t, y: int8x16_t) -> int8x16_t {
+        let (x, y) = (vreinterpretq_s64_s8(x), vreinterpretq_s64_s8(y));
+        vreinterpretq_s8_s64(if HIGH {
+            vzip2q_s64(x, y)
+        } else {
+            vzip1q_s64(x, y)
+        })
+    }
+
+    /// A block's 32 weights as two registers of signed bytes (values 0-15 and 16-31).
+    #[inline(always)]
+    unsafe fn unpack(format: Format, qs: *const u8) -> (int8x16_t, int8x16_t) {
+        match format {
+            Format::Q8_0 => (vld1q_s8(qs as *const i8), vld1q_s8(qs.add(16) as *const i8)),
+            Format::Q4_0 | Format::Q4_1 => {
+                let bytes = vld1q_u8(qs);
+                (
+                    vreinterpretq_s8_u8(vandq_u8(bytes, vdupq_n_u8(0x0f))),
+                    vreinterpretq_s8_u8(vshrq_n_u8::<4>(bytes)),
+                )
+            }
+        }
+    }
+
+    /// Block b's term for a row (scale `d`, minimum `m`) and an activation, from the block's
+    /// integer sum `s`: the same operations as `row_by`'s.
+    #[inline(always)]
+    fn term(format: Format, s: i32, d: f32, m: f32, a: &Q8Activation, b: usize) -> f64 {
+        let scale = d as f64 * a.d[b];
+        match format {
+            Format::Q8_0 => scale * s as f64,
+            Format::Q4_0 => scale * (s - 8 * a.qsum[b]) as f64,
+            Format::Q4_1 => scale * s as f64 + m as f64 * a.dsum[b],
+        }
+    }
+
+    /// `rows` rows (one after another) times each of `acts`, into `out[r * acts.len() + t]`:
+    /// two rows by two tokens per block with four `smmla`s, the block terms added in row
+    /// order per row and token, so each value is `row_dot`'s bit for bit; a last odd row or
+    /// token by `row_dot`.
+    ///
+    /// # Safety
+    /// The CPU has FEAT_I8MM and FEAT_DotProd; the lengths are checked.
+    #[target_feature(enable = "neon,dotprod,i8mm")]
+    pub unsafe fn rows_many_i8mm(
+        format: Format,
+        q: &[u8],
+        d: &[f32],
+        m: &[f32],
+        rows: usize,
+        acts: &[Q8Activation],
+        out: &mut [f32],
+    ) {
+        let n = acts.len();
+        let nb = d.len() / rows.max(1);
+        let qb = format.quant_bytes();
+        let min = |r: usize, b: usize| {
+            if format == Format::Q4_1 {
+                m[r * nb + b]
+            } else {
+                0.0
+            }
+        };
+        let row_of = |r: usize| {
+            let mr = if format == Format::Q4_1 {
+                &m[r * nb..(r + 1) * nb]
+            } else {
+                m
+            };
+            (
+                &q[r * nb * qb..(r + 1) * nb * qb],
+                &d[r * nb..(r + 1) * nb],
+                mr,
+            )
+        };
+        let mut r = 0;
+        while r < rows {
+            let pair = r + 1 < rows;
+            let mut t = 0;
+            while pair && t + 1 < n {
+                let (a0, a1) = (&acts[t], &acts[t + 1]);
+                let mut acc = [0f64; 4];
+                for b in 0..nb {
+                    let (w0a, w0b) = unpack(format, q.as_ptr().add((r * nb + b) * qb));
+                    let (w1a, w1b) = unpack(format, q.as_ptr().add(((r + 1) * nb + b) * qb));
+                    let (x0, x1) = (a0.q.as_ptr().add(b * QK), a1.q.as_ptr().add(b * QK));
+                    let (x0a, x0b) = (vld1q_s8(x0), vld1q_s8(x0.add(16)));
+                    let (x1a, x1b) = (vld1q_s8(x1), vld1q_s8(x1.add(16)));
+                    let mut s = vdupq_n_s32(0);
+                    s = smmla(
+                        s,
+                        pair_halves::<false>(w0a, w1a),
+                        pair_halves::<false>(x0a, x1a),
+                    );
+                    s = smmla(
+                        s,
+                        pair_halves::<true>(w0a, w1a),
+                        pair_halves::<true>(x0a, x1a),
+                    );
+                    s = smmla(
+                        s,
+                        pair_halves::<false>(w0b, w1b),
+                        pair_halves::<false>(x0b, x1b),
+                    );
+                    s = smmla(
+                        s,
+                        pair_halves::<true>(w0b, w1b),
+                        pair_halves::<true>(x0b, x1b),
+                    );
+                    let mut sums = [0i32; 4];
+                    vst1q_s32(sums.as_mut_ptr(), s);
+                    for (i, (acc, sum)) in acc.iter_mut().zip(sums).enumerate() {
+                        let (row, a) = (r + i / 2, [a0, a1][i % 2]);
+                        *acc += term(format, sum, d[row * nb + b], min(row, b), a, b);
+                    }
+                }
+                for (i, v) in acc.iter().enumerate() {
+                    out[(r + i / 2) * n + t + i % 2] = *v as f32;
+                }
+                t += 2;
+            }
+            // The rows (one, or two past the last pair of tokens) left to `row_dot`.
+            for rr in r..(r + 1 + usize::from(pair)).min(rows) {
+                let (rq, rd, rm) = row_of(rr);
+                for (tt, a) in acts.iter().enumerate().skip(t) {
+                    out[rr * n + tt] = row_dot(format, rq, rd, rm, a) as f32;
+                }
+            }
+            r += 2;
+        }
+    }
+
+    /// One row on the baseline kernel.
     pub unsafe fn row(format: Format, q: &[u8], d: &[f32], m: &[f32], a: &Q8Activation) -> f64 {
+        row_by(format, q, d, m, a, |w0, w1, x| sum32(w0, w1, x))
+    }
+
+    /// One row with `sdot`.
+    ///
+    /// # Safety
+    /// The CPU has FEAT_DotProd; the lengths are checked.
+    #[target_feature(enable = "neon,dotprod")]
+    pub unsafe fn row_dot(format: Format, q: &[u8], d: &[f32], m: &[f32], a: &Q8Activation) -> f64 {
+        row_by(format, q, d, m, a, |w0, w1, x| sum32_dot(w0, w1, x))
+    }
+
+    /// The row's block terms in row order, each block's integer sum from `sum`.
+    #[inline(always)]
+    unsafe fn row_by(
+        format: Format,
+        q: &[u8],
+        d: &[f32],
+        m: &[f32],
+        a: &Q8Activation,
+        sum: impl Fn(int8x16_t, int8x16_t, *const i8) -> i32,
+    ) -> f64 {
         let qb = format.quant_bytes();
         let (qp, ap) = (q.as_ptr(), a.q.as_ptr());
         let low = vdupq_n_u8(0x0f);
@@ -1078,7 +1364,7 @@ mod neon {
             let qs = qp.add(b * qb);
             let xa = ap.add(b * QK);
             let s = match format {
-                Format::Q8_0 => sum32(
+                Format::Q8_0 => sum(
                     vld1q_s8(qs as *const i8),
                     vld1q_s8(qs.add(16) as *const i8),
                     xa,
@@ -1087,7 +1373,7 @@ mod neon {
                     let bytes = vld1q_u8(qs);
                     let lo = vreinterpretq_s8_u8(vandq_u8(bytes, low));
                     let hi = vreinterpretq_s8_u8(vshrq_n_u8::<4>(bytes));
-                    sum32(lo, hi, xa)
+                    sum(lo, hi, xa)
                 }
             };
             let scale = d[b] as f64 * a.d[b];
@@ -1197,7 +1483,7 @@ mod tests {
                             "{k:?} {format:?} {nb} blocks, activation {t}"
                         );
                     }
-                    if matches!(k, Kernel::Avx2 | Kernel::AvxVnni | Kernel::Avx512Vnni) {
+                    if k.is_x86() {
                         match first_x86.get() {
                             None => first_x86.set(Some(four)),
                             Some(other) => assert_eq!(
@@ -1259,6 +1545,79 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// Several rows times a tile of tokens give each row's product for each token bit for bit,
+    /// on every kernel this CPU has (under qemu-aarch64 in CI: neon-i8mm's 2x2 blocks with odd
+    /// row and token counts left over).
+    #[test]
+    fn rows_times_tokens_equal_each_row_and_token_alone() {
+        for format in [Format::Q4_0, Format::Q4_1, Format::Q8_0] {
+            let nb = 5;
+            let qb = format.quant_bytes();
+            let rows = 5;
+            let mut q = noise(rows * nb * qb, 19);
+            if format == Format::Q8_0 {
+                q[qb + 3] = 0x80;
+            }
+            let d: Vec<f32> = (0..rows * nb).map(|b| 0.01 + b as f32 * 1e-3).collect();
+            let m: Vec<f32> = if format == Format::Q4_1 {
+                (0..rows * nb).map(|b| -0.3 + b as f32 * 1e-2).collect()
+            } else {
+                Vec::new()
+            };
+            let acts: Vec<Q8Activation> = (0..5)
+                .map(|t| {
+                    let x: Vec<f32> = (0..nb * QK)
+                        .map(|i| (((i + 7 * t) * 29 % 31) as f32 - 15.0) / (3.0 + t as f32))
+                        .collect();
+                    let mut a = Q8Activation::default();
+                    a.quantize(&x);
+                    a
+                })
+                .collect();
+            for k in Kernel::ALL.into_iter().filter(|k| k.available()) {
+                for (nr, nt) in [(1, 1), (2, 2), (2, 5), (5, 4), (5, 5), (4, 1)] {
+                    let mr = if m.is_empty() { &m[..] } else { &m[..nr * nb] };
+                    let mut out = vec![0f32; nr * nt];
+                    let (rq, rd) = (&q[..nr * nb * qb], &d[..nr * nb]);
+                    rows_many_with(k, format, rq, rd, mr, nr, &acts[..nt], &mut out);
+                    for r in 0..nr {
+                        let mr = if m.is_empty() {
+                            &m[..]
+                        } else {
+                            &m[r * nb..(r + 1) * nb]
+                        };
+                        let (rq, rd) =
+                            (&q[r * nb * qb..(r + 1) * nb * qb], &d[r * nb..(r + 1) * nb]);
+                        for (t, a) in acts[..nt].iter().enumerate() {
+                            let one = row_with(k, format, rq, rd, mr, a) as f32;
+                            assert_eq!(
+                                out[r * nt + t].to_bits(),
+                                one.to_bits(),
+                                "{k:?} {format:?} {nr}x{nt}: row {r}, token {t}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// CI names the kernels its machine (or emulator) must have, so a kernel whose feature
+    /// went undetected fails here instead of being skipped by the tests above.
+    #[test]
+    fn the_kernels_ci_expects_are_available() {
+        let Ok(want) = std::env::var("TBBENCH_EXPECT_KERNELS") else {
+            return;
+        };
+        for name in want.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let k = Kernel::ALL.into_iter().find(|k| k.name() == name);
+            assert!(
+                k.is_some_and(|k| k.available()),
+                "kernel {name} is not available here"
+            );
         }
     }
 
@@ -1394,8 +1753,9 @@ mod tests {
                 let plain = portable::row(format, &q, &d, &m, &a);
                 for k in Kernel::ALL.into_iter().filter(|k| k.available()) {
                     let got = row_with(k, format, &q, &d, &m, &a);
-                    if nb < 4 {
-                        // No 4-block lanes: the terms are added in row order by every kernel.
+                    if nb < 4 || !k.is_x86() {
+                        // Without 4-block lanes (and always on NEON) the terms are added in
+                        // row order, as the portable kernel adds them.
                         assert_eq!(got.to_bits(), plain.to_bits(), "{k:?} {format:?} {nb}");
                     }
                     assert!(
