@@ -329,6 +329,29 @@ fn check_lengths<'a>(
     );
 }
 
+/// Rows `r` of a block matrix laid out one row after another (`nb` blocks a row): their
+/// quants, scales and, for Q4_1, minimums (other formats' `m` is passed through).
+fn rows_of<'a>(
+    format: Format,
+    q: &'a [u8],
+    d: &'a [f32],
+    m: &'a [f32],
+    nb: usize,
+    r: std::ops::Range<usize>,
+) -> (&'a [u8], &'a [f32], &'a [f32]) {
+    let qb = nb * format.quant_bytes();
+    let m = if format == Format::Q4_1 {
+        &m[r.start * nb..r.end * nb]
+    } else {
+        m
+    };
+    (
+        &q[r.start * qb..r.end * qb],
+        &d[r.start * nb..r.end * nb],
+        m,
+    )
+}
+
 /// `$f` of kernel `$k`'s x86 module at format `$format` (its first generic argument, any
 /// further ones after it), called with `$args`: `Some` of its result, `None` for a kernel
 /// that is not an x86 one. The callers check that the CPU has the kernel and that every
@@ -374,22 +397,9 @@ pub fn rows(format: Format, q: &[u8], d: &[f32], m: &[f32], a: &Q8Activation, ou
     if on_x86!(k, format, matvec[](q, d, m, a, &mut *out)).is_some() {
         return;
     }
-    let nb = a.blocks();
-    let qb = nb * format.quant_bytes();
     for (r, o) in out.iter_mut().enumerate() {
-        let mr = if format == Format::Q4_1 {
-            &m[r * nb..(r + 1) * nb]
-        } else {
-            m
-        };
-        *o = row_with(
-            k,
-            format,
-            &q[r * qb..(r + 1) * qb],
-            &d[r * nb..(r + 1) * nb],
-            mr,
-            a,
-        ) as f32;
+        let (rq, rd, rm) = rows_of(format, q, d, m, a.blocks(), r..r + 1);
+        *o = row_with(k, format, rq, rd, rm, a) as f32;
     }
 }
 
@@ -455,14 +465,8 @@ pub fn rows_many_with(
         return;
     }
     let nb = d.len() / rows.max(1);
-    let qb = nb * format.quant_bytes();
     for (r, o) in out.chunks_exact_mut(n.max(1)).take(rows).enumerate() {
-        let mr = if format == Format::Q4_1 {
-            &m[r * nb..(r + 1) * nb]
-        } else {
-            m
-        };
-        let (rq, rd) = (&q[r * qb..(r + 1) * qb], &d[r * nb..(r + 1) * nb]);
+        let (rq, rd, mr) = rows_of(format, q, d, m, nb, r..r + 1);
         #[cfg(target_arch = "x86_64")]
         if k.available() && on_x86!(k, format, tile[](rq, rd, mr, acts, &mut *o)).is_some() {
             continue;
@@ -594,29 +598,13 @@ pub fn rows_grouped_with(
         return;
     }
     let nb = a.blocks();
-    let (gq, gd) = (nb * GROUP * format.quant_bytes(), nb * GROUP);
     let (mut rq, mut rd, mut rm) = (Vec::new(), Vec::new(), Vec::new());
     for (g, o) in out.chunks_exact_mut(GROUP).enumerate() {
-        let gm = if format == Format::Q4_1 {
-            &m[g * gd..(g + 1) * gd]
-        } else {
-            m
-        };
-        ungroup(
-            format,
-            &q[g * gq..(g + 1) * gq],
-            &d[g * gd..(g + 1) * gd],
-            gm,
-            (&mut rq, &mut rd, &mut rm),
-        );
+        let (gq, gd, gm) = rows_of(format, q, d, m, nb, g * GROUP..(g + 1) * GROUP);
+        ungroup(format, gq, gd, gm, (&mut rq, &mut rd, &mut rm));
         for (r, o) in o.iter_mut().enumerate() {
-            let mr = if format == Format::Q4_1 {
-                &rm[r * nb..(r + 1) * nb]
-            } else {
-                &rm[..]
-            };
-            let rq = &rq[r * nb * format.quant_bytes()..(r + 1) * nb * format.quant_bytes()];
-            *o = row_with(k, format, rq, &rd[r * nb..(r + 1) * nb], mr, a) as f32;
+            let (oq, od, om) = rows_of(format, &rq, &rd, &rm, nb, r..r + 1);
+            *o = row_with(k, format, oq, od, om, a) as f32;
         }
     }
 }
@@ -1158,21 +1146,37 @@ mod neon {
         vaddvq_s32(acc)
     }
 
-    /// `acc` plus, in each i32 lane, the four byte products of that lane's bytes of `w` and
-    /// `x` (`sdot`; written out because Rust's intrinsic for it is not stable).
-    #[inline]
-    #[target_feature(enable = "neon,dotprod")]
-    unsafe fn sdot(acc: int32x4_t, w: int8x16_t, x: int8x16_t) -> int32x4_t {
-        let mut acc = acc;
-        std::arch::asm!(
-            "sdot {acc:v}.4s, {w:v}.16b, {x:v}.16b",
-            acc = inout(vreg) acc,
-            w = in(vreg) w,
-            x = in(vreg) x,
-            options(pure, nomem, nostack, preserves_flags)
-        );
-        acc
+    /// `$name(acc, a, b)`: `acc` plus the byte products the instruction `$ins` forms from
+    /// `a` and `b`, on a CPU with `$features` (written out: Rust's intrinsics for these are
+    /// not stable).
+    macro_rules! byte_products {
+        ($(#[$doc:meta])* $name:ident, $features:literal, $ins:literal) => {
+            $(#[$doc])*
+            #[inline]
+            #[target_feature(enable = $features)]
+            unsafe fn $name(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+                let mut acc = acc;
+                std::arch::asm!(
+                    concat!($ins, " {acc:v}.4s, {a:v}.16b, {b:v}.16b"),
+                    acc = inout(vreg) acc,
+                    a = in(vreg) a,
+                    b = in(vreg) b,
+                    options(pure, nomem, nostack, preserves_flags)
+                );
+                acc
+            }
+        };
     }
+
+    byte_products!(
+        /// In each i32 lane, the four byte products of that lane's bytes of `a` and `b`.
+        sdot, "neon,dotprod", "sdot"
+    );
+    byte_products!(
+        /// The 2x2 i32 products of `a`'s two rows of 8 bytes with `b`'s two rows of 8 bytes:
+        /// lanes [a0·b0, a0·b1, a1·b0, a1·b1].
+        smmla, "neon,i8mm", "smmla"
+    );
 
     /// `sum32` by two `sdot`s (each sum of four products at most 4·128·127: exact in i32).
     #[inline]
@@ -1180,22 +1184,6 @@ mod neon {
     unsafe fn sum32_dot(w0: int8x16_t, w1: int8x16_t, a: *const i8) -> i32 {
         let acc = sdot(vdupq_n_s32(0), w0, vld1q_s8(a));
         vaddvq_s32(sdot(acc, w1, vld1q_s8(a.add(16))))
-    }
-
-    /// `acc` plus the 2x2 i32 products of `a`'s two rows of 8 bytes with `b`'s two rows of 8
-    /// bytes: lanes [a0·b0, a0·b1, a1·b0, a1·b1] (`smmla`, written out as `sdot` is).
-    #[inline]
-    #[target_feature(enable = "neon,i8mm")]
-    unsafe fn smmla(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
-        let mut acc = acc;
-        std::arch::asm!(
-            "smmla {acc:v}.4s, {a:v}.16b, {b:v}.16b",
-            acc = inout(vreg) acc,
-            a = in(vreg) a,
-            b = in(vreg) b,
-            options(pure, nomem, nostack, preserves_flags)
-        );
-        acc
     }
 
     /// The low (`HIGH` false) or high 8 bytes of `x` and of `y`, side by side.
@@ -1263,18 +1251,6 @@ mod neon {
                 0.0
             }
         };
-        let row_of = |r: usize| {
-            let mr = if format == Format::Q4_1 {
-                &m[r * nb..(r + 1) * nb]
-            } else {
-                m
-            };
-            (
-                &q[r * nb * qb..(r + 1) * nb * qb],
-                &d[r * nb..(r + 1) * nb],
-                mr,
-            )
-        };
         let mut r = 0;
         while r < rows {
             let pair = r + 1 < rows;
@@ -1323,7 +1299,7 @@ mod neon {
             }
             // The rows (one, or two past the last pair of tokens) left to `row_dot`.
             for rr in r..(r + 1 + usize::from(pair)).min(rows) {
-                let (rq, rd, rm) = row_of(rr);
+                let (rq, rd, rm) = super::rows_of(format, q, d, m, nb, rr..rr + 1);
                 for (tt, a) in acts.iter().enumerate().skip(t) {
                     out[rr * n + tt] = row_dot(format, rq, rd, rm, a) as f32;
                 }
@@ -1504,45 +1480,73 @@ mod tests {
         }
     }
 
+    /// Test weights: `rows` rows of `nb` blocks in `format` (Q8_0's awkward −128 in a middle
+    /// row), with scales and, for Q4_1, minimums, laid out one row after another.
+    struct TestRows {
+        format: Format,
+        nb: usize,
+        q: Vec<u8>,
+        d: Vec<f32>,
+        m: Vec<f32>,
+    }
+
+    impl TestRows {
+        fn new(format: Format, rows: usize, nb: usize, seed: u32) -> TestRows {
+            let qb = format.quant_bytes();
+            let mut q = noise(rows * nb * qb, seed);
+            if format == Format::Q8_0 {
+                q[qb * nb * (rows / 2) + 4] = 0x80;
+            }
+            let d = (0..rows * nb).map(|b| 0.01 + b as f32 * 1e-3).collect();
+            let m = if format == Format::Q4_1 {
+                (0..rows * nb).map(|b| -0.3 + b as f32 * 1e-2).collect()
+            } else {
+                Vec::new()
+            };
+            TestRows {
+                format,
+                nb,
+                q,
+                d,
+                m,
+            }
+        }
+
+        /// Rows `r` as the kernels take them: quants, scales, minimums.
+        fn slice(&self, r: std::ops::Range<usize>) -> (&[u8], &[f32], &[f32]) {
+            rows_of(self.format, &self.q, &self.d, &self.m, self.nb, r)
+        }
+
+        /// Row `r` alone times `a` on kernel `k`, as the f32 a product stores.
+        fn one(&self, k: Kernel, r: usize, a: &Q8Activation) -> u32 {
+            let (q, d, m) = self.slice(r..r + 1);
+            (row_with(k, self.format, q, d, m, a) as f32).to_bits()
+        }
+    }
+
+    /// Activation `t` of a test's tokens, `nb` blocks.
+    fn activation(nb: usize, t: usize) -> Q8Activation {
+        let x: Vec<f32> = (0..nb * QK)
+            .map(|i| (((i + 7 * t) * 29 % 31) as f32 - 15.0) / (3.0 + t as f32))
+            .collect();
+        let mut a = Q8Activation::default();
+        a.quantize(&x);
+        a
+    }
+
+    const FORMATS: [Format; 3] = [Format::Q4_0, Format::Q4_1, Format::Q8_0];
+
     #[test]
     fn a_matrix_of_rows_equals_each_row_alone() {
-        for format in [Format::Q4_0, Format::Q4_1, Format::Q8_0] {
+        for format in FORMATS {
             for nb in [1usize, 3, 4, 5, 18] {
-                let rows = 3;
-                let qb = format.quant_bytes();
-                let q = noise(rows * nb * qb, 7 + nb as u32);
-                let d: Vec<f32> = (0..rows * nb).map(|b| 0.01 + b as f32 * 1e-3).collect();
-                let m: Vec<f32> = (0..rows * nb).map(|b| -0.3 + b as f32 * 1e-2).collect();
-                let m = if format == Format::Q4_1 {
-                    m
-                } else {
-                    Vec::new()
-                };
-                let x: Vec<f32> = (0..nb * QK)
-                    .map(|i| ((i * 29 % 31) as f32 - 15.0) / 4.0)
-                    .collect();
-                let mut a = Q8Activation::default();
-                a.quantize(&x);
-                let mut out = vec![0f32; rows];
-                super::rows(format, &q, &d, &m, &a, &mut out);
+                let w = TestRows::new(format, 3, nb, 7 + nb as u32);
+                let a = activation(nb, 0);
+                let mut out = vec![0f32; 3];
+                super::rows(format, &w.q, &w.d, &w.m, &a, &mut out);
                 for (r, o) in out.iter().enumerate() {
-                    let mr = if m.is_empty() {
-                        &m[..]
-                    } else {
-                        &m[r * nb..(r + 1) * nb]
-                    };
-                    let one = row(
-                        format,
-                        &q[r * nb * qb..(r + 1) * nb * qb],
-                        &d[r * nb..(r + 1) * nb],
-                        mr,
-                        &a,
-                    );
-                    assert_eq!(
-                        o.to_bits(),
-                        (one as f32).to_bits(),
-                        "{format:?} {nb} blocks, row {r}"
-                    );
+                    let one = w.one(Kernel::chosen(), r, &a);
+                    assert_eq!(o.to_bits(), one, "{format:?} {nb} blocks, row {r}");
                 }
             }
         }
@@ -1553,49 +1557,20 @@ mod tests {
     /// row and token counts left over).
     #[test]
     fn rows_times_tokens_equal_each_row_and_token_alone() {
-        for format in [Format::Q4_0, Format::Q4_1, Format::Q8_0] {
-            let nb = 5;
-            let qb = format.quant_bytes();
-            let rows = 5;
-            let mut q = noise(rows * nb * qb, 19);
-            if format == Format::Q8_0 {
-                q[qb + 3] = 0x80;
-            }
-            let d: Vec<f32> = (0..rows * nb).map(|b| 0.01 + b as f32 * 1e-3).collect();
-            let m: Vec<f32> = if format == Format::Q4_1 {
-                (0..rows * nb).map(|b| -0.3 + b as f32 * 1e-2).collect()
-            } else {
-                Vec::new()
-            };
-            let acts: Vec<Q8Activation> = (0..5)
-                .map(|t| {
-                    let x: Vec<f32> = (0..nb * QK)
-                        .map(|i| (((i + 7 * t) * 29 % 31) as f32 - 15.0) / (3.0 + t as f32))
-                        .collect();
-                    let mut a = Q8Activation::default();
-                    a.quantize(&x);
-                    a
-                })
-                .collect();
+        let nb = 5;
+        let acts: Vec<Q8Activation> = (0..5).map(|t| activation(nb, t)).collect();
+        for format in FORMATS {
+            let w = TestRows::new(format, 5, nb, 19);
             for k in Kernel::ALL.into_iter().filter(|k| k.available()) {
                 for (nr, nt) in [(1, 1), (2, 2), (2, 5), (5, 4), (5, 5), (4, 1)] {
-                    let mr = if m.is_empty() { &m[..] } else { &m[..nr * nb] };
+                    let (q, d, m) = w.slice(0..nr);
                     let mut out = vec![0f32; nr * nt];
-                    let (rq, rd) = (&q[..nr * nb * qb], &d[..nr * nb]);
-                    rows_many_with(k, format, rq, rd, mr, nr, &acts[..nt], &mut out);
+                    rows_many_with(k, format, q, d, m, nr, &acts[..nt], &mut out);
                     for r in 0..nr {
-                        let mr = if m.is_empty() {
-                            &m[..]
-                        } else {
-                            &m[r * nb..(r + 1) * nb]
-                        };
-                        let (rq, rd) =
-                            (&q[r * nb * qb..(r + 1) * nb * qb], &d[r * nb..(r + 1) * nb]);
                         for (t, a) in acts[..nt].iter().enumerate() {
-                            let one = row_with(k, format, rq, rd, mr, a) as f32;
                             assert_eq!(
                                 out[r * nt + t].to_bits(),
-                                one.to_bits(),
+                                w.one(k, r, a),
                                 "{k:?} {format:?} {nr}x{nt}: row {r}, token {t}"
                             );
                         }
@@ -1625,86 +1600,38 @@ mod tests {
     /// kernel this CPU has, and put back into rows they are the rows they were.
     #[test]
     fn grouped_rows_equal_each_row_alone() {
-        for format in [Format::Q4_0, Format::Q4_1, Format::Q8_0] {
+        for format in FORMATS {
             for nb in [1usize, 3, 4, 5, 18] {
                 // Two whole groups and three rows past them.
-                let rows = 2 * GROUP + 3;
-                let qb = format.quant_bytes();
-                let mut q = noise(rows * nb * qb, 11 + nb as u32);
-                if format == Format::Q8_0 {
-                    q[qb * nb * 9 + 4] = 0x80;
-                }
-                let d: Vec<f32> = (0..rows * nb).map(|b| 0.01 + b as f32 * 1e-3).collect();
-                let m: Vec<f32> = if format == Format::Q4_1 {
-                    (0..rows * nb).map(|b| -0.3 + b as f32 * 1e-2).collect()
-                } else {
-                    Vec::new()
-                };
-                let x: Vec<f32> = (0..nb * QK)
-                    .map(|i| ((i * 29 % 31) as f32 - 15.0) / 4.0)
-                    .collect();
-                let mut a = Q8Activation::default();
-                a.quantize(&x);
-                let (gq, gd, gm) = group(format, &q, &d, &m, rows);
-                assert_eq!((gq.len(), gd.len(), gm.len()), (q.len(), d.len(), m.len()));
-                let whole = 2 * GROUP;
-                // Past the groups, the rows as they were.
-                assert_eq!(gq[whole * nb * qb..], q[whole * nb * qb..]);
-                assert_eq!(gd[whole * nb..], d[whole * nb..]);
-                let (mut rq, mut rd, mut rm) = (Vec::new(), Vec::new(), Vec::new());
-                let (sq, sd) = (GROUP * nb * qb, GROUP * nb);
-                let gm1 = if m.is_empty() {
-                    &gm[..]
-                } else {
-                    &gm[sd..2 * sd]
-                };
-                ungroup(
+                let (rows, whole) = (2 * GROUP + 3, 2 * GROUP);
+                let w = TestRows::new(format, rows, nb, 11 + nb as u32);
+                let a = activation(nb, 1);
+                let (q, d, m) = group(format, &w.q, &w.d, &w.m, rows);
+                let g = TestRows {
                     format,
-                    &gq[sq..2 * sq],
-                    &gd[sd..2 * sd],
-                    gm1,
-                    (&mut rq, &mut rd, &mut rm),
+                    nb,
+                    q,
+                    d,
+                    m,
+                };
+                assert_eq!(
+                    (g.q.len(), g.d.len(), g.m.len()),
+                    (w.q.len(), w.d.len(), w.m.len())
                 );
-                assert_eq!(rq, q[sq..2 * sq]);
-                assert_eq!(rd, d[sd..2 * sd]);
-                if !m.is_empty() {
-                    assert_eq!(rm, m[sd..2 * sd]);
-                }
+                // Past the groups, the rows as they were.
+                assert_eq!(g.slice(whole..rows), w.slice(whole..rows));
+                // The second group put back into rows: the rows it came from.
+                let (q, d, m) = g.slice(GROUP..whole);
+                let (mut rq, mut rd, mut rm) = (Vec::new(), Vec::new(), Vec::new());
+                ungroup(format, q, d, m, (&mut rq, &mut rd, &mut rm));
+                assert_eq!((&rq[..], &rd[..], &rm[..]), w.slice(GROUP..whole));
                 for k in Kernel::ALL.into_iter().filter(|k| k.available()) {
                     let mut out = vec![0f32; whole];
-                    let gm = if m.is_empty() {
-                        &gm[..]
-                    } else {
-                        &gm[..whole * nb]
-                    };
-                    rows_grouped_with(
-                        k,
-                        format,
-                        &gq[..whole * nb * qb],
-                        &gd[..whole * nb],
-                        gm,
-                        &a,
-                        &mut out,
-                    );
+                    let (q, d, m) = g.slice(0..whole);
+                    rows_grouped_with(k, format, q, d, m, &a, &mut out);
                     for (r, o) in out.iter().enumerate() {
-                        let mr = if m.is_empty() {
-                            &m[..]
-                        } else {
-                            &m[r * nb..(r + 1) * nb]
-                        };
-                        let one = row_with(
-                            k,
-                            format,
-                            &q[r * nb * qb..(r + 1) * nb * qb],
-                            &d[r * nb..(r + 1) * nb],
-                            mr,
-                            &a,
-                        );
-                        assert_eq!(
-                            o.to_bits(),
-                            (one as f32).to_bits(),
-                            "{k:?} {format:?} {nb} blocks, row {r}"
-                        );
+                        let one = w.one(k, r, &a);
+                        assert_eq!(o.to_bits(), one, "{k:?} {format:?} {nb} blocks, row {r}");
                     }
                 }
             }
