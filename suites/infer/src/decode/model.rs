@@ -538,7 +538,6 @@ impl Matrix {
             let range = units.start * unit..(units.end * unit).min(rows);
             let mut tile = vec![0f32; PIECE * TILE];
             let (mut pq, mut ps, mut pm) = (Vec::new(), Vec::new(), Vec::new());
-            let (mut gq, mut gs, mut gm) = (Vec::new(), Vec::new(), Vec::new());
             let mut p0 = range.start;
             while p0 < range.end {
                 // Pieces of groups end where the groups do.
@@ -546,21 +545,13 @@ impl Matrix {
                 let piece = p0..(p0 + PIECE).min(range.end).min(last);
                 p0 = piece.end;
                 // The piece's rows one after another: as held, or put back from groups.
+                let held = block_rows(q, scale, min, piece.clone(), row_q, row_s);
                 let (qs, sc, mins) = if piece.start < in_groups {
-                    pq.clear();
-                    ps.clear();
-                    pm.clear();
-                    for g in piece.clone().step_by(qdot::GROUP) {
-                        let (q1, s1, m1) =
-                            block_rows(q, scale, min, g..g + qdot::GROUP, row_q, row_s);
-                        qdot::ungroup(*format, q1, s1, m1, (&mut gq, &mut gs, &mut gm));
-                        pq.extend_from_slice(&gq);
-                        ps.extend_from_slice(&gs);
-                        pm.extend_from_slice(&gm);
-                    }
+                    let (gq, gs, gm) = held;
+                    qdot::ungroup(*format, gq, gs, gm, nb, (&mut pq, &mut ps, &mut pm));
                     (&pq[..], &ps[..], &pm[..])
                 } else {
-                    block_rows(q, scale, min, piece.clone(), row_q, row_s)
+                    held
                 };
                 for t0 in (0..n).step_by(TILE) {
                     let t1 = (t0 + TILE).min(n);

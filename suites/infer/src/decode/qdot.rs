@@ -530,34 +530,37 @@ pub fn group(
     (gq, gd, gm)
 }
 
-/// One group of [`group`]'s layout (its quants, scales and, for Q4_1, minimums) put back
-/// into rows one after another, into the `out` buffers (resized to fit): for products that
-/// take one row at a time (a prompt's tiles).
+/// Whole groups of [`group`]'s layout (their quants, scales and, for Q4_1, minimums; `nb`
+/// blocks a row) put back into rows one after another, into the `out` buffers (resized to
+/// fit): for products that take one row at a time (a prompt's tiles).
 pub fn ungroup(
     format: Format,
     q: &[u8],
     d: &[f32],
     m: &[f32],
+    nb: usize,
     out: (&mut Vec<u8>, &mut Vec<f32>, &mut Vec<f32>),
 ) {
-    let nb = d.len() / GROUP;
     let qb = format.quant_bytes();
     let (oq, od, om) = out;
     oq.resize(q.len(), 0);
     od.resize(d.len(), 0.0);
     om.resize(m.len(), 0.0);
-    for b in 0..nb {
-        for k in (0..qb).step_by(4) {
-            for r in 0..GROUP {
-                let from = b * GROUP * qb + k * GROUP + 4 * r;
-                let to = (r * nb + b) * qb + k;
-                oq[to..to + 4].copy_from_slice(&q[from..from + 4]);
+    let at = |g: usize, b: usize| g * nb + b;
+    for g in 0..d.len() / (GROUP * nb).max(1) {
+        for b in 0..nb {
+            for k in (0..qb).step_by(4) {
+                for r in 0..GROUP {
+                    let from = at(g, b) * GROUP * qb + k * GROUP + 4 * r;
+                    let to = (at(g * GROUP + r, 0) + b) * qb + k;
+                    oq[to..to + 4].copy_from_slice(&q[from..from + 4]);
+                }
             }
-        }
-        for r in 0..GROUP {
-            od[r * nb + b] = d[b * GROUP + r];
-            if format == Format::Q4_1 {
-                om[r * nb + b] = m[b * GROUP + r];
+            for r in 0..GROUP {
+                od[at(g * GROUP + r, b)] = d[at(g, b) * GROUP + r];
+                if format == Format::Q4_1 {
+                    om[at(g * GROUP + r, b)] = m[at(g, b) * GROUP + r];
+                }
             }
         }
     }
@@ -601,7 +604,7 @@ pub fn rows_grouped_with(
     let (mut rq, mut rd, mut rm) = (Vec::new(), Vec::new(), Vec::new());
     for (g, o) in out.chunks_exact_mut(GROUP).enumerate() {
         let (gq, gd, gm) = rows_of(format, q, d, m, nb, g * GROUP..(g + 1) * GROUP);
-        ungroup(format, gq, gd, gm, (&mut rq, &mut rd, &mut rm));
+        ungroup(format, gq, gd, gm, nb, (&mut rq, &mut rd, &mut rm));
         for (r, o) in o.iter_mut().enumerate() {
             let (oq, od, om) = rows_of(format, &rq, &rd, &rm, nb, r..r + 1);
             *o = row_with(k, format, oq, od, om, a) as f32;
@@ -1620,11 +1623,13 @@ mod tests {
                 );
                 // Past the groups, the rows as they were.
                 assert_eq!(g.slice(whole..rows), w.slice(whole..rows));
-                // The second group put back into rows: the rows it came from.
-                let (q, d, m) = g.slice(GROUP..whole);
+                // The second group, and both, put back into rows: the rows they came from.
                 let (mut rq, mut rd, mut rm) = (Vec::new(), Vec::new(), Vec::new());
-                ungroup(format, q, d, m, (&mut rq, &mut rd, &mut rm));
-                assert_eq!((&rq[..], &rd[..], &rm[..]), w.slice(GROUP..whole));
+                for from in [GROUP, 0] {
+                    let (q, d, m) = g.slice(from..whole);
+                    ungroup(format, q, d, m, nb, (&mut rq, &mut rd, &mut rm));
+                    assert_eq!((&rq[..], &rd[..], &rm[..]), w.slice(from..whole));
+                }
                 for k in Kernel::ALL.into_iter().filter(|k| k.available()) {
                     let mut out = vec![0f32; whole];
                     let (q, d, m) = g.slice(0..whole);
