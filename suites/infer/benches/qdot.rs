@@ -20,6 +20,9 @@ fn bytes(n: usize, seed: u32) -> Vec<u8> {
 /// One row's products, summed (so the work cannot be optimized away).
 type PerRow<'a> = dyn Fn(usize) -> f64 + 'a;
 
+/// A whole matrix's products into the output rows.
+type WholeMatrix<'a> = dyn Fn(&mut [f32]) + 'a;
+
 fn rows(c: &mut Criterion) {
     let kernels: Vec<Kernel> = Kernel::ALL.into_iter().filter(|k| k.available()).collect();
     for format in [Format::Q4_1, Format::Q8_0] {
@@ -53,39 +56,33 @@ fn rows(c: &mut Criterion) {
                     &m[r * nb..(r + 1) * nb],
                 )
             };
-            // The whole matrix through `qdot::rows` on the chosen kernel (a decode step's
-            // product: lengths checked and the kernel chosen once, not per row).
+            // The whole matrix on the chosen kernel, lengths checked and the kernel chosen
+            // once: through `qdot::rows` in rows, and in groups of eight (qdot::group) as a
+            // decode step reads it where the chosen kernel has the grouped product.
+            let (gq, gd, gm) = qdot::group(format, &q, &d, &m_held, nrows);
             let mut out = vec![0f32; nrows];
             g.throughput(Throughput::Elements((nrows * ncols) as u64));
-            g.bench_with_input(
-                BenchmarkId::new(
-                    format!("rows-{}", Kernel::chosen().name()),
-                    format!("{nrows}x{ncols}"),
-                ),
-                &(),
-                |bench, _| {
-                    bench.iter(|| {
-                        qdot::rows(format, &q, &d, &m, &acts[0], &mut out);
-                        out[0]
-                    })
-                },
-            );
-            // The same rows interleaved in groups of eight (qdot::group), as a decode step
-            // reads them where the chosen kernel has the grouped product.
-            let (gq, gd, gm) = qdot::group(format, &q, &d, &m_held, nrows);
-            g.bench_with_input(
-                BenchmarkId::new(
-                    format!("groups-{}", Kernel::chosen().name()),
-                    format!("{nrows}x{ncols}"),
-                ),
-                &(),
-                |bench, _| {
-                    bench.iter(|| {
-                        qdot::rows_grouped(format, &gq, &gd, &gm, &acts[0], &mut out);
-                        out[0]
-                    })
-                },
-            );
+            let whole: [(&str, &WholeMatrix); 2] = [
+                ("rows", &|o| qdot::rows(format, &q, &d, &m, &acts[0], o)),
+                ("groups", &|o| {
+                    qdot::rows_grouped(format, &gq, &gd, &gm, &acts[0], o)
+                }),
+            ];
+            for (layout, product) in whole {
+                g.bench_with_input(
+                    BenchmarkId::new(
+                        format!("{layout}-{}", Kernel::chosen().name()),
+                        format!("{nrows}x{ncols}"),
+                    ),
+                    &(),
+                    |bench, _| {
+                        bench.iter(|| {
+                            product(&mut out);
+                            out[0]
+                        })
+                    },
+                );
+            }
             for &k in &kernels {
                 // One activation per row (a decode step) and four (a prompt's tokens), each
                 // counted as weight × token products.

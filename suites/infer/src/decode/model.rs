@@ -1819,12 +1819,13 @@ pub mod tests {
             .collect()
     }
 
-    /// Q4_1 and Q8_0 blocks with sane f16 scales (0.01 and −0.5) and random quants.
+    /// Q4_0, Q4_1 and Q8_0 blocks with sane f16 scales (0.01; Q4_1's minimum −0.5) and random
+    /// quants.
     fn blocks(kind: u32, n_blocks: usize) -> Vec<u8> {
-        let (fb, at) = if kind == quant::Q8_0 {
-            (34, 2)
-        } else {
-            (20, 4)
+        let (fb, at) = match kind {
+            quant::Q8_0 => (34, 2),
+            quant::Q4_0 => (18, 2),
+            _ => (20, 4),
         };
         let mut out = noise(n_blocks * fb, kind + 7);
         for b in out.chunks_exact_mut(fb) {
@@ -1844,15 +1845,7 @@ pub mod tests {
         let (rows, cols) = (3usize, 128usize);
         let one = Threads::new(1).unwrap();
         for kind in [quant::Q4_1, quant::Q8_0, quant::Q4_0] {
-            let data = if kind == quant::Q4_0 {
-                let mut d = noise(rows * cols / 32 * 18, 3);
-                for b in d.chunks_exact_mut(18) {
-                    b[..2].copy_from_slice(&0x211eu16.to_le_bytes());
-                }
-                d
-            } else {
-                blocks(kind, rows * cols / 32)
-            };
+            let data = blocks(kind, rows * cols / 32);
             let g = gguf_with(&[("w", vec![cols as u64, rows as u64], kind, data.clone())]);
             let x: Vec<f32> = (0..cols)
                 .map(|i| ((i * 37 % 11) as f32 - 5.0) / 7.0)
@@ -1904,15 +1897,7 @@ pub mod tests {
     fn grouped_rows_give_each_rows_own_product() {
         let (rows, cols, n) = (203usize, 192usize, 5usize);
         for kind in [quant::Q4_0, quant::Q4_1, quant::Q8_0] {
-            let data = if kind == quant::Q4_0 {
-                let mut d = noise(rows * cols / 32 * 18, 5);
-                for b in d.chunks_exact_mut(18) {
-                    b[..2].copy_from_slice(&0x211eu16.to_le_bytes());
-                }
-                d
-            } else {
-                blocks(kind, rows * cols / 32)
-            };
+            let data = blocks(kind, rows * cols / 32);
             let g = gguf_with(&[("w", vec![cols as u64, rows as u64], kind, data)]);
             let m = Matrix::load(&g, "w", (0, rows), (0, cols)).unwrap();
             let Weights::Blocks { grouped, .. } = m.w else {
