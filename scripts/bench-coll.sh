@@ -16,6 +16,7 @@
 #
 #   scripts/bench-coll.sh [ROUNDS] [RANKS...]      (defaults: 3 rounds, 2 and 4 ranks)
 #   SIZES="8 1024 8192 1048576 16777216" ITERS=20 SMALL_ITERS=200 scripts/bench-coll.sh
+#   CONGESTION=cubic scripts/bench-coll.sh 3 2
 #
 # Sizes up to 64 KiB run SMALL_ITERS timed iterations (default 1000, after 100 warm-up
 # ones), larger ones ITERS (default 20, after 5), for both tools, as OSU's benchmarks do: a
@@ -33,8 +34,29 @@
 # and 2 on CPU 0, 1 and 3 on CPU 1 on two cores), and OpenMPI gets the same placement
 # (--bind-to core:overload-allowed; mpirun leaves oversubscribed ranks unbound otherwise), so
 # the two tools' small-size times are compared on the same core sharing.
+#
+# TCP's figures follow the kernel's congestion control as much as either tool: BBR paces even
+# loopback, and its rate moves from one launch to the next. CONGESTION=cubic (root, Linux)
+# runs the whole comparison in a private network namespace whose default is that algorithm,
+# since OpenMPI has no per-connection setting. The host's default is left alone; a namespace
+# may only default to an algorithm on the host's allowed list, so one missing from it is
+# added for the run and the list restored after. The header names the congestion control
+# the run had.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ -n "${CONGESTION:-}" ] && [ -z "${BENCH_COLL_NETNS:-}" ]; then
+  [ "$(id -u)" = 0 ] || { echo "bench-coll: CONGESTION needs root (a private network namespace)" >&2; exit 1; }
+  ns="bench-coll-$$"
+  allowed=/proc/sys/net/ipv4/tcp_allowed_congestion_control
+  allowed_before=$(cat "$allowed")
+  trap 'ip netns del "$ns" 2>/dev/null || true; echo "$allowed_before" >"$allowed"' EXIT
+  case " $allowed_before " in *" $CONGESTION "*) ;; *) echo "$allowed_before $CONGESTION" >"$allowed" ;; esac
+  ip netns add "$ns"
+  ip netns exec "$ns" ip link set lo up
+  ip netns exec "$ns" sysctl -qw net.ipv4.tcp_congestion_control="$CONGESTION"
+  ip netns exec "$ns" env BENCH_COLL_NETNS=1 "$0" "$@"
+  exit
+fi
 rounds=${1:-3}
 shift || true
 ranks=("$@")
@@ -64,6 +86,8 @@ root_flag=()
 cores=$(getconf _NPROCESSORS_ONLN)   # nproc is Linux-only
 echo "# machine: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p'), $cores cores; $(mpirun --version | head -1)"
 echo "# sizes: $sizes; iters $small_iters up to 64 KiB, $iters above; rounds $rounds; f32 sum"
+cc=$(cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null || echo "the OS's")
+echo "# tcp congestion control: $cc${BENCH_COLL_NETNS:+ (a private network namespace)}"
 
 # One round of both tools at one rank count and network, for one group of sizes.
 run_group() { # n net round tag sizes iters warmup

@@ -51,6 +51,10 @@ pub struct RunArgs {
     /// TCP socket buffer size (e.g. 4MiB); default leaves the OS's autotuning on.
     #[arg(long, value_parser = parse_size)]
     pub sockbuf: Option<u64>,
+    /// TCP congestion control for the data connections (cubic, bbr, reno; Linux), as iperf3's
+    /// -C; default: the system's (the result records which ran).
+    #[arg(long, value_name = "ALGO")]
+    pub congestion: Option<String>,
     /// Longest wait on the network with no progress (e.g. 30s, 2m; default 30s, and 60s for
     /// infer --endpoint, where a server may think long before its first byte).
     #[arg(long, value_parser = parse_duration)]
@@ -126,6 +130,7 @@ impl RunArgs {
             network_index: None,
             streams: self.streams as usize,
             sockbuf: self.sockbuf.map(|b| b as usize),
+            congestion: self.congestion.clone(),
             timeout: self.timeout.unwrap_or(std::time::Duration::from_secs(30)),
             port: self.port,
             out: self.out.clone(),

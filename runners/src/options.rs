@@ -66,6 +66,8 @@ pub struct RunOptions {
     pub streams: usize,
     /// SO_SNDBUF/SO_RCVBUF in bytes; None leaves the OS's autotuning on.
     pub sockbuf: Option<usize>,
+    /// TCP congestion control for the data connections; None keeps the system's default.
+    pub congestion: Option<String>,
     /// Longest wait on the network with no progress.
     #[serde(serialize_with = "secs")]
     pub timeout: Duration,
@@ -237,6 +239,7 @@ impl Default for RunOptions {
             verbs_lib: None,
             streams: 1,
             sockbuf: None,
+            congestion: None,
             timeout: Duration::from_secs(30),
             port: 0,
             out: None,

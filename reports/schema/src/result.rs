@@ -135,6 +135,10 @@ pub struct Network {
     /// Parallel connections per peer (tcp).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub streams: Option<usize>,
+    /// TCP congestion control of the data connections ("cubic", "bbr"), as the kernel reports
+    /// it for them (tcp, where the OS has a per-connection setting).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub congestion: Option<String>,
     /// A short label for tables and charts: "tcp/lo (loopback)".
     pub label: String,
 }

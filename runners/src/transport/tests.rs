@@ -9,7 +9,19 @@ use super::{Buffer, PeerName, RecvOp, SendOp, Transport};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-const SIZES: [usize; 8] = [0, 1, 7, 100, 4096, 65536, 300_000, 5 << 20];
+/// 262_136 and 262_150: a header and its data end at, and just past, a send slice (256 KiB).
+const SIZES: [usize; 10] = [
+    0,
+    1,
+    7,
+    100,
+    4096,
+    65536,
+    262_136,
+    262_150,
+    300_000,
+    5 << 20,
+];
 
 fn names(n: usize) -> Vec<PeerName> {
     (0..n)
@@ -85,6 +97,7 @@ fn tcp_pair<T: Send + 'static>(
                     streams,
                     timeout,
                     sockbuf: None,
+                    congestion: None,
                     spin: super::tcp::SPIN_BEFORE_POLL,
                     // Test threads may outnumber the cores.
                     yield_while_spinning: true,

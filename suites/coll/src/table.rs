@@ -22,8 +22,15 @@ pub fn header(
     } else {
         "out of place"
     };
+    // TCP's figures depend on the congestion control as much as on the cable (BBR paces
+    // even loopback), so it is named where it is known.
+    let congestion = net
+        .congestion
+        .as_deref()
+        .map(|c| format!(", congestion control {c}"))
+        .unwrap_or_default();
     println!(
-        "# {}: {} ranks, {}, {place}, {} over {}",
+        "# {}: {} ranks, {}, {place}, {} over {}{congestion}",
         op.name(),
         ctx.size(),
         config.dtype.name(),

@@ -177,6 +177,7 @@ fn refuse_unused_flags(args: &InferArgs, m: &clap::ArgMatches) -> Result<(), Str
         "over",
         "streams",
         "sockbuf",
+        "congestion",
         "port",
         "oversubscribe",
     ];

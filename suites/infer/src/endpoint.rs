@@ -118,6 +118,7 @@ fn describe_network(url: &Url, probe: &Record) -> Network {
         ),
         addresses: vec![local.ip().to_string(), peer.to_string()],
         streams: None,
+        congestion: None,
         ..base
     }
 }

@@ -348,3 +348,54 @@ fn one_rank_is_refused_with_a_clear_line() {
         text(&o.stderr)
     );
 }
+
+/// The congestion control shapes TCP's figures (BBR paces even loopback), so `--congestion`
+/// sets it on every data connection and the result names the one that ran, asked or not.
+#[cfg(target_os = "linux")]
+#[test]
+fn congestion_flag_sets_the_data_connections_and_the_result_names_it() {
+    let dir = tmpdir("congestion");
+    let out = dir.join("r.json");
+    let system = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").unwrap();
+    // reno is built into every Linux kernel, and root (or the default allowed list) may set it.
+    for (asked, expect) in [(None, system.trim()), (Some("reno"), "reno")] {
+        let mut args = vec![
+            "link",
+            "--sizes",
+            "64k",
+            "--mode",
+            "bw",
+            "--iters",
+            "5",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        if let Some(cc) = asked {
+            args.extend(["--congestion", cc]);
+        }
+        let o = run(&args, Duration::from_secs(60));
+        assert!(o.status.success(), "{asked:?}: {}", text(&o.stderr));
+        assert_eq!(result(&out)["network"]["congestion"], expect, "{asked:?}");
+        std::fs::remove_file(&out).unwrap();
+    }
+    let o = run(
+        &[
+            "link",
+            "--congestion",
+            "no-such-cc",
+            "--sizes",
+            "64k",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--congestion no-such-cc") && err.contains("available"),
+        "{err}"
+    );
+    assert!(!out.exists());
+}

@@ -938,6 +938,7 @@ impl Opening for VerbsOpening {
             mtu: Some(v.mtu_bytes),
             addresses: super::published_addresses(p.table),
             streams: None,
+            congestion: None,
         };
         Ok(Opened {
             transport: Box::new(t),
