@@ -178,6 +178,39 @@ fn shm_moves_every_size_both_ways_through_every_path() {
     );
 }
 
+#[cfg(target_os = "linux")]
+#[test]
+fn shm_reads_more_shared_buffers_than_it_keeps_mapped() {
+    // 300 buffers of 2 KiB (past a mailbox slot: the mapped path), sent twice over: the
+    // receiver's cache of mappings stays bounded, and a buffer whose mapping it dropped is
+    // mapped again and read right. (Both ranks are threads of this process, so the one-copy
+    // probe passes whatever the host's ptrace rules.)
+    shm_pair([7u8; 16], |t, peer| {
+        const BUFFERS: usize = 300;
+        const LEN: usize = 2048;
+        if t.rank() == 0 {
+            let mut bufs: Vec<Buffer> = (0..BUFFERS).map(|_| t.alloc(LEN).unwrap()).collect();
+            assert!(bufs[0].region().is_some(), "alloc must hand out shared memory");
+            for round in 0..2 {
+                for (i, b) in bufs.iter_mut().enumerate() {
+                    b.copy_from_slice(&pattern(LEN, round, i));
+                    t.send(peer, b).unwrap();
+                }
+            }
+        } else {
+            let mut got = vec![0u8; LEN];
+            for round in 0..2 {
+                for i in 0..BUFFERS {
+                    t.recv(peer, &mut got).unwrap();
+                    assert!(got == pattern(LEN, round, i), "round {round}: buffer {i}");
+                }
+            }
+            let mapped = t.mapped_regions();
+            assert!((1..=256).contains(&mapped), "{mapped} regions mapped, 256 at most");
+        }
+    });
+}
+
 #[test]
 fn shm_names_a_size_mismatch() {
     // 10 bytes travel in a mailbox slot, 5000 through the ring: both paths check the size.
