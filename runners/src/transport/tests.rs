@@ -190,7 +190,10 @@ fn shm_reads_more_shared_buffers_than_it_keeps_mapped() {
         const LEN: usize = 2048;
         if t.rank() == 0 {
             let mut bufs: Vec<Buffer> = (0..BUFFERS).map(|_| t.alloc(LEN).unwrap()).collect();
-            assert!(bufs[0].region().is_some(), "alloc must hand out shared memory");
+            assert!(
+                bufs[0].region().is_some(),
+                "alloc must hand out shared memory"
+            );
             for round in 0..2 {
                 for (i, b) in bufs.iter_mut().enumerate() {
                     b.copy_from_slice(&pattern(LEN, round, i));
@@ -206,7 +209,10 @@ fn shm_reads_more_shared_buffers_than_it_keeps_mapped() {
                 }
             }
             let mapped = t.mapped_regions();
-            assert!((1..=256).contains(&mapped), "{mapped} regions mapped, 256 at most");
+            assert!(
+                (1..=256).contains(&mapped),
+                "{mapped} regions mapped, 256 at most"
+            );
         }
     });
 }

@@ -308,6 +308,15 @@ pub fn problems(network: &str, facts: &[RankFacts], pairs: &[Pair], plan: &Plan)
             say(&blas)
         ));
     }
+    // Each direction of a TCP connection runs its sender's congestion control, so hosts that
+    // differ give a pair two different rates (BBR paces where cubic bursts).
+    let congestion = groups(&|h| h.network.congestion.clone().unwrap_or_default());
+    if congestion.len() > 1 && congestion.iter().all(|(cc, _)| !cc.is_empty()) {
+        add("congestion-mismatch", all.clone(), format!(
+            "TCP congestion control {} — each direction runs its sender's, so a pair's two directions differ: set one everywhere (Linux: sysctl -w net.ipv4.tcp_congestion_control=cubic) or pass --congestion to the run",
+            say(&congestion)
+        ));
+    }
     let size = facts.len().max(1) as u64;
     for h in &hosts {
         let ranks_here = facts.iter().filter(|f| f.host == h.host).count() as u64;
@@ -643,6 +652,31 @@ mod tests {
             "{}",
             p[1].detail
         );
+    }
+
+    #[test]
+    fn hosts_whose_tcp_congestion_control_differs_are_named() {
+        let mut f: Vec<RankFacts> = (0..3)
+            .map(|r| rank(r, &format!("n{}", r + 1), "eth0", "ethernet", None, 1500))
+            .collect();
+        for (r, cc) in ["cubic", "bbr", "cubic"].iter().enumerate() {
+            f[r].network.congestion = Some(cc.to_string());
+        }
+        let p = judge(&f, &[], &Plan::default());
+        assert_eq!(kinds(&p), ["congestion-mismatch"]);
+        assert!(
+            p[0].detail
+                .starts_with("TCP congestion control cubic on n1, n3; bbr on n2 — "),
+            "{}",
+            p[0].detail
+        );
+        // The same everywhere, or unknown (not Linux): nothing to say.
+        f[1].network.congestion = Some("cubic".into());
+        assert!(judge(&f, &[], &Plan::default()).is_empty());
+        for h in &mut f {
+            h.network.congestion = None;
+        }
+        assert!(judge(&f, &[], &Plan::default()).is_empty());
     }
 
     /// hpl --n 100000 on 4 ranks, 2 per host: 8·10^10 B over 4 ranks, 37.3 GiB a host.

@@ -285,3 +285,43 @@ fn a_planned_run_too_large_for_free_memory_is_named() {
         text(&bad.stderr)
     );
 }
+
+/// The two hosts default to different TCP congestion controls (each namespace has its own):
+/// named with each host's, from what the ranks' connections really ran.
+#[test]
+fn hosts_with_different_tcp_congestion_controls_are_named() {
+    let Some(_lab) = Lab::up("tbd") else {
+        return;
+    };
+    // A namespace may default only to an algorithm on the host's allowed list.
+    let allowed = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
+        .unwrap_or_default();
+    let algos: Vec<&str> = allowed.split_whitespace().collect();
+    if algos.len() < 2 {
+        skipped(&format!(
+            "one TCP congestion control allowed here ({allowed:?}): no two hosts can differ"
+        ));
+        return;
+    }
+    for (ns, cc) in [("tbda", algos[0]), ("tbdb", algos[1])] {
+        let set = Command::new("ip")
+            .args(["netns", "exec", ns, "sysctl", "-qw"])
+            .arg(format!("net.ipv4.tcp_congestion_control={cc}"))
+            .status()
+            .unwrap();
+        assert!(set.success(), "{ns}: {cc}");
+    }
+    let dir = tmpdir("doctor-congestion");
+    let (o, r) = doctor(&dir, "2", &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert_eq!(kinds(&r), ["congestion-mismatch"]);
+    let p = &r["results"]["problems"][0];
+    assert_eq!(p["hosts"], serde_json::json!(["tbda", "tbdb"]));
+    assert_eq!(
+        p["detail"].as_str().unwrap().split(" — ").next().unwrap(),
+        format!(
+            "TCP congestion control {} on tbda; {} on tbdb",
+            algos[0], algos[1]
+        )
+    );
+}
