@@ -387,10 +387,9 @@ pub const SPIN_BEFORE_POLL: Duration = Duration::from_millis(1);
 pub const SPIN_OVERSUBSCRIBED: Duration = Duration::from_micros(50);
 /// The most one send syscall takes: small messages are gathered up to it, and while the same
 /// connection also has bytes to receive (an exchange: both ranks send at once), a large
-/// message goes a slice at a time, with the receive between slices. Sent whole, each rank's
-/// send holds its socket's lock throughout, so the peer's segments wait in the socket's
-/// backlog and nothing is read until both sends are done; in slices, each rank reads the
-/// peer's data while it is still in cache. 2 ranks over loopback under cubic, medians over
+/// message goes a slice at a time, with the receive between slices. Sent whole, each rank
+/// reads nothing until its own send is done; in slices, sending and reading alternate and
+/// both directions advance together. 2 ranks over loopback under cubic, medians over
 /// launches on a 2-core Xeon VM: 1 MiB all-gather (one 512 KiB exchange) 158 us whole, 121
 /// in 256 KiB slices (127 in 128 KiB ones); 1 MiB ring all-reduce 306 -> 243. (Under BBR,
 /// whose pacing sets loopback's rate, launches spread too widely to tell.) A one-way stream
