@@ -129,7 +129,28 @@ fn run_command(cli: &Cli, suites: &[tbbench_runners::cli::Registration]) -> anyh
     }
 }
 
+/// Ends the process quietly, as SIGPIPE ends any Unix tool, when what reads its output is gone
+/// (`tbbench link | head`): Rust's println! panics on a closed stdout. SIGPIPE itself stays
+/// ignored, so a write to a rank that died is an error the launcher reports. The launcher's
+/// exit closes its ranks' stdin, which ends them and removes what they share.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info);
+    }));
+}
+
 fn main() {
+    quiet_on_closed_stdout();
     // Before any thread starts (see the function).
     tbbench_hpl::kernels::before_threads();
     // Suites that report a host's BLAS (doctor) read it through the runner, from the hpl

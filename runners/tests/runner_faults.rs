@@ -406,3 +406,38 @@ fn verbs_without_an_rdma_device_fails_fast_in_one_line() {
     assert_ranks_gone(&ranks, Duration::from_secs(5), "the failed verbs start");
     assert!(!out.exists(), "no result file from a failed run");
 }
+
+/// `tbbench coll | head -1`: once what reads the output is gone, the launcher ends quietly
+/// with SIGPIPE's status (no panic, no error line) and its ranks go with it.
+#[test]
+fn closed_stdout_ends_the_run_quietly() {
+    use std::io::BufRead;
+    let mut child = spawn(&[
+        "coll",
+        "--algo",
+        "ring",
+        "--sizes",
+        "8,16,32,64,128,256",
+        "--iters",
+        "300000",
+        "--out",
+        &scratch_out(),
+    ]);
+    let launcher = child.id();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    assert!(first.starts_with("# all-reduce"), "{first}");
+    let ranks = wait_for_ranks(launcher, 2, Duration::ZERO);
+    drop(out);
+    let (o, took) = finish(child, Duration::from_secs(30));
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(141), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    assert_ranks_gone(
+        &ranks,
+        Duration::from_secs(10),
+        "the launcher's closed stdout",
+    );
+}
