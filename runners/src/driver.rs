@@ -46,6 +46,9 @@ pub fn run<S: Suite>(config: &S::Config, opts: &RunOptions, tool: &Tool) -> Resu
         };
         return rank_main::<S>(config, &opts, tool, env_bootstrap()?);
     }
+    if let Some(unused) = opts.tcp_flags_unused() {
+        return Err(crate::cli::UsageError(unused).into());
+    }
     if let Some(size) = crate::mpi_boot::mpirun_size() {
         // mpirun starts the ranks once, so they can run on one network only.
         let opts = match opts.over.len() {

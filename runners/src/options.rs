@@ -196,6 +196,41 @@ pub fn in_subnet(ip: Ipv4Addr, (net, bits): (Ipv4Addr, u8)) -> bool {
 }
 
 impl RunOptions {
+    /// The TCP-only flags given to a run with no TCP network, as one line; None when they fit.
+    pub fn tcp_flags_unused(&self) -> Option<String> {
+        let kinds: Vec<TransportKind> = if self.over.is_empty() {
+            vec![self.transport]
+        } else {
+            self.over.iter().map(|n| n.transport).collect()
+        };
+        if kinds.contains(&TransportKind::Tcp) {
+            return None;
+        }
+        let given: Vec<&str> = [
+            (self.streams > 1, "--streams"),
+            (self.sockbuf.is_some(), "--sockbuf"),
+            (self.congestion.is_some(), "--congestion"),
+        ]
+        .into_iter()
+        .filter_map(|(set, flag)| set.then_some(flag))
+        .collect();
+        if given.is_empty() {
+            return None;
+        }
+        let mut used: Vec<&str> = kinds.iter().map(|k| k.as_str()).collect();
+        used.dedup();
+        let (last, rest) = given.split_last()?;
+        let flags = match rest {
+            [] => last.to_string(),
+            _ => format!("{} and {last}", rest.join(", ")),
+        };
+        Some(format!(
+            "{flags} appl{} to TCP connections, and this run has none (it uses {})",
+            if rest.is_empty() { "ies" } else { "y" },
+            used.join(", ")
+        ))
+    }
+
     /// These options on network `index` of `--over`: its transport and target replace
     /// `--transport`, `--iface`, `--addr` and `--rdma-device`.
     pub fn on_network(&self, index: usize) -> RunOptions {

@@ -399,3 +399,37 @@ fn congestion_flag_sets_the_data_connections_and_the_result_names_it() {
     );
     assert!(!out.exists());
 }
+
+/// TCP's own flags on a run with no TCP connection are a mistake, not something to ignore.
+#[test]
+fn tcp_flags_on_a_run_without_tcp_are_refused_in_one_line() {
+    let dir = tmpdir("tcpflags");
+    let out = dir.join("r.json");
+    for (flags, named) in [
+        (&["--sockbuf", "1MiB"][..], "--sockbuf applies"),
+        (
+            &["--streams", "2", "--congestion", "reno"][..],
+            "--streams and --congestion apply",
+        ),
+    ] {
+        let mut args = vec![
+            "link",
+            "-t",
+            "shm",
+            "--sizes",
+            "64",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(flags);
+        let o = run(&args, Duration::from_secs(30));
+        assert_eq!(o.status.code(), Some(2), "{flags:?}: {}", text(&o.stderr));
+        let err = text(&o.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(
+            err.contains(named) && err.contains("it uses shm"),
+            "{flags:?}: {err}"
+        );
+        assert!(!out.exists());
+    }
+}
