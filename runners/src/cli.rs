@@ -53,7 +53,7 @@ pub struct RunArgs {
     pub sockbuf: Option<u64>,
     /// TCP congestion control for the data connections (cubic, bbr, reno; Linux), as iperf3's
     /// -C; default: the system's (the result records which ran).
-    #[arg(long, value_name = "ALGO")]
+    #[arg(long, value_name = "ALGO", value_parser = parse_congestion)]
     pub congestion: Option<String>,
     /// Longest wait on the network with no progress (e.g. 30s, 2m; default 30s, and 60s for
     /// infer --endpoint, where a server may think long before its first byte).
@@ -93,6 +93,14 @@ fn parse_over(s: &str) -> Result<Networks, String> {
     crate::options::parse_over(s)
         .map(Networks)
         .map_err(|e| e.to_string())
+}
+/// A congestion control's name as the kernel spells them: under 16 letters, digits, _ or -.
+fn parse_congestion(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() < 16
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    ok.then(|| s.to_string())
+        .ok_or_else(|| format!("'{s}' is not a congestion control's name (cubic, bbr, reno, ...)"))
 }
 pub fn parse_transport(s: &str) -> Result<TransportKind, String> {
     TransportKind::parse(s).map_err(|e| e.to_string())
