@@ -117,6 +117,18 @@ fn print_text(e: &Env) {
             addrs.join(" ")
         );
     }
+    if let Some(cc) = &h.tcp_congestion_control {
+        let available =
+            std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+                .map(|a| {
+                    format!(
+                        " (available: {}; --congestion picks one for a run)",
+                        a.trim()
+                    )
+                })
+                .unwrap_or_default();
+        println!("tcp congestion control: {cc}{available}");
+    }
     println!("\n# RDMA");
     if let Some(s) = &e.rdma.enabled {
         println!("rdma_ctl status: {s}");

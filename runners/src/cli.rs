@@ -98,7 +98,8 @@ fn parse_over(s: &str) -> Result<Networks, String> {
 fn parse_congestion(s: &str) -> Result<String, String> {
     let ok = !s.is_empty()
         && s.len() < 16
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
     ok.then(|| s.to_string())
         .ok_or_else(|| format!("'{s}' is not a congestion control's name (cubic, bbr, reno, ...)"))
 }

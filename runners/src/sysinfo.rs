@@ -35,6 +35,7 @@ pub fn this_host() -> Host {
         memory_total_bytes: 0,
         memory_available_bytes: 0,
         transparent_hugepages: None,
+        tcp_congestion_control: None,
         blas: None,
         ranks: Vec::new(),
     };
@@ -69,6 +70,9 @@ fn fill_os_specific(host: &mut Host) {
     }
     host.transparent_hugepages =
         read("/sys/kernel/mm/transparent_hugepage/enabled").and_then(|text| selected_option(&text));
+    host.tcp_congestion_control = read("/proc/sys/net/ipv4/tcp_congestion_control")
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty());
 }
 
 /// The bracketed choice of a sysfs option list ("always [madvise] never" → "madvise").
@@ -494,6 +498,8 @@ Swapouts:                                      0.
             host.transparent_hugepages,
             thp.and_then(|t| selected_option(&t))
         );
+        let cc = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").unwrap();
+        assert_eq!(host.tcp_congestion_control.as_deref(), Some(cc.trim()));
     }
 
     #[test]

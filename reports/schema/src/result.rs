@@ -94,6 +94,11 @@ pub struct Host {
     /// setting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transparent_hugepages: Option<String>,
+    /// The congestion control new TCP connections get by default (Linux's
+    /// net.ipv4.tcp_congestion_control: "cubic", "bbr"); a run's own connections are in
+    /// `network.congestion`. None where the OS does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_congestion_control: Option<String>,
     /// BLAS library and kernel where a suite uses one (hpl); None where nothing was loaded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blas: Option<Blas>,
