@@ -276,6 +276,7 @@ fn hostile_strings_in_a_result_show_as_text() {
     let mut v = fixture("network/link-tcp-loopback.json");
     v["hosts"][0]["hostname"] = "<script>alert(1)</script>".into();
     v["network"]["label"] = "<img src=x onerror=alert(2)>".into();
+    v["network"]["congestion"] = "<i>cc</i>".into();
     v["warnings"] = serde_json::json!(["\"><b>bold</b>"]);
     write_json(&dir.join("evil.json"), &v);
     let page = report_page(&[&dir.join("evil.json")], &dir.join("r.html"));
@@ -285,6 +286,8 @@ fn hostile_strings_in_a_result_show_as_text() {
         !page.contains("<b>bold"),
         "markup in a warning reached the page"
     );
+    assert!(!page.contains("<i>cc"), "markup in the congestion control reached the page");
+    assert!(page.contains("congestion control &lt;i&gt;cc&lt;/i&gt;"));
     assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
     assert!(page.contains("&lt;img src=x onerror=alert(2)&gt;"));
 }
@@ -476,6 +479,9 @@ fn quick_run_writes_every_suite_and_a_report() {
     let page = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(page.contains("id=\"link\"") && page.contains("id=\"hpl\""));
     assert!(page.contains("1 of 1 solves passed"));
+    // Local ranks over TCP on Linux: the runs table names the congestion control they ran.
+    #[cfg(target_os = "linux")]
+    assert!(page.contains("tcp/lo (loopback), congestion control "));
     assert!(text(&o.stdout).contains("report.html"));
 }
 
