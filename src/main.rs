@@ -142,7 +142,9 @@ fn quiet_on_closed_stdout() {
             .map(String::as_str)
             .or_else(|| info.payload().downcast_ref::<&str>().copied())
             .unwrap_or("");
-        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+        // EPIPE is 32 on Linux and macOS; the text is strerror's, in the C locale.
+        let epipe = msg.contains("Broken pipe") || msg.contains("(os error 32)");
+        if msg.starts_with("failed printing to stdout") && epipe {
             std::process::exit(141);
         }
         default(info);
