@@ -286,7 +286,10 @@ fn hostile_strings_in_a_result_show_as_text() {
         !page.contains("<b>bold"),
         "markup in a warning reached the page"
     );
-    assert!(!page.contains("<i>cc"), "markup in the congestion control reached the page");
+    assert!(
+        !page.contains("<i>cc"),
+        "markup in the congestion control reached the page"
+    );
     assert!(page.contains("congestion control &lt;i&gt;cc&lt;/i&gt;"));
     assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
     assert!(page.contains("&lt;img src=x onerror=alert(2)&gt;"));
