@@ -118,15 +118,9 @@ fn print_text(e: &Env) {
         );
     }
     if let Some(cc) = &h.tcp_congestion_control {
-        let available =
-            std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
-                .map(|a| {
-                    format!(
-                        " (available: {}; --congestion picks one for a run)",
-                        a.trim()
-                    )
-                })
-                .unwrap_or_default();
+        let available = sysinfo::tcp_congestion("available_congestion_control")
+            .map(|a| format!(" (available: {a}; --congestion picks one for a run)"))
+            .unwrap_or_default();
         println!("tcp congestion control: {cc}{available}");
     }
     println!("\n# RDMA");

@@ -70,9 +70,16 @@ fn fill_os_specific(host: &mut Host) {
     }
     host.transparent_hugepages =
         read("/sys/kernel/mm/transparent_hugepage/enabled").and_then(|text| selected_option(&text));
-    host.tcp_congestion_control = read("/proc/sys/net/ipv4/tcp_congestion_control")
+    host.tcp_congestion_control = tcp_congestion("congestion_control");
+}
+
+/// One of Linux's TCP congestion-control settings, trimmed: "congestion_control" (the
+/// default), "available_congestion_control" or "allowed_congestion_control" (lists).
+pub fn tcp_congestion(setting: &str) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/sys/net/ipv4/tcp_{setting}"))
+        .ok()
         .map(|t| t.trim().to_string())
-        .filter(|t| !t.is_empty());
+        .filter(|t| !t.is_empty())
 }
 
 /// The bracketed choice of a sysfs option list ("always [madvise] never" → "madvise").

@@ -406,8 +406,8 @@ impl ShmTransport {
     }
 
     /// The shared region holding `buf`, as (id, fd, offset), if this rank allocated it.
-    fn region_of(&mut self, buf: &[u8]) -> Option<(u64, i32, usize)> {
-        self.regions.retain(|w| w.strong_count() > 0);
+    /// It runs on every send past a mailbox slot, so pruning freed regions is left to `alloc`.
+    fn region_of(&self, buf: &[u8]) -> Option<(u64, i32, usize)> {
         let at = buf.as_ptr() as usize;
         self.regions
             .iter()

@@ -337,8 +337,7 @@ fn tune(stream: &TcpStream, opts: &TcpOptions) -> Result<()> {
 fn set_congestion(sock: &socket2::SockRef, name: &str) -> Result<()> {
     sock.set_tcp_congestion(name.as_bytes()).map_err(|e| {
         let list = |what: &str| {
-            std::fs::read_to_string(format!("/proc/sys/net/ipv4/tcp_{what}_congestion_control"))
-                .map(|s| s.trim().to_string())
+            crate::sysinfo::tcp_congestion(&format!("{what}_congestion_control"))
                 .unwrap_or_default()
         };
         match e.raw_os_error() {
