@@ -103,13 +103,17 @@ run_group() { # n net round tag sizes iters warmup
       "$peer" "$op" "$it" "$warm" $group >>"$tmp/ompi-$n-$net-$round.txt"
   done
   list=$(echo $group | tr ' ' ',')
-  # Like for like: MPI_Allreduce and MPI_Allgather take a send and a receive buffer (out of
-  # place); MPI_Bcast has one buffer, so tbbench's broadcast runs in place (out of place
-  # its root also copies its input to its output, which MPI_Bcast never does).
-  "$tb" coll --nodes "$n" -t "$net" --op all-reduce,all-gather --algo all,auto \
-    --sizes "$list" --iters "$it" --warmup "$warm" --out "$tmp/tb-$n-$net-$round-$tag.json" >/dev/null
-  "$tb" coll --nodes "$n" -t "$net" --op broadcast --in-place --algo all,auto \
-    --sizes "$list" --iters "$it" --warmup "$warm" --out "$tmp/tb-bcast-$n-$net-$round-$tag.json" >/dev/null
+  # Like for like: a launch per op, as OpenMPI's above, so no op's rows follow another op's
+  # bulk traffic (under bbr a connection paces at what its recent bulk transfers reached).
+  # MPI_Allreduce and MPI_Allgather take a send and a receive buffer (out of place);
+  # MPI_Bcast has one buffer, so tbbench's broadcast runs in place (out of place its root
+  # also copies its input to its output, which MPI_Bcast never does).
+  for op in all-reduce all-gather broadcast; do
+    local place=()
+    [ "$op" = broadcast ] && place=(--in-place)
+    "$tb" coll --nodes "$n" -t "$net" --op "$op" ${place[@]+"${place[@]}"} --algo all,auto \
+      --sizes "$list" --iters "$it" --warmup "$warm" --out "$tmp/tb-$op-$n-$net-$round-$tag.json" >/dev/null
+  done
 }
 
 for round in $(seq "$rounds"); do
@@ -131,6 +135,11 @@ def human(b):
         if b >= k and b % k == 0:
             return f"{b // k}{unit}"
     return f"{b}B"
+# What tbbench's TCP runs ran: the congestion control and connections per peer it chose.
+for f in sorted(glob.glob(os.path.join(tmp, "tb-*-tcp-*.json")))[:1]:
+    net = json.load(open(f))["network"]
+    auto = " (chosen by tbbench: its congestion control paces each connection)" if net.get("streams_auto") and net.get("streams", 1) > 1 else ""
+    print(f"# tbbench over tcp: congestion control {net.get('congestion', '?')}, {net.get('streams', 1)} connection(s) per peer{auto}")
 print(f"{'op':<11}{'ranks':>5} {'net':<4}{'size':>8} {'OpenMPI us':>11} {'tb auto us':>11} {'algo':>5} {'time x':>7}"
       f" {'OMPI busbw':>10} {'tb busbw':>9} {'busbw x':>8} {'x per round':>12} {'tb best':>8} {'best busbw x':>12}")
 goal_misses, unsettled = [], []
@@ -144,7 +153,7 @@ for n in ranks:
                 op, size, us = line.split()
                 ompi.setdefault((ops[op], int(size)), {})[r] = float(us)
             rows = []
-            for prefix in ("tb", "tb-bcast"):
+            for prefix in ("tb-all-reduce", "tb-all-gather", "tb-broadcast"):
                 for tag in ("small", "large"):
                     f = os.path.join(tmp, f"{prefix}-{n}-{net}-{r}-{tag}.json")
                     if os.path.exists(f):

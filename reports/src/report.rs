@@ -352,12 +352,9 @@ fn environment(loaded: &[Loaded]) -> String {
                 r.tool.version,
                 r.tool.git_commit.chars().take(10).collect::<String>()
             )),
-            // TCP's figures follow the congestion control its connections ran.
-            Cell::from(match &r.network.congestion {
-                Some(cc) => format!(
-                    "{}, congestion control {cc}",
-                    views::network_label(&r.network)
-                ),
+            // TCP's figures follow the congestion control and connections per peer it ran.
+            Cell::from(match r.network.tcp_setup() {
+                Some(tcp) => format!("{}, {tcp}", views::network_label(&r.network)),
                 None => views::network_label(&r.network),
             }),
             Cell::from(placed.join("; ")),

@@ -45,9 +45,10 @@ pub struct RunArgs {
     #[arg(long, value_parser = parse_over, conflicts_with_all = ["iface", "addr", "rdma_device"])]
     pub over: Option<Networks>,
     /// Parallel TCP connections per pair of ranks (large messages are striped over them, as
-    /// jaccl-ring stripes over several cables).
-    #[arg(long, visible_alias = "conns", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
-    pub streams: u16,
+    /// jaccl-ring stripes over several cables); default 1, or 2 where the connections run a
+    /// congestion control that paces every segment (bbr), so two pacers run at once.
+    #[arg(long, visible_alias = "conns", value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub streams: Option<u16>,
     /// TCP socket buffer size (e.g. 4MiB); default leaves the OS's autotuning on.
     #[arg(long, value_parser = parse_size)]
     pub sockbuf: Option<u64>,
@@ -137,7 +138,7 @@ impl RunArgs {
             subnet: None,
             over: self.over.clone().map(|n| n.0).unwrap_or_default(),
             network_index: None,
-            streams: self.streams as usize,
+            streams: self.streams.map(usize::from),
             sockbuf: self.sockbuf.map(|b| b as usize),
             congestion: self.congestion.clone(),
             timeout: self.timeout.unwrap_or(std::time::Duration::from_secs(30)),

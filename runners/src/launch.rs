@@ -80,9 +80,13 @@ fn check_local_ranks(local: usize, opts: &RunOptions) -> Result<()> {
         );
     }
     // Rank 0 holds a control connection to every rank and `streams` data connections to each
-    // peer; the launcher holds two pipes a rank.
+    // peer (at most AUTO_STREAMS_PACED when left to the run); the launcher holds two pipes a
+    // rank.
+    let streams = opts
+        .streams
+        .unwrap_or(crate::transport::tcp::AUTO_STREAMS_PACED);
     let fds_needed = (local.saturating_sub(1))
-        .saturating_mul(opts.streams.saturating_add(1))
+        .saturating_mul(streams.saturating_add(1))
         .saturating_add(64);
     let mut lim = libc::rlimit {
         rlim_cur: 0,

@@ -62,8 +62,9 @@ pub struct RunOptions {
     pub over: Vec<NetSpec>,
     /// Which of `over` this run is (set by the launcher for its ranks).
     pub network_index: Option<usize>,
-    /// Parallel TCP connections per pair of ranks.
-    pub streams: usize,
+    /// Parallel TCP connections per pair of ranks; None: chosen when the ranks meet
+    /// ([`crate::transport::tcp::auto_streams`]).
+    pub streams: Option<usize>,
     /// SO_SNDBUF/SO_RCVBUF in bytes; None leaves the OS's autotuning on.
     pub sockbuf: Option<usize>,
     /// TCP congestion control for the data connections; None keeps the system's default.
@@ -207,7 +208,7 @@ impl RunOptions {
             return None;
         }
         let given: Vec<&str> = [
-            (self.streams > 1, "--streams"),
+            (self.streams.is_some(), "--streams"),
             (self.sockbuf.is_some(), "--sockbuf"),
             (self.congestion.is_some(), "--congestion"),
         ]
@@ -272,7 +273,7 @@ impl Default for RunOptions {
             network_index: None,
             rdma_device: None,
             verbs_lib: None,
-            streams: 1,
+            streams: None,
             sockbuf: None,
             congestion: None,
             timeout: Duration::from_secs(30),

@@ -140,12 +140,38 @@ pub struct Network {
     /// Parallel connections per peer (tcp).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub streams: Option<usize>,
+    /// Whether the run chose `streams` (no --streams given): 2 where the connections' congestion
+    /// control paces every segment (bbr), else 1.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub streams_auto: bool,
     /// TCP congestion control of the data connections ("cubic", "bbr"), as the kernel reports
     /// it for them (tcp, where the OS has a per-connection setting).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub congestion: Option<String>,
     /// A short label for tables and charts: "tcp/lo (loopback)".
     pub label: String,
+}
+
+impl Network {
+    /// What TCP's figures depend on besides the cable, for headers and tables: "congestion
+    /// control bbr, 2 connections per peer (auto: bbr paces each)". None where the run did
+    /// not record it (other transports, older files).
+    pub fn tcp_setup(&self) -> Option<String> {
+        let cc = self.congestion.as_deref()?;
+        let mut s = format!("congestion control {cc}");
+        if let Some(k) = self.streams {
+            s.push_str(&format!(
+                ", {k} connection{} per peer",
+                if k == 1 { "" } else { "s" }
+            ));
+            match (self.streams_auto, k > 1) {
+                (true, true) => s.push_str(&format!(" (auto: {cc} paces each)")),
+                (true, false) => s.push_str(" (auto)"),
+                (false, _) => {}
+            }
+        }
+        Some(s)
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

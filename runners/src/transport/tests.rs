@@ -296,3 +296,41 @@ fn shm_keeps_order_when_a_sender_runs_far_ahead() {
         }
     });
 }
+
+/// `--streams` left to the run: two connections where the connections will pace every segment
+/// (the congestion control asked for, or else any host's default), one otherwise, and the
+/// same answer on every rank (it reads only the shared table).
+#[test]
+fn auto_streams_follow_the_congestion_control_the_connections_will_run() {
+    use super::tcp::{auto_streams, AUTO_STREAMS_PACED};
+    let table = |defaults: &[Option<&str>]| -> Vec<crate::rendezvous::RankInfo> {
+        defaults
+            .iter()
+            .enumerate()
+            .map(|(rank, cc)| crate::rendezvous::RankInfo {
+                rank,
+                hostname: format!("h{rank}"),
+                label: format!("h{rank}"),
+                data_ip: None,
+                data_port: 0,
+                pid: 1,
+                boot_id: String::new(),
+                host: tbbench_schema::Host {
+                    tcp_congestion_control: cc.map(String::from),
+                    ..Default::default()
+                },
+                rdma: None,
+            })
+            .collect()
+    };
+    let cubic = table(&[Some("cubic"), Some("cubic")]);
+    let mixed = table(&[Some("cubic"), Some("bbr")]);
+    let unknown = table(&[None, None]);
+    assert_eq!(auto_streams(&cubic, None), 1);
+    assert_eq!(auto_streams(&mixed, None), AUTO_STREAMS_PACED);
+    assert_eq!(auto_streams(&unknown, None), 1);
+    // Asked for, it is what every connection runs, whatever the hosts' defaults.
+    assert_eq!(auto_streams(&mixed, Some("cubic")), 1);
+    assert_eq!(auto_streams(&cubic, Some("bbr")), AUTO_STREAMS_PACED);
+    const { assert!(AUTO_STREAMS_PACED > 1) };
+}

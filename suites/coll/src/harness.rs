@@ -223,61 +223,137 @@ fn count_wrong<T: Element, C: Collective>(
         .count() as u64
 }
 
-/// `auto`'s probe: each algorithm of each op at a few sizes across the sweep (up to 16 MiB),
-/// a short timed loop each; the fastest by median wins its size. Every rank ends with the
-/// same table (times are the slowest rank's, the same everywhere).
-pub fn tune(config: &CollConfig, ctx: &mut Context) -> Result<Vec<Probe>> {
-    let n = ctx.size();
-    let input = Input::new(n, config.dtype);
-    let mut tuning = Tuning::default();
-    let mut probes = Vec::new();
-    for &op in &config.ops {
-        let mut table = Vec::new();
-        for size in probe_sizes(&config.sizes) {
-            let mut times = serde_json::Map::new();
-            let mut winner: Option<(Algo, f64)> = None;
-            for &algo in op.algos() {
-                if op.supports(algo, n).is_err() {
-                    continue;
-                }
-                let run = Run {
-                    op,
-                    call: call(config, algo),
-                    size,
-                    warmup: PROBE_WARMUP,
-                    iters: probe_iters(size),
-                    check: false,
-                };
-                let Some(m) = by_dtype(config.dtype, &run, &input, &mut ctx.comm)? else {
-                    continue;
-                };
-                let median = Summary::of(&m.times_us, Percentiles::P999).median;
-                times.insert(algo.name().into(), median.into());
-                if winner.is_none_or(|(_, t)| median < t) {
-                    winner = Some((algo, median));
-                }
+/// `auto`'s probe: each algorithm of an op at a few sizes across the sweep (up to 16 MiB), a
+/// short timed loop each; the fastest by median wins its size. Every rank ends with the same
+/// table (times are the slowest rank's, the same everywhere).
+///
+/// It probes as the sweep goes, each size just before the first row that may follow it, so a
+/// row's connections have carried nothing larger than the sweep's own order brings (nccl-tests
+/// and osu's ascending sweeps): under bbr a connection paces at what its recent bulk transfers
+/// reached, and probing 16 MiB before the 1 MiB rows made them 2x slower (4 ranks over
+/// loopback on the 2-core VM: 4-rank 1 MiB all-gather 370-390 us when 1 MiB was the sweep's
+/// only size, 750-815 with 16 MiB in it; under cubic no difference).
+pub struct Tuner {
+    points: Vec<u64>,
+    tuning: Tuning,
+    probes: Vec<Probe>,
+    /// Per op, how many of `points` are probed (a prefix).
+    done: Vec<(CollOp, usize)>,
+}
+
+impl Tuner {
+    pub fn new(config: &CollConfig) -> Self {
+        Tuner {
+            points: probe_sizes(&config.sizes),
+            tuning: Tuning::default(),
+            probes: Vec::new(),
+            done: Vec::new(),
+        }
+    }
+
+    /// Probes `op` at every probe size `auto` may pick from for a row of `size` bytes (the
+    /// probed size nearest on a log scale, [`Tuning::pick`]): those up to `size`, and the next
+    /// one above where it is nearer than the one below. Returns the sizes it probed.
+    pub fn before_row(
+        &mut self,
+        op: CollOp,
+        size: u64,
+        config: &CollConfig,
+        ctx: &mut Context,
+    ) -> Result<Vec<Probe>> {
+        let need = points_needed(&self.points, size);
+        let done = match self.done.iter().position(|(o, _)| *o == op) {
+            Some(i) => self.done[i].1,
+            None => {
+                self.done.push((op, 0));
+                self.tuning.entries.push((op, Vec::new()));
+                0
             }
-            if let Some((algo, _)) = winner {
-                table.push((size as usize, algo));
-                probes.push(Probe {
-                    op: op.name(),
-                    size_bytes: size,
-                    time_us: times,
-                    winner: algo.name(),
-                });
+        };
+        let mut fresh = Vec::new();
+        for k in done..need {
+            let point = self.points[k];
+            if let Some(p) = probe(op, point, config, ctx)? {
+                let algo = op
+                    .algos()
+                    .iter()
+                    .copied()
+                    .find(|a| a.name() == p.winner)
+                    .expect("the winner is one of the op's algorithms");
+                let entry = self.tuning.entries.iter_mut().find(|(o, _)| *o == op);
+                entry.expect("pushed above").1.push((point as usize, algo));
+                fresh.push(p);
             }
         }
-        tuning.entries.push((op, table));
+        if need > done {
+            self.done
+                .iter_mut()
+                .find(|(o, _)| *o == op)
+                .expect("pushed")
+                .1 = need;
+            ctx.comm.set_tuning(self.tuning.clone());
+            self.probes.extend(fresh.iter().cloned());
+        }
+        Ok(fresh)
     }
-    if ctx.rank() == 0 && !probes.is_empty() {
-        let picks: Vec<String> = probes
-            .iter()
-            .map(|p| format!("{} {} {}", p.op, format_size(p.size_bytes), p.winner))
-            .collect();
-        println!("# auto: probed {}", picks.join(", "));
+
+    /// Every probe run, in the order they ran.
+    pub fn into_probes(self) -> Vec<Probe> {
+        self.probes
     }
-    ctx.comm.set_tuning(tuning);
-    Ok(probes)
+}
+
+/// How many of the (ascending) probe `points` a row of `size` bytes needs probed: those up to
+/// it, and the next above it where that one is the nearer on a log scale (or none is below).
+fn points_needed(points: &[u64], size: u64) -> usize {
+    let below = points.iter().take_while(|&&p| p <= size).count();
+    match (below.checked_sub(1).map(|i| points[i]), points.get(below)) {
+        (_, None) => below,
+        (None, Some(_)) => below + 1,
+        (Some(lo), Some(&hi)) => {
+            let b = size.max(1) as f64;
+            if hi as f64 / b < b / lo.max(1) as f64 {
+                below + 1
+            } else {
+                below
+            }
+        }
+    }
+}
+
+/// One probe: every algorithm of `op` that runs on this many ranks, at `size` bytes.
+fn probe(op: CollOp, size: u64, config: &CollConfig, ctx: &mut Context) -> Result<Option<Probe>> {
+    let n = ctx.size();
+    let input = Input::new(n, config.dtype);
+    let mut times = serde_json::Map::new();
+    let mut winner: Option<(Algo, f64)> = None;
+    for &algo in op.algos() {
+        if op.supports(algo, n).is_err() {
+            continue;
+        }
+        let run = Run {
+            op,
+            call: call(config, algo),
+            size,
+            warmup: PROBE_WARMUP,
+            iters: probe_iters(size),
+            check: false,
+        };
+        let Some(m) = by_dtype(config.dtype, &run, &input, &mut ctx.comm)? else {
+            continue;
+        };
+        let median = Summary::of(&m.times_us, Percentiles::P999).median;
+        times.insert(algo.name().into(), median.into());
+        if winner.is_none_or(|(_, t)| median < t) {
+            winner = Some((algo, median));
+        }
+    }
+    Ok(winner.map(|(algo, _)| Probe {
+        op: op.name(),
+        size_bytes: size,
+        time_us: times,
+        winner: algo.name(),
+    }))
 }
 
 /// Up to five sizes spread evenly (by position) over the sweep's sizes up to the probe's cap.
@@ -349,6 +425,44 @@ mod tests {
         assert_eq!(*p.last().unwrap(), 16 << 20);
         assert_eq!(probe_sizes(&[1 << 30]), vec![16 << 20]);
         assert_eq!(probe_sizes(&[64, 8]), vec![8, 64]);
+    }
+
+    /// A row needs the probe sizes `Tuning::pick` may choose for it, and no larger one.
+    #[test]
+    fn a_row_needs_the_probes_up_to_its_size_and_the_next_only_when_nearer() {
+        let points = [8, 1 << 10, 1 << 20, 16 << 20];
+        assert_eq!(points_needed(&points, 8), 1);
+        assert_eq!(points_needed(&points, 4), 1, "none below: the first");
+        assert_eq!(points_needed(&points, 1 << 20), 3);
+        // 2 MiB is nearer 1 MiB (x2) than 16 MiB (x8); 8 MiB nearer 16 MiB.
+        assert_eq!(points_needed(&points, 2 << 20), 3);
+        assert_eq!(points_needed(&points, 8 << 20), 4);
+        // 4 MiB is as near to both: pick takes the smaller, so no larger probe.
+        assert_eq!(points_needed(&points, 4 << 20), 3);
+        assert_eq!(points_needed(&points, 1 << 30), 4);
+        // The probe `pick` would follow with every point probed is among those needed.
+        for size in [
+            1u64,
+            8,
+            100,
+            1 << 10,
+            5000,
+            1 << 19,
+            3 << 20,
+            7 << 20,
+            1 << 28,
+        ] {
+            let mut all = Tuning::default();
+            let table = points.iter().enumerate();
+            let as_algo = |k: usize| [Algo::Ring, Algo::Mesh, Algo::Rd, Algo::Tree][k];
+            all.entries.push((
+                CollOp::AllReduce,
+                table.map(|(k, &p)| (p as usize, as_algo(k))).collect(),
+            ));
+            let picked = all.pick(CollOp::AllReduce, size as usize).unwrap();
+            let k = (0..4).find(|&k| as_algo(k) == picked).unwrap();
+            assert!(k < points_needed(&points, size), "{size}");
+        }
     }
 
     #[test]

@@ -207,15 +207,18 @@ impl Suite for CollSuite {
             energy: None,
         };
         let energy = tbbench_runners::energy::Span::begin(ctx);
-        if config.algos.contains(&Algo::Auto) && n > 1 {
-            results.tuning = harness::tune(config, ctx)?;
-        }
+        let mut tuner =
+            (config.algos.contains(&Algo::Auto) && n > 1).then(|| harness::Tuner::new(config));
         for &op in &config.ops {
             if ctx.rank() == 0 {
                 table::header(op, config, ctx, ceiling, source);
             }
             let mut shown = Vec::new();
+            let mut probed = Vec::new();
             for &size in &config.sizes {
+                if let Some(t) = tuner.as_mut() {
+                    probed.extend(t.before_row(op, size, config, ctx)?);
+                }
                 for &algo in &config.algos {
                     if op.supports(algo, n).is_err() {
                         continue;
@@ -235,11 +238,13 @@ impl Suite for CollSuite {
                 }
             }
             if ctx.rank() == 0 {
+                table::probed(&probed);
                 let best = best_per_size(&results.rows, op);
                 table::crossover(&best);
                 results.best.extend(best);
             }
         }
+        results.tuning = tuner.map(harness::Tuner::into_probes).unwrap_or_default();
         results.energy = energy.end(ctx)?;
         ctx.comm.release_scratch();
         if ctx.rank() != 0 {

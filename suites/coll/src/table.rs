@@ -22,12 +22,11 @@ pub fn header(
     } else {
         "out of place"
     };
-    // TCP's figures depend on the congestion control as much as on the cable (BBR paces
-    // even loopback), so it is named where it is known.
+    // TCP's figures depend on the congestion control and the connections per peer as much as
+    // on the cable (BBR paces even loopback), so they are named where they are known.
     let congestion = net
-        .congestion
-        .as_deref()
-        .map(|c| format!(", congestion control {c}"))
+        .tcp_setup()
+        .map(|t| format!(", {t}"))
         .unwrap_or_default();
     println!(
         "# {}: {} ranks, {}, {place}, {} over {}{congestion}",
@@ -87,6 +86,18 @@ pub fn row(r: &Row) {
             .map_or("-".to_string(), |p| format!("{p:.1}")),
         r.wrong
     );
+}
+
+/// What `auto` measured before following it: "# auto: probed 8B rd, 1MiB mesh".
+pub fn probed(probes: &[crate::Probe]) {
+    if probes.is_empty() {
+        return;
+    }
+    let picks: Vec<String> = probes
+        .iter()
+        .map(|p| format!("{} {}", format_size(p.size_bytes), p.winner))
+        .collect();
+    println!("# auto: probed {}", picks.join(", "));
 }
 
 /// The winner per size, as runs of sizes: "8 B..64 KiB rd, 128 KiB..256 MiB ring".

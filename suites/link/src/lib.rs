@@ -202,9 +202,9 @@ impl Suite for LinkSuite {
             bandwidth: Vec::new(),
             energy: None,
         };
-        if let (0, Some(cc)) = (ctx.rank(), &ctx.network.congestion) {
-            // TCP's rates follow it (BBR paces even loopback): said before any table.
-            println!("# {}, congestion control {cc}", ctx.network.label);
+        if let (0, Some(tcp)) = (ctx.rank(), ctx.network.tcp_setup()) {
+            // TCP's rates follow these (BBR paces even loopback): said before any table.
+            println!("# {}, {tcp}", ctx.network.label);
         }
         let energy = tbbench_runners::energy::Span::begin(ctx);
         for peer in 1..ctx.size() {

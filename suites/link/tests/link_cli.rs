@@ -228,6 +228,10 @@ fn four_ranks_over_tcp_with_two_streams() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     let r = result(&out);
     assert_eq!(r["network"]["streams"], 2);
+    assert!(
+        r["network"]["streams_auto"].is_null(),
+        "asked for, not chosen"
+    );
     assert_eq!(r["results"]["bandwidth"].as_array().unwrap().len(), 6);
     assert_eq!(
         r["verification"]["passed"], true,
@@ -350,7 +354,9 @@ fn one_rank_is_refused_with_a_clear_line() {
 }
 
 /// The congestion control shapes TCP's figures (BBR paces even loopback), so `--congestion`
-/// sets it on every data connection and the result names the one that ran, asked or not.
+/// sets it on every data connection and the result names the one that ran, asked or not; with
+/// no `--streams` the run opens two connections per peer where that one paces every segment
+/// (bbr), one otherwise, and says it chose.
 #[cfg(target_os = "linux")]
 #[test]
 fn congestion_flag_sets_the_data_connections_and_the_result_names_it() {
@@ -375,7 +381,22 @@ fn congestion_flag_sets_the_data_connections_and_the_result_names_it() {
         }
         let o = run(&args, Duration::from_secs(60));
         assert!(o.status.success(), "{asked:?}: {}", text(&o.stderr));
-        assert_eq!(result(&out)["network"]["congestion"], expect, "{asked:?}");
+        let net = &result(&out)["network"];
+        assert_eq!(net["congestion"], expect, "{asked:?}");
+        let streams = if expect == "bbr" { 2 } else { 1 };
+        assert_eq!(net["streams"], streams, "{asked:?}");
+        assert_eq!(net["streams_auto"], true, "{asked:?}");
+        let first = text(&o.stdout)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            first.contains(&format!(
+                "congestion control {expect}, {streams} connection"
+            )),
+            "{first}"
+        );
         std::fs::remove_file(&out).unwrap();
     }
     let o = run(

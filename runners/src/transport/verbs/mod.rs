@@ -938,6 +938,7 @@ impl Opening for VerbsOpening {
             mtu: Some(v.mtu_bytes),
             addresses: super::published_addresses(p.table),
             streams: None,
+            streams_auto: false,
             congestion: None,
         };
         Ok(Opened {
