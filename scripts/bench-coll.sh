@@ -103,16 +103,20 @@ run_group() { # n net round tag sizes iters warmup
       "$peer" "$op" "$it" "$warm" $group >>"$tmp/ompi-$n-$net-$round.txt"
   done
   list=$(echo $group | tr ' ' ',')
-  # Like for like: a launch per op, as OpenMPI's above, so no op's rows follow another op's
+  # Like for like: a launch per op, and auto in a launch of its own, as OpenMPI's above run
+  # one op with one algorithm choice each, so no row follows another op's or algorithm's
   # bulk traffic (under bbr a connection paces at what its recent bulk transfers reached).
+  # Every algorithm's rows (the "tb best" column) come from a second launch per op.
   # MPI_Allreduce and MPI_Allgather take a send and a receive buffer (out of place);
   # MPI_Bcast has one buffer, so tbbench's broadcast runs in place (out of place its root
   # also copies its input to its output, which MPI_Bcast never does).
   for op in all-reduce all-gather broadcast; do
     local place=()
     [ "$op" = broadcast ] && place=(--in-place)
-    "$tb" coll --nodes "$n" -t "$net" --op "$op" ${place[@]+"${place[@]}"} --algo all,auto \
-      --sizes "$list" --iters "$it" --warmup "$warm" --out "$tmp/tb-$op-$n-$net-$round-$tag.json" >/dev/null
+    for algo in auto all; do
+      "$tb" coll --nodes "$n" -t "$net" --op "$op" ${place[@]+"${place[@]}"} --algo "$algo" \
+        --sizes "$list" --iters "$it" --warmup "$warm" --out "$tmp/tb-$algo-$op-$n-$net-$round-$tag.json" >/dev/null
+    done
   done
 }
 
@@ -153,7 +157,7 @@ for n in ranks:
                 op, size, us = line.split()
                 ompi.setdefault((ops[op], int(size)), {})[r] = float(us)
             rows = []
-            for prefix in ("tb-all-reduce", "tb-all-gather", "tb-broadcast"):
+            for prefix in (f"tb-{a}-{o}" for a in ("auto", "all") for o in ops.values()):
                 for tag in ("small", "large"):
                     f = os.path.join(tmp, f"{prefix}-{n}-{net}-{r}-{tag}.json")
                     if os.path.exists(f):
