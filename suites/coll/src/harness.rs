@@ -236,9 +236,10 @@ fn count_wrong<T: Element, C: Collective>(
 pub struct Tuner {
     points: Vec<u64>,
     tuning: Tuning,
+    /// How many of `points` each op of `tuning.entries` has probed, in the same order (a
+    /// size may have no winner: no whole element per rank there).
+    probed: Vec<usize>,
     probes: Vec<Probe>,
-    /// Per op, how many of `points` are probed (a prefix).
-    done: Vec<(CollOp, usize)>,
 }
 
 impl Tuner {
@@ -246,8 +247,8 @@ impl Tuner {
         Tuner {
             points: probe_sizes(&config.sizes),
             tuning: Tuning::default(),
+            probed: Vec::new(),
             probes: Vec::new(),
-            done: Vec::new(),
         }
     }
 
@@ -262,35 +263,24 @@ impl Tuner {
         ctx: &mut Context,
     ) -> Result<Vec<Probe>> {
         let need = points_needed(&self.points, size);
-        let done = match self.done.iter().position(|(o, _)| *o == op) {
-            Some(i) => self.done[i].1,
+        let i = match self.tuning.entries.iter().position(|(o, _)| *o == op) {
+            Some(i) => i,
             None => {
-                self.done.push((op, 0));
                 self.tuning.entries.push((op, Vec::new()));
-                0
+                self.probed.push(0);
+                self.tuning.entries.len() - 1
             }
         };
         let mut fresh = Vec::new();
-        for k in done..need {
-            let point = self.points[k];
-            if let Some(p) = probe(op, point, config, ctx)? {
-                let algo = op
-                    .algos()
-                    .iter()
-                    .copied()
-                    .find(|a| a.name() == p.winner)
-                    .expect("the winner is one of the op's algorithms");
-                let entry = self.tuning.entries.iter_mut().find(|(o, _)| *o == op);
-                entry.expect("pushed above").1.push((point as usize, algo));
+        while self.probed[i] < need {
+            let point = self.points[self.probed[i]];
+            self.probed[i] += 1;
+            if let Some((algo, p)) = probe(op, point, config, ctx)? {
+                self.tuning.entries[i].1.push((point as usize, algo));
                 fresh.push(p);
             }
         }
-        if need > done {
-            self.done
-                .iter_mut()
-                .find(|(o, _)| *o == op)
-                .expect("pushed")
-                .1 = need;
+        if !fresh.is_empty() {
             ctx.comm.set_tuning(self.tuning.clone());
             self.probes.extend(fresh.iter().cloned());
         }
@@ -322,7 +312,12 @@ fn points_needed(points: &[u64], size: u64) -> usize {
 }
 
 /// One probe: every algorithm of `op` that runs on this many ranks, at `size` bytes.
-fn probe(op: CollOp, size: u64, config: &CollConfig, ctx: &mut Context) -> Result<Option<Probe>> {
+fn probe(
+    op: CollOp,
+    size: u64,
+    config: &CollConfig,
+    ctx: &mut Context,
+) -> Result<Option<(Algo, Probe)>> {
     let n = ctx.size();
     let input = Input::new(n, config.dtype);
     let mut times = serde_json::Map::new();
@@ -348,11 +343,14 @@ fn probe(op: CollOp, size: u64, config: &CollConfig, ctx: &mut Context) -> Resul
             winner = Some((algo, median));
         }
     }
-    Ok(winner.map(|(algo, _)| Probe {
-        op: op.name(),
-        size_bytes: size,
-        time_us: times,
-        winner: algo.name(),
+    Ok(winner.map(|(algo, _)| {
+        let p = Probe {
+            op: op.name(),
+            size_bytes: size,
+            time_us: times,
+            winner: algo.name(),
+        };
+        (algo, p)
     }))
 }
 

@@ -219,10 +219,31 @@ fn result_rows_carry_nccl_tests_figures_and_the_winners() {
     // 3 ops at 3 sizes, less all-gather at 8 B (no whole f32 per rank on 3 ranks).
     assert_eq!(best.len(), 8, "{best:?}");
     assert_eq!(r["network"]["streams"], 2);
-    // auto's probe is recorded with a winner per probed size.
+    // auto's probe is recorded with a winner per probed size: every size of every op, but
+    // all-gather's 8 B (nothing to time), whose gap the probe steps over.
     let tuning = res["tuning"].as_array().unwrap();
-    assert!(!tuning.is_empty());
     assert!(tuning.iter().all(|p| p["winner"].is_string()));
+    let probed: Vec<(String, u64)> = tuning
+        .iter()
+        .map(|p| {
+            (
+                p["op"].as_str().unwrap().to_string(),
+                p["size_bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    for op in ["all-reduce", "all-gather", "broadcast"] {
+        for size in [8u64, 64 << 10, 3 << 20] {
+            let expected = !(op == "all-gather" && size == 8);
+            assert_eq!(
+                probed.contains(&(op.to_string(), size)),
+                expected,
+                "{op} {size}: {probed:?}"
+            );
+        }
+    }
+    // Each size is probed just before its rows, and the line saying so follows the op's rows.
+    assert!(stdout.contains("# auto: probed 64KiB "), "{stdout}");
     let csv_text = std::fs::read_to_string(&csv).unwrap();
     assert_eq!(csv_text.lines().count(), rows.len() + 1, "{csv_text}");
     assert!(csv_text.starts_with("op,algo,"));
