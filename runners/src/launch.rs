@@ -80,11 +80,16 @@ fn check_local_ranks(local: usize, opts: &RunOptions) -> Result<()> {
         );
     }
     // Rank 0 holds a control connection to every rank and `streams` data connections to each
-    // peer (at most AUTO_STREAMS_PACED when left to the run); the launcher holds two pipes a
-    // rank.
-    let streams = opts
-        .streams
-        .unwrap_or(crate::transport::tcp::AUTO_STREAMS_PACED);
+    // peer (left to the run, as the ranks here will choose: they all share this host's
+    // default congestion control); the launcher holds two pipes a rank.
+    let streams = opts.streams.unwrap_or_else(|| {
+        crate::transport::tcp::auto_streams_for(
+            opts.congestion.as_deref(),
+            [crate::sysinfo::this_host()
+                .tcp_congestion_control
+                .as_deref()],
+        )
+    });
     let fds_needed = (local.saturating_sub(1))
         .saturating_mul(streams.saturating_add(1))
         .saturating_add(64);

@@ -198,6 +198,16 @@ fn listening_ports(pid: u32) -> Vec<u16> {
 }
 
 fn rank_by_hand(rank: usize, token: &str, port: u16, out: &str) -> std::process::Child {
+    rank_by_hand_with(rank, token, port, out, &[])
+}
+
+fn rank_by_hand_with(
+    rank: usize,
+    token: &str,
+    port: u16,
+    out: &str,
+    extra: &[&str],
+) -> std::process::Child {
     let mut c = Command::new(bin());
     c.args([
         "link",
@@ -212,6 +222,7 @@ fn rank_by_hand(rank: usize, token: &str, port: u16, out: &str) -> std::process:
         "--out",
         out,
     ])
+    .args(extra)
     .env("TBBENCH_RANK", rank.to_string())
     .env("TBBENCH_SIZE", "2")
     .env("TBBENCH_TOKEN", token)
@@ -316,4 +327,43 @@ fn strangers_on_the_rendezvous_port_during_a_run_change_nothing() {
     assert!(err.contains("refused a rendezvous connection"), "{err}");
     let r = read_json(&out);
     assert_eq!(r["verification"]["passed"], true);
+}
+
+/// Ranks started by hand each read their own flags: two that would open different numbers of
+/// connections per pair (one given --streams, one left to choose) do not stripe past each
+/// other. The lower rank refuses the other's connections, naming the flags to align, and
+/// neither writes a result.
+#[test]
+fn ranks_by_hand_with_different_stream_counts_are_refused_by_name() {
+    let dir = tmpdir("streams-mismatch");
+    let out = dir.join("r.json");
+    let out_s = out.to_str().unwrap().to_string();
+    let token = "fedcba9876543210fedcba9876543210";
+    let port = free_port();
+    let rank0 = rank_by_hand_with(
+        0,
+        token,
+        port,
+        &out_s,
+        &["--streams", "1", "--timeout", "4s"],
+    );
+    let rank1 = rank_by_hand_with(
+        1,
+        token,
+        port,
+        &out_s,
+        &["--streams", "2", "--timeout", "4s"],
+    );
+    let waiter = std::thread::spawn(move || finish(rank1, Duration::from_secs(60)).0);
+    let (o0, _) = finish(rank0, Duration::from_secs(60));
+    let o1 = waiter.join().unwrap();
+    let err0 = text(&o0.stderr);
+    assert!(!o0.status.success(), "rank 0 ran:\n{err0}");
+    assert!(!o1.status.success(), "rank 1 ran:\n{}", text(&o1.stderr));
+    assert!(
+        err0.contains("rank 1 opens 2 connection(s) per pair and rank 0 1")
+            && err0.contains("same --streams and --congestion"),
+        "{err0}"
+    );
+    assert!(!out.exists(), "a result was written");
 }

@@ -154,23 +154,25 @@ pub struct Network {
 
 impl Network {
     /// What TCP's figures depend on besides the cable, for headers and tables: "congestion
-    /// control bbr, 2 connections per peer (auto: bbr paces each)". None where the run did
-    /// not record it (other transports, older files).
+    /// control bbr, 2 connections per peer (auto: bbr paces each)". None where the run
+    /// recorded neither (other transports, older files).
     pub fn tcp_setup(&self) -> Option<String> {
-        let cc = self.congestion.as_deref()?;
-        let mut s = format!("congestion control {cc}");
-        if let Some(k) = self.streams {
-            s.push_str(&format!(
-                ", {k} connection{} per peer",
-                if k == 1 { "" } else { "s" }
-            ));
-            match (self.streams_auto, k > 1) {
-                (true, true) => s.push_str(&format!(" (auto: {cc} paces each)")),
-                (true, false) => s.push_str(" (auto)"),
-                (false, _) => {}
-            }
+        let mut parts = Vec::new();
+        if let Some(cc) = &self.congestion {
+            parts.push(format!("congestion control {cc}"));
         }
-        Some(s)
+        if let Some(k) = self.streams {
+            let plural = if k == 1 { "" } else { "s" };
+            // The run opens two where a host's congestion control paces every segment; the
+            // connections here ran rank 0's, which names that reason only when it paces.
+            let why = match self.congestion.as_deref() {
+                _ if !self.streams_auto => String::new(),
+                Some(cc) if k > 1 && cc.starts_with("bbr") => format!(" (auto: {cc} paces each)"),
+                _ => " (auto)".into(),
+            };
+            parts.push(format!("{k} connection{plural} per peer{why}"));
+        }
+        (!parts.is_empty()).then(|| parts.join(", "))
     }
 }
 
@@ -203,5 +205,48 @@ impl Verification {
             passed: !checks.is_empty() && checks.iter().all(|c| c.passed),
             checks,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Network;
+
+    fn net(cc: Option<&str>, streams: Option<usize>, auto: bool) -> Network {
+        Network {
+            congestion: cc.map(String::from),
+            streams,
+            streams_auto: auto,
+            ..Default::default()
+        }
+    }
+
+    /// The reason is given only where the connections named ran a pacing congestion control;
+    /// with hosts of different defaults rank 0's may not.
+    #[test]
+    fn tcp_setup_names_what_tcp_ran_and_why_only_when_it_holds() {
+        let says = |n: Network| n.tcp_setup();
+        assert_eq!(
+            says(net(Some("bbr"), Some(2), true)).as_deref(),
+            Some("congestion control bbr, 2 connections per peer (auto: bbr paces each)")
+        );
+        assert_eq!(
+            says(net(Some("cubic"), Some(2), true)).as_deref(),
+            Some("congestion control cubic, 2 connections per peer (auto)")
+        );
+        assert_eq!(
+            says(net(Some("cubic"), Some(1), true)).as_deref(),
+            Some("congestion control cubic, 1 connection per peer (auto)")
+        );
+        assert_eq!(
+            says(net(Some("bbr"), Some(3), false)).as_deref(),
+            Some("congestion control bbr, 3 connections per peer")
+        );
+        // macOS records no congestion control; the connections are still named.
+        assert_eq!(
+            says(net(None, Some(4), false)).as_deref(),
+            Some("4 connections per peer")
+        );
+        assert_eq!(says(net(None, None, false)), None);
     }
 }

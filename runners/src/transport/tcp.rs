@@ -1,5 +1,6 @@
-//! TCP: one connection (or `--streams K`) per pair of ranks, TCP_NODELAY, bound to the chosen
-//! address so the data takes the network the user picked.
+//! TCP: one connection per pair of ranks (two where the congestion control paces every
+//! segment, or `--streams K`), TCP_NODELAY, bound to the chosen address so the data takes the
+//! network the user picked.
 //!
 //! Every piece of a message travels with an 8-byte header holding the whole message's length,
 //! so a receive posted with the wrong size is caught and named instead of silently
@@ -38,12 +39,23 @@ const PACING_CONGESTION: &[&str] = &["bbr", "bbr2", "bbr3"];
 /// `--streams` left to the run: [`AUTO_STREAMS_PACED`] where the connections will pace every
 /// segment (the congestion control asked for, or else any host's default), else 1.
 pub fn auto_streams(table: &[RankInfo], asked: Option<&str>) -> usize {
-    let paces = |cc: Option<&str>| cc.is_some_and(|c| PACING_CONGESTION.contains(&c));
-    let paced = match asked {
-        Some(_) => paces(asked),
-        None => table
+    auto_streams_for(
+        asked,
+        table
             .iter()
-            .any(|i| paces(i.host.tcp_congestion_control.as_deref())),
+            .map(|i| i.host.tcp_congestion_control.as_deref()),
+    )
+}
+
+/// [`auto_streams`] from the hosts' default congestion controls alone.
+pub fn auto_streams_for<'a>(
+    asked: Option<&str>,
+    defaults: impl IntoIterator<Item = Option<&'a str>>,
+) -> usize {
+    let paces = |cc: &str| PACING_CONGESTION.contains(&cc);
+    let paced = match asked {
+        Some(cc) => paces(cc),
+        None => defaults.into_iter().flatten().any(paces),
     };
     if paced {
         AUTO_STREAMS_PACED
@@ -53,8 +65,9 @@ pub fn auto_streams(table: &[RankInfo], asked: Option<&str>) -> usize {
 }
 
 const HELLO_MAGIC: &[u8; 4] = b"TBBD";
-/// Magic, token, rank, stream.
-const HELLO_LEN: usize = 4 + 16 + 4 + 4;
+/// Magic, token, rank, stream, streams per pair (ranks started by hand with different
+/// `--streams` or `--congestion` would otherwise stripe differently).
+const HELLO_LEN: usize = 4 + 16 + 4 + 4 + 4;
 const HDR: usize = 8;
 
 #[derive(Debug, Clone)]
@@ -245,6 +258,7 @@ pub fn connect_mesh(
             hello.extend_from_slice(token);
             hello.extend_from_slice(&(rank as u32).to_le_bytes());
             hello.extend_from_slice(&(s as u32).to_le_bytes());
+            hello.extend_from_slice(&(k as u32).to_le_bytes());
             (&stream)
                 .write_all(&hello)
                 .with_context(|| format!("cannot greet {} at {addr}", names[peer]))?;
@@ -323,8 +337,14 @@ fn judge_hello(
     }
     let peer = u32::from_le_bytes(got[20..24].try_into().expect("4 bytes")) as usize;
     let s = u32::from_le_bytes(got[24..28].try_into().expect("4 bytes")) as usize;
+    let theirs = u32::from_le_bytes(got[28..32].try_into().expect("4 bytes")) as usize;
     if peer <= rank || peer >= size || s >= streams {
         return Verdict::Refuse(format!("rank {peer}'s stream {s} does not fit this run"));
+    }
+    if theirs != streams {
+        return Verdict::Refuse(format!(
+            "rank {peer} opens {theirs} connection(s) per pair and rank {rank} {streams}: give every rank the same --streams and --congestion"
+        ));
     }
     Verdict::Admit((peer, s))
 }

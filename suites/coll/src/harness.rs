@@ -227,34 +227,42 @@ fn count_wrong<T: Element, C: Collective>(
 /// short timed loop each; the fastest by median wins its size. Every rank ends with the same
 /// table (times are the slowest rank's, the same everywhere).
 ///
-/// It probes as the sweep goes, each size just before the first row that may follow it, so a
-/// row's connections have carried nothing larger than the sweep's own order brings (nccl-tests
-/// and osu's ascending sweeps): under bbr a connection paces at what its recent bulk transfers
-/// reached, and probing 16 MiB before the 1 MiB rows made them 2x slower (4 ranks over
-/// loopback on the 2-core VM: 4-rank 1 MiB all-gather 370-390 us when 1 MiB was the sweep's
-/// only size, 750-815 with 16 MiB in it; under cubic no difference).
+/// It probes as the sweep goes, each size just before the first row that may follow it, so
+/// the rows up to a probed size never come after a larger probe (nccl-tests and osu sweep in
+/// ascending order too); only rows nearer the next probe size than the last follow that one.
+/// Under bbr a connection paces at what its recent bulk transfers reached: over loopback on
+/// the 2-core VM, the 4-rank 1 MiB all-gather takes 370-390 us on its own and 750-815 us
+/// right after a 16 MiB probe (under cubic the same either way).
 pub struct Tuner {
+    /// Each op's progress, in the order of `tuning.entries`.
+    ops: Vec<OpProbe>,
     points: Vec<u64>,
     tuning: Tuning,
-    /// How many of `points` each op of `tuning.entries` has probed, in the same order (a
-    /// size may have no winner: no whole element per rank there).
-    probed: Vec<usize>,
     probes: Vec<Probe>,
+}
+
+/// One op's way along the probe sizes.
+struct OpProbe {
+    /// The probe sizes still in play: one where no algorithm can run (no whole element per
+    /// rank) is dropped, so its rows follow the nearest size that has a winner.
+    sizes: Vec<u64>,
+    /// How many of `sizes` are probed (a prefix).
+    probed: usize,
 }
 
 impl Tuner {
     pub fn new(config: &CollConfig) -> Self {
         Tuner {
+            ops: Vec::new(),
             points: probe_sizes(&config.sizes),
             tuning: Tuning::default(),
-            probed: Vec::new(),
             probes: Vec::new(),
         }
     }
 
     /// Probes `op` at every probe size `auto` may pick from for a row of `size` bytes (the
     /// probed size nearest on a log scale, [`Tuning::pick`]): those up to `size`, and the next
-    /// one above where it is nearer than the one below. Returns the sizes it probed.
+    /// one above where it is nearer than the one below. Returns the probes it ran.
     pub fn before_row(
         &mut self,
         op: CollOp,
@@ -262,27 +270,38 @@ impl Tuner {
         config: &CollConfig,
         ctx: &mut Context,
     ) -> Result<Vec<Probe>> {
-        let need = points_needed(&self.points, size);
         let i = match self.tuning.entries.iter().position(|(o, _)| *o == op) {
             Some(i) => i,
             None => {
                 self.tuning.entries.push((op, Vec::new()));
-                self.probed.push(0);
+                self.ops.push(OpProbe {
+                    sizes: self.points.clone(),
+                    probed: 0,
+                });
                 self.tuning.entries.len() - 1
             }
         };
         let mut fresh = Vec::new();
-        while self.probed[i] < need {
-            let point = self.points[self.probed[i]];
-            self.probed[i] += 1;
-            if let Some((algo, p)) = probe(op, point, config, ctx)? {
-                self.tuning.entries[i].1.push((point as usize, algo));
-                fresh.push(p);
+        loop {
+            let o = &mut self.ops[i];
+            if o.probed >= points_needed(&o.sizes, size) {
+                break;
+            }
+            let point = o.sizes[o.probed];
+            match probe(op, point, config, ctx)? {
+                Some((algo, p)) => {
+                    o.probed += 1;
+                    self.tuning.entries[i].1.push((point as usize, algo));
+                    fresh.push(p);
+                }
+                None => {
+                    o.sizes.remove(o.probed);
+                }
             }
         }
         if !fresh.is_empty() {
             ctx.comm.set_tuning(self.tuning.clone());
-            self.probes.extend(fresh.iter().cloned());
+            self.probes.extend_from_slice(&fresh);
         }
         Ok(fresh)
     }

@@ -249,6 +249,58 @@ fn result_rows_carry_nccl_tests_figures_and_the_winners() {
     assert!(csv_text.starts_with("op,algo,"));
 }
 
+/// `auto` follows, at every size, the winner of the probed size nearest on a log scale (the
+/// smaller on a tie), probing as the sweep goes: sizes where nothing can run (an 8-byte
+/// all-gather on 3 ranks has no whole f32 per rank) are stepped over, so the 12 B row follows
+/// the 32 B probe rather than a fallback.
+#[test]
+fn auto_rows_follow_the_nearest_probe_that_ran() {
+    let dir = tmpdir("coll-auto");
+    let out = dir.join("r.json");
+    let (_, r) = coll(
+        &[
+            "--nodes",
+            "3",
+            "--op",
+            "all-gather",
+            "--sizes",
+            "8B..16KiB",
+            "--iters",
+            "3",
+            "--warmup",
+            "1",
+        ],
+        &out,
+    );
+    let res = &r["results"];
+    let probes: Vec<(f64, &str)> = res["tuning"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["size_bytes"].as_f64().unwrap(),
+                p["winner"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert!(
+        !probes.iter().any(|p| p.0 == 8.0),
+        "8 B has nothing to time: {probes:?}"
+    );
+    let rows = res["rows"].as_array().unwrap();
+    assert!(rows.iter().any(|r| r["size_bytes"] == 12), "{rows:?}");
+    for row in rows {
+        let b = row["size_bytes"].as_f64().unwrap();
+        let ratio = |s: f64| if s > b { s / b } else { b / s };
+        let nearest = probes
+            .iter()
+            .min_by(|x, y| ratio(x.0).total_cmp(&ratio(y.0)))
+            .unwrap();
+        assert_eq!(row["algo"], nearest.1, "{b} B: {probes:?}");
+    }
+}
+
 /// More ranks than CPUs: each rank is bound to one CPU, dealt round-robin, and the result says
 /// so; launched inside a narrower CPU set (as mpirun's binding or taskset leave it), the ranks
 /// keep the placement they were given.
