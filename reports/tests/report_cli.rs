@@ -333,6 +333,40 @@ fn compare_flags_a_slowdown_beyond_the_spread_and_gates_with_exit_1() {
     );
 }
 
+/// TCP's figures follow its congestion control and connections per peer: where the new runs
+/// ran others than the baseline, compare says so (one line each network) beside its
+/// verdicts, and says nothing where they match or one side never recorded them.
+#[test]
+fn compare_names_a_change_in_what_tcp_ran() {
+    let dir = tmpdir("compare-tcp");
+    let with = |cc: Option<&str>, streams: usize, name: &str| {
+        let mut v = fixture("history/link-run3.json");
+        if let Some(cc) = cc {
+            v["network"]["congestion"] = cc.into();
+        }
+        v["network"]["streams"] = streams.into();
+        let path = dir.join(name);
+        write_json(&path, &v);
+        path
+    };
+    let base = with(Some("cubic"), 1, "base.json");
+    let cases = [
+        (with(Some("bbr"), 2, "changed.json"), true),
+        (with(Some("cubic"), 1, "same.json"), false),
+        (with(None, 1, "unrecorded.json"), false),
+    ];
+    for (new, named) in cases {
+        let o = run(
+            &["compare", base.to_str().unwrap(), new.to_str().unwrap()],
+            LIMIT,
+        );
+        let err = text(&o.stderr);
+        let note = "tcp/lo (loopback): congestion control cubic -> bbr, connections per peer 1 -> 2 from the baseline to the new runs";
+        assert_eq!(err.contains(note), named, "{new:?}: {err}");
+        assert_eq!(err.contains("note:"), named, "{new:?}: {err}");
+    }
+}
+
 #[test]
 fn compare_does_not_flag_a_change_within_the_runs_spread() {
     let dir = tmpdir("compare-noise");
