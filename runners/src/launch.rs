@@ -72,7 +72,8 @@ const OVERSUBSCRIBE_FACTOR: usize = 4;
 /// Refuses, before anything starts, a rank count this host cannot start (file descriptors for
 /// the full mesh, memory for the processes) or did not mean to (far more ranks than cores).
 fn check_local_ranks(local: usize, opts: &RunOptions) -> Result<()> {
-    let cores = crate::sysinfo::this_host().cores_logical.max(1);
+    let host = crate::sysinfo::this_host();
+    let cores = host.cores_logical.max(1);
     if local > cores * OVERSUBSCRIBE_FACTOR && !opts.oversubscribe {
         bail!(
             "{local} ranks on this host's {cores} cores (more than {OVERSUBSCRIBE_FACTOR} a core): \
@@ -85,9 +86,7 @@ fn check_local_ranks(local: usize, opts: &RunOptions) -> Result<()> {
     let streams = opts.streams.unwrap_or_else(|| {
         crate::transport::tcp::auto_streams_for(
             opts.congestion.as_deref(),
-            [crate::sysinfo::this_host()
-                .tcp_congestion_control
-                .as_deref()],
+            [host.tcp_congestion_control.as_deref()],
         )
     });
     let fds_needed = (local.saturating_sub(1))
@@ -107,7 +106,7 @@ fn check_local_ranks(local: usize, opts: &RunOptions) -> Result<()> {
             lim.rlim_cur
         );
     }
-    let available = crate::sysinfo::this_host().memory_available_bytes;
+    let available = host.memory_available_bytes;
     if available > 0 && (local as u64).saturating_mul(RANK_MIN_BYTES) > available {
         bail!(
             "{local} ranks need at least {} MiB of memory on this host, which has {} MiB available \
