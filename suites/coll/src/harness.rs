@@ -9,7 +9,7 @@ use crate::{redop_str, CollConfig, Probe, Row};
 use anyhow::{bail, Result};
 use std::time::Instant;
 use tbbench_runners::comm::element::as_elements_mut;
-use tbbench_runners::comm::{Algo, CollOp, Comm, Dtype, Element, ReduceOp, Tuning};
+use tbbench_runners::comm::{default_algo, Algo, CollOp, Comm, Dtype, Element, ReduceOp, Tuning};
 use tbbench_runners::suite::Context;
 use tbbench_runners::units::format_size;
 use tbbench_schema::{Percentiles, Summary};
@@ -18,14 +18,27 @@ use tbbench_schema::{Percentiles, Summary};
 /// no longer changes with size.
 const PROBE_MAX_BYTES: u64 = 16 << 20;
 const PROBE_SIZES: usize = 5;
+/// A probe times the algorithms in turns, each round starting one algorithm further on, so
+/// a slow spell of the host, or what the previous algorithm left in the connections (under
+/// bbr, their pacing rates), falls on every algorithm alike rather than on one.
+const PROBE_ROUNDS: usize = 3;
+/// `auto` keeps the model's algorithm ([`default_algo`]) unless another's probe median beats
+/// it by more than this share: nearer than that the probe cannot tell them apart. Under bbr
+/// a connection's first transfers run faster than its steady state, more so the more
+/// connections an algorithm spreads over: on the 2-core VM the 4-rank 16 MiB all-gather by
+/// mesh took 9-11 ms in its first iterations and 12-13 from the tenth on (ring: 10 ms
+/// throughout), so in a short probe mesh came within 0-2% of ring and won a third of the
+/// launches, then ran 10-20% slower than ring would have in the rows.
+const PROBE_MARGIN: f64 = 0.05;
+/// Untimed calls before an algorithm's first timed round (then one before each later one).
 const PROBE_WARMUP: usize = 2;
-/// Timed iterations per probe: many where each is microseconds (a median of a few is at the
-/// mercy of one scheduler hiccup), few where each moves megabytes.
+/// Timed iterations per algorithm per round: many where each is microseconds (a median of a
+/// few is at the mercy of one scheduler hiccup), few where each moves megabytes.
 fn probe_iters(size: u64) -> usize {
     if size <= 64 << 10 {
-        30
+        10
     } else {
-        5
+        2
     }
 }
 
@@ -330,7 +343,8 @@ fn points_needed(points: &[u64], size: u64) -> usize {
     }
 }
 
-/// One probe: every algorithm of `op` that runs on this many ranks, at `size` bytes.
+/// One probe: every algorithm of `op` that runs on this many ranks, at `size` bytes, in
+/// [`PROBE_ROUNDS`] rounds; each algorithm's median over all its rounds' iterations.
 fn probe(
     op: CollOp,
     size: u64,
@@ -339,38 +353,63 @@ fn probe(
 ) -> Result<Option<(Algo, Probe)>> {
     let n = ctx.size();
     let input = Input::new(n, config.dtype);
-    let mut times = serde_json::Map::new();
-    let mut winner: Option<(Algo, f64)> = None;
-    for &algo in op.algos() {
-        if op.supports(algo, n).is_err() {
-            continue;
-        }
-        let run = Run {
-            op,
-            call: call(config, algo),
-            size,
-            warmup: PROBE_WARMUP,
-            iters: probe_iters(size),
-            check: false,
-        };
-        let Some(m) = by_dtype(config.dtype, &run, &input, &mut ctx.comm)? else {
-            continue;
-        };
-        let median = Summary::of(&m.times_us, Percentiles::P999).median;
-        times.insert(algo.name().into(), median.into());
-        if winner.is_none_or(|(_, t)| median < t) {
-            winner = Some((algo, median));
+    let algos: Vec<Algo> = op
+        .algos()
+        .iter()
+        .copied()
+        .filter(|&a| op.supports(a, n).is_ok())
+        .collect();
+    // Per algorithm, its times so far; None once it cannot run at this size.
+    let mut samples: Vec<Option<Vec<f64>>> = vec![Some(Vec::new()); algos.len()];
+    for round in 0..PROBE_ROUNDS {
+        for k in 0..algos.len() {
+            let a = (round + k) % algos.len();
+            let Some(times) = samples[a].as_mut() else {
+                continue;
+            };
+            let run = Run {
+                op,
+                call: call(config, algos[a]),
+                size,
+                warmup: if round == 0 { PROBE_WARMUP } else { 1 },
+                iters: probe_iters(size),
+                check: false,
+            };
+            match by_dtype(config.dtype, &run, &input, &mut ctx.comm)? {
+                Some(m) => times.extend_from_slice(&m.times_us),
+                None => samples[a] = None,
+            }
         }
     }
-    Ok(winner.map(|(algo, _)| {
+    let medians: Vec<(Algo, f64)> = algos
+        .iter()
+        .zip(&samples)
+        .filter_map(|(a, t)| Some((*a, Summary::of(t.as_ref()?, Percentiles::P999).median)))
+        .collect();
+    let model = default_algo(op, size as usize, n);
+    Ok(follow(&medians, model).map(|winner| {
         let p = Probe {
             op: op.name(),
             size_bytes: size,
-            time_us: times,
-            winner: algo.name(),
+            time_us: medians
+                .iter()
+                .map(|(a, t)| (a.name().to_string(), (*t).into()))
+                .collect(),
+            model: model.name(),
+            winner: winner.name(),
         };
-        (algo, p)
+        (winner, p)
     }))
+}
+
+/// The algorithm `auto` follows from a probe's medians: the fastest, unless the model's
+/// choice is within [`PROBE_MARGIN`] of it.
+fn follow(medians: &[(Algo, f64)], model: Algo) -> Option<Algo> {
+    let &(fastest, best) = medians.iter().min_by(|x, y| x.1.total_cmp(&y.1))?;
+    match medians.iter().find(|(a, _)| *a == model) {
+        Some(&(_, t)) if t <= best * (1.0 + PROBE_MARGIN) => Some(model),
+        _ => Some(fastest),
+    }
 }
 
 /// Up to five sizes spread evenly (by position) over the sweep's sizes up to the probe's cap.
@@ -432,6 +471,27 @@ pub fn check_memory(config: &CollConfig, ctx: &Context) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auto_follows_the_model_unless_another_is_clearly_faster() {
+        let (ring, mesh, rd) = (Algo::Ring, Algo::Mesh, Algo::Rd);
+        // Within the margin: the model's choice stays.
+        assert_eq!(
+            follow(&[(ring, 104.0), (mesh, 100.0), (rd, 120.0)], ring),
+            Some(ring)
+        );
+        // Beyond it: the fastest.
+        assert_eq!(
+            follow(&[(ring, 106.0), (mesh, 100.0), (rd, 120.0)], ring),
+            Some(mesh)
+        );
+        assert_eq!(follow(&[(ring, 90.0), (mesh, 100.0)], mesh), Some(ring));
+        // The model's choice is the fastest.
+        assert_eq!(follow(&[(ring, 100.0), (mesh, 90.0)], mesh), Some(mesh));
+        // The model's choice did not run at this size: the fastest.
+        assert_eq!(follow(&[(ring, 101.0), (mesh, 100.0)], rd), Some(mesh));
+        assert_eq!(follow(&[], ring), None);
+    }
 
     #[test]
     fn probe_sizes_spread_over_the_sweep_and_stop_at_the_cap() {

@@ -135,12 +135,15 @@ pub struct Best {
     pub busbw_gbps: f64,
 }
 
-/// One size of `auto`'s probe: every algorithm's median time and the winner.
+/// One size of `auto`'s probe: every algorithm's median time, the model's choice and the
+/// winner `auto` follows (the fastest, or the model's choice where that is within the
+/// probe's margin of it).
 #[derive(Debug, Clone, Serialize)]
 pub struct Probe {
     pub op: &'static str,
     pub size_bytes: u64,
     pub time_us: serde_json::Map<String, serde_json::Value>,
+    pub model: &'static str,
     pub winner: &'static str,
 }
 
