@@ -5,7 +5,9 @@
 //! Every piece of a message travels with an 8-byte header holding the whole message's length,
 //! so a receive posted with the wrong size is caught and named instead of silently
 //! desynchronising the stream. Large messages are striped over the K connections; both ends
-//! derive the same striping from the message size, so each connection stays a FIFO.
+//! derive the same striping from the message size, so each connection stays a FIFO. Where
+//! the congestion control paces every segment (bbr) each write moves at most 120 KiB
+//! ([`PACED_SLICE_BYTES`]); only the sender's side depends on it.
 
 use super::{OpenPlan, Opened, Opening, PeerName, Peers, RecvOp, SendOp, Transport};
 use crate::gate::{same_secret, Gate, Verdict};
@@ -30,10 +32,13 @@ pub const AUTO_STREAMS_PACED: usize = 2;
 /// not pace for them (loopback, and any qdisc but fq), Linux holds each segment after the
 /// first few for a high-resolution timer, and on a VM each such timer costs tens of
 /// microseconds: on the project's 2-core VM a 1 MiB message over loopback under bbr takes
-/// about 4.5 timer expiries and 300 us one way, 150 us under cubic, whatever rate bbr has
-/// estimated. Two connections wait for their timers at once: the 2-rank 1 MiB all-reduce
-/// 476 -> 344 us and the 4-rank one 1163 -> 683 us (OpenMPI 449 and 1353), while under
-/// cubic a second connection only adds work (2-rank 1 MiB all-gather 151 -> 195 us).
+/// about 4.5 timer expiries, whatever rate bbr has estimated. Two connections wait for their
+/// timers at once. There, over loopback under bbr with sends in [`PACED_SLICE_BYTES`]
+/// slices, interleaved launches, medians of 5, one connection against two (OpenMPI): 4-rank
+/// 1 MiB all-reduce 703 -> 603 us (1093), 2-rank 16 MiB all-reduce 5.48 -> 4.71 ms (9.36),
+/// 4-rank 16 MiB all-gather 10.7 -> 9.9 ms (9.8); the 2-rank 1 MiB all-reduce 232 -> 261 us
+/// (391) and 1 MiB broadcasts lose 10-25%, still ahead of OpenMPI. Under cubic a second
+/// connection only adds work (2-rank 1 MiB all-gather 151 -> 195 us).
 const PACING_CONGESTION: &[&str] = &["bbr", "bbr2", "bbr3"];
 
 /// `--streams` left to the run: [`AUTO_STREAMS_PACED`] where the connections will pace every
@@ -215,6 +220,9 @@ pub struct TcpTransport {
     conns: Vec<Vec<TcpStream>>,
     names: Vec<PeerName>,
     opts: TcpOptions,
+    /// Where the connections pace every segment: the most one send syscall moves
+    /// ([`PACED_SLICE_BYTES`]).
+    paced_slice: Option<usize>,
     /// Reused by every exchange, so the latency path allocates nothing. Empty between calls.
     scratch: Scratch,
 }
@@ -307,14 +315,17 @@ pub fn connect_mesh(
         }
         ready.push(streams);
     }
-    Ok(TcpTransport {
+    let mut t = TcpTransport {
         rank,
         size,
         conns: ready,
         names,
         opts,
+        paced_slice: None,
         scratch: Scratch::default(),
-    })
+    };
+    t.paced_slice = t.paced_slice();
+    Ok(t)
 }
 
 /// Judges a data connection's hello as its bytes arrive: magic, token, then which rank and
@@ -449,9 +460,24 @@ pub const SPIN_OVERSUBSCRIBED: Duration = Duration::from_micros(50);
 /// both directions advance together. 2 ranks over loopback under cubic, medians over
 /// launches on a 2-core Xeon VM: 1 MiB all-gather (one 512 KiB exchange) 158 us whole, 121
 /// in 256 KiB slices (127 in 128 KiB ones); 1 MiB ring all-reduce 306 -> 243. (Under BBR,
-/// whose pacing sets loopback's rate, launches spread too widely to tell.) A one-way stream
-/// goes whole: slices cost it bandwidth (88 -> 65 Gbit/s at 1 MiB messages).
+/// whose pacing sets loopback's rate, see [`PACED_SLICE_BYTES`].) A one-way stream goes
+/// whole: slices cost it bandwidth (88 -> 65 Gbit/s at 1 MiB messages).
 const SLICE_BYTES: usize = 256 << 10;
+/// Under a congestion control that paces every segment ([`PACING_CONGESTION`]) every send
+/// syscall, one-way or in an exchange, moves at most this much. Linux holds a paced
+/// connection's segments for a timer, one slot per segment however short, and a write that
+/// ends a few hundred bytes past a whole number of segments leaves such a short one: loopback's
+/// MSS is 65483, just under 64 KiB, so power-of-two writes do exactly that. On the 2-core VM
+/// over loopback under bbr, 2-rank 2 MiB broadcast, medians of 4 launches: writes of 128
+/// KiB (two segments and 106 bytes) 706 us, 256 KiB 489, 64 KiB 346, one write per message
+/// 390-420; 120 KiB 274, exactly two or four segments 258-260; OpenMPI 281. A fixed size,
+/// since the MSS cannot be asked for (TCP_MAXSEG reads 65536 on a fresh loopback connection,
+/// whose segments start at 32741 and grow to 65483): 120 KiB ends well inside a segment for
+/// each of those, and for Ethernet's 1448 in 64 KiB GSO segments. `tbbench link --streams 1`
+/// at 1 MiB: 65-68 Gbit/s in such slices, 27-44 whole, iperf3 46. Under cubic whole writes
+/// stay faster (82-86 against 65 Gbit/s), so other congestion controls keep [`SLICE_BYTES`]
+/// for exchanges and send one-way messages whole.
+const PACED_SLICE_BYTES: usize = 120 << 10;
 /// What a reduction step receives and adds at a time ([`Transport::reduce_segment`]).
 /// Measured on a 2-core EPYC VM, 2-rank ring all-reduce over loopback: 1 MiB segments 1.2x
 /// the busbw of whole messages at 16 MiB and 1.4x at 64 MiB; 256 and 512 KiB no better than
@@ -509,6 +535,15 @@ impl TcpTransport {
         }
         #[cfg(not(target_os = "linux"))]
         None
+    }
+
+    /// [`PACED_SLICE_BYTES`] where the first data connection's congestion control paces every
+    /// segment; None otherwise (or where the kernel does not say).
+    fn paced_slice(&self) -> Option<usize> {
+        let cc = self.congestion()?;
+        PACING_CONGESTION
+            .contains(&cc.as_str())
+            .then_some(PACED_SLICE_BYTES)
     }
 
     fn io_error(&self, peer: usize, what: &str, err: std::io::Error) -> anyhow::Error {
@@ -721,7 +756,11 @@ impl TcpTransport {
                 let fd = self.conns[peer][s].as_raw_fd();
                 // An exchange on this connection: one slice, then what has come in.
                 let two_way = !channels[c].recvs.is_empty();
-                let limit = if two_way { SLICE_BYTES } else { usize::MAX };
+                let limit = match (self.paced_slice, two_way) {
+                    (Some(slice), _) => slice,
+                    (None, true) => SLICE_BYTES,
+                    (None, false) => usize::MAX,
+                };
                 while !channels[c].sends.is_empty() {
                     match Self::transfer(fd, &mut channels[c].sends, true, limit)
                         .map_err(|e| self.io_error(peer, "sending to", e))?
