@@ -46,7 +46,8 @@ pub struct RunArgs {
     pub over: Option<Networks>,
     /// Parallel TCP connections per pair of ranks (large messages are striped over them, as
     /// jaccl-ring stripes over several cables); default 1, or 2 where the connections run a
-    /// congestion control that paces every segment (bbr), so two pacers run at once.
+    /// congestion control that paces every segment (bbr), so two pacers run at once (link and
+    /// doctor, whose streams go one way: 1).
     #[arg(long, visible_alias = "conns", value_parser = clap::value_parser!(u16).range(1..=64))]
     pub streams: Option<u16>,
     /// TCP socket buffer size (e.g. 4MiB); default leaves the OS's autotuning on.
@@ -139,6 +140,7 @@ impl RunArgs {
             over: self.over.clone().map(|n| n.0).unwrap_or_default(),
             network_index: None,
             streams: self.streams.map(usize::from),
+            streams_when_paced: crate::transport::tcp::AUTO_STREAMS_PACED,
             sockbuf: self.sockbuf.map(|b| b as usize),
             congestion: self.congestion.clone(),
             timeout: self.timeout.unwrap_or(std::time::Duration::from_secs(30)),

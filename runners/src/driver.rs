@@ -26,6 +26,10 @@ pub fn is_rank_process() -> bool {
 
 /// Entry point for every suite: launches the ranks, or runs as one of them.
 pub fn run<S: Suite>(config: &S::Config, opts: &RunOptions, tool: &Tool) -> Result<i32> {
+    let opts = &RunOptions {
+        streams_when_paced: S::STREAMS_WHEN_PACED,
+        ..opts.clone()
+    };
     if is_rank_process() {
         // A rank of one network of `--over`: the launcher says which.
         let opts = match std::env::var(crate::launch::ENV_NETWORK) {

@@ -87,6 +87,7 @@ fn check_local_ranks(local: usize, opts: &RunOptions) -> Result<()> {
         crate::transport::tcp::auto_streams_for(
             opts.congestion.as_deref(),
             [host.tcp_congestion_control.as_deref()],
+            opts.streams_when_paced,
         )
     });
     let fds_needed = (local.saturating_sub(1))

@@ -65,6 +65,10 @@ pub struct RunOptions {
     /// Parallel TCP connections per pair of ranks; None: chosen when the ranks meet
     /// ([`crate::transport::tcp::auto_streams`]).
     pub streams: Option<usize>,
+    /// What a run without `--streams` opens where the congestion control paces every segment:
+    /// the suite's [`crate::suite::Suite::STREAMS_WHEN_PACED`], set by the driver.
+    #[serde(skip)]
+    pub streams_when_paced: usize,
     /// SO_SNDBUF/SO_RCVBUF in bytes; None leaves the OS's autotuning on.
     pub sockbuf: Option<usize>,
     /// TCP congestion control for the data connections; None keeps the system's default.
@@ -274,6 +278,7 @@ impl Default for RunOptions {
             rdma_device: None,
             verbs_lib: None,
             streams: None,
+            streams_when_paced: crate::transport::tcp::AUTO_STREAMS_PACED,
             sockbuf: None,
             congestion: None,
             timeout: Duration::from_secs(30),

@@ -141,7 +141,7 @@ pub struct Network {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub streams: Option<usize>,
     /// Whether the run chose `streams` (no --streams given): 2 where the connections' congestion
-    /// control paces every segment (bbr), else 1.
+    /// control paces every segment (bbr; link and doctor, whose streams go one way, 1), else 1.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub streams_auto: bool,
     /// TCP congestion control of the data connections ("cubic", "bbr"), as the kernel reports

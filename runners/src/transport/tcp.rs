@@ -41,14 +41,16 @@ pub const AUTO_STREAMS_PACED: usize = 2;
 /// connection only adds work (2-rank 1 MiB all-gather 151 -> 195 us).
 const PACING_CONGESTION: &[&str] = &["bbr", "bbr2", "bbr3"];
 
-/// `--streams` left to the run: [`AUTO_STREAMS_PACED`] where the connections will pace every
-/// segment (the congestion control asked for, or else any host's default), else 1.
-pub fn auto_streams(table: &[RankInfo], asked: Option<&str>) -> usize {
+/// `--streams` left to the run: `paced` (the suite's [`crate::suite::Suite::STREAMS_WHEN_PACED`])
+/// where the connections will pace every segment (the congestion control asked for, or else
+/// any host's default), else 1.
+pub fn auto_streams(table: &[RankInfo], asked: Option<&str>, paced: usize) -> usize {
     auto_streams_for(
         asked,
         table
             .iter()
             .map(|i| i.host.tcp_congestion_control.as_deref()),
+        paced,
     )
 }
 
@@ -56,14 +58,15 @@ pub fn auto_streams(table: &[RankInfo], asked: Option<&str>) -> usize {
 pub fn auto_streams_for<'a>(
     asked: Option<&str>,
     defaults: impl IntoIterator<Item = Option<&'a str>>,
+    paced: usize,
 ) -> usize {
     let paces = |cc: &str| PACING_CONGESTION.contains(&cc);
-    let paced = match asked {
+    let is_paced = match asked {
         Some(cc) => paces(cc),
         None => defaults.into_iter().flatten().any(paces),
     };
-    if paced {
-        AUTO_STREAMS_PACED
+    if is_paced {
+        paced.max(1)
     } else {
         1
     }
@@ -147,10 +150,13 @@ impl Opening for TcpOpening {
         let oversubscribed = ranks_here(p) > cores();
         // Every rank derives the same count from the same table, so both ends of each pair
         // open the same connections.
-        let streams = p
-            .opts
-            .streams
-            .unwrap_or_else(|| auto_streams(p.table, p.opts.congestion.as_deref()));
+        let streams = p.opts.streams.unwrap_or_else(|| {
+            auto_streams(
+                p.table,
+                p.opts.congestion.as_deref(),
+                p.opts.streams_when_paced,
+            )
+        });
         let t = connect_mesh(
             p.rank,
             self.listener,

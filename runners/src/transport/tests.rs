@@ -297,9 +297,9 @@ fn shm_keeps_order_when_a_sender_runs_far_ahead() {
     });
 }
 
-/// `--streams` left to the run: two connections where the connections will pace every segment
-/// (the congestion control asked for, or else any host's default), one otherwise, and the
-/// same answer on every rank (it reads only the shared table).
+/// `--streams` left to the run: the suite's count (two by default) where the connections will
+/// pace every segment (the congestion control asked for, or else any host's default), one
+/// otherwise, and the same answer on every rank (it reads only the shared table).
 #[test]
 fn auto_streams_follow_the_congestion_control_the_connections_will_run() {
     use super::tcp::{auto_streams, AUTO_STREAMS_PACED};
@@ -326,11 +326,15 @@ fn auto_streams_follow_the_congestion_control_the_connections_will_run() {
     let cubic = table(&[Some("cubic"), Some("cubic")]);
     let mixed = table(&[Some("cubic"), Some("bbr")]);
     let unknown = table(&[None, None]);
-    assert_eq!(auto_streams(&cubic, None), 1);
-    assert_eq!(auto_streams(&mixed, None), AUTO_STREAMS_PACED);
-    assert_eq!(auto_streams(&unknown, None), 1);
+    let p = AUTO_STREAMS_PACED;
+    assert_eq!(auto_streams(&cubic, None, p), 1);
+    assert_eq!(auto_streams(&mixed, None, p), AUTO_STREAMS_PACED);
+    assert_eq!(auto_streams(&unknown, None, p), 1);
     // Asked for, it is what every connection runs, whatever the hosts' defaults.
-    assert_eq!(auto_streams(&mixed, Some("cubic")), 1);
-    assert_eq!(auto_streams(&cubic, Some("bbr")), AUTO_STREAMS_PACED);
+    assert_eq!(auto_streams(&mixed, Some("cubic"), p), 1);
+    assert_eq!(auto_streams(&cubic, Some("bbr"), p), AUTO_STREAMS_PACED);
     const { assert!(AUTO_STREAMS_PACED > 1) };
+    // A suite of one-way streams keeps one connection even where the connections pace.
+    assert_eq!(auto_streams(&cubic, Some("bbr"), 1), 1);
+    assert_eq!(auto_streams(&mixed, None, 1), 1);
 }

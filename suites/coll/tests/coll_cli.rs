@@ -121,6 +121,10 @@ fn paced_and_unpaced_connections_carry_every_op_exactly() {
         assert!(o.status.success(), "{cc}: {err}");
         let r = read_json(&out);
         assert_eq!(r["network"]["congestion"], cc);
+        // Left to the run: two connections per pair where bbr paces each, one under cubic.
+        let streams = if cc == "bbr" { 2 } else { 1 };
+        assert_eq!(r["network"]["streams"], streams, "{cc}");
+        assert_eq!(r["network"]["streams_auto"], true, "{cc}");
         let rows = r["results"]["rows"].as_array().unwrap();
         assert!(rows.len() >= 2 * 15, "{cc}: {} rows", rows.len());
         for row in rows {

@@ -8,7 +8,7 @@ use crate::timing::Timed;
 use serde::{Deserialize, Serialize};
 
 /// A pair measuring below this fraction of its nominal speed is named (`link-below-speed`).
-/// One TCP stream of 4 MiB messages (two by default under bbr) reaches well over half the
+/// One TCP stream of 4 MiB messages reaches well over half the
 /// nominal speed of a healthy Ethernet or Thunderbolt link up to 25 Gbit/s, and 30-40% of a
 /// 100 Gbit/s one (pass `--streams 4` there); a link that fell back (1 Gbit/s on a 10 Gbit/s
 /// port, a USB network link instead of Thunderbolt) lands at a tenth or less.

@@ -71,6 +71,9 @@ pub struct DoctorSuite;
 impl Suite for DoctorSuite {
     const NAME: &'static str = "doctor";
     type Config = DoctorConfig;
+    /// One connection: each pair's check is a one-way burst, which gains nothing from a second
+    /// connection's pacing timers (as `tbbench link`).
+    const STREAMS_WHEN_PACED: usize = 1;
 
     fn run(config: &DoctorConfig, ctx: &mut Context) -> Result<Option<SuiteOutput>> {
         let mine = facts::gather(ctx, &config.tool);
