@@ -130,7 +130,8 @@ pub fn run_compare(o: &CompareOptions) -> Result<i32> {
 
 /// Networks whose TCP ran another congestion control or another number of connections per
 /// peer in the new runs than in the baseline (where both sides recorded it): TCP's figures
-/// follow those as much as the code (bbr against cubic over loopback: 40 against 88 Gbit/s),
+/// follow those as much as the code (one connection over loopback under bbr against cubic:
+/// 57-68 against 79-86 Gbit/s; two connections under bbr 41-42),
 /// so a change there is named beside any verdict it causes.
 fn tcp_setup_changes(base: &[crate::load::Loaded], new: &[crate::load::Loaded]) -> Vec<String> {
     use std::collections::{BTreeMap, BTreeSet};

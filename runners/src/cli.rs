@@ -47,7 +47,7 @@ pub struct RunArgs {
     /// Parallel TCP connections per pair of ranks (large messages are striped over them, as
     /// jaccl-ring stripes over several cables); default 1, or 2 where the connections run a
     /// congestion control that paces every segment (bbr), so two pacers run at once (link and
-    /// doctor, whose streams go one way: 1).
+    /// doctor: 1, as iperf3 measures).
     #[arg(long, visible_alias = "conns", value_parser = clap::value_parser!(u16).range(1..=64))]
     pub streams: Option<u16>,
     /// TCP socket buffer size (e.g. 4MiB); default leaves the OS's autotuning on.

@@ -141,7 +141,7 @@ pub struct Network {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub streams: Option<usize>,
     /// Whether the run chose `streams` (no --streams given): 2 where the connections' congestion
-    /// control paces every segment (bbr; link and doctor, whose streams go one way, 1), else 1.
+    /// control paces every segment (bbr; 1 in link and doctor), else 1.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub streams_auto: bool,
     /// TCP congestion control of the data connections ("cubic", "bbr"), as the kernel reports
@@ -163,8 +163,9 @@ impl Network {
         }
         if let Some(k) = self.streams {
             let plural = if k == 1 { "" } else { "s" };
-            // The run opens two where a host's congestion control paces every segment; the
-            // connections here ran rank 0's, which names that reason only when it paces.
+            // A collective's run opens two where a host's congestion control paces every
+            // segment (link and doctor one); the connections here ran rank 0's, which names
+            // that reason only when it paces.
             let why = match self.congestion.as_deref() {
                 _ if !self.streams_auto => String::new(),
                 Some(cc) if k > 1 && cc.starts_with("bbr") => format!(" (auto: {cc} paces each)"),

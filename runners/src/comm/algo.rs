@@ -11,7 +11,7 @@
 //!   extra ranks in first. Reduce-scatter (recursive halving) and all-gather (recursive
 //!   doubling) need a power-of-two rank count.
 //! - **tree**: binomial trees (broadcast, reduce, and all-reduce as reduce then broadcast).
-//! - **auto**: per op and size, the winner of a measured probe ([`Comm::tune`]) where one
+//! - **auto**: per op and size, what a measured probe chose ([`Comm::set_tuning`]) where one
 //!   was run, else the textbook thresholds of [`default_algo`].
 //!
 //! Every algorithm works over any [`Group`] and any count (pieces differ by at most one
@@ -180,7 +180,8 @@ pub fn default_algo(op: CollOp, bytes: usize, n: usize) -> Algo {
     }
 }
 
-/// The measured winners `auto` follows: per op, the fastest algorithm at each probed size.
+/// What `auto` follows where a probe ran: per op, the algorithm chosen at each probed size
+/// (coll's probe: the fastest, or [`default_algo`]'s choice where within its margin).
 #[derive(Debug, Clone, Default)]
 pub struct Tuning {
     pub entries: Vec<(CollOp, Vec<(usize, Algo)>)>,

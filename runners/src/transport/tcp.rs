@@ -1,13 +1,13 @@
-//! TCP: one connection per pair of ranks (two where the congestion control paces every
-//! segment, or `--streams K`), TCP_NODELAY, bound to the chosen address so the data takes the
-//! network the user picked.
+//! TCP: one connection per pair of ranks (the suite's count, two by default, where the
+//! congestion control paces every segment, or `--streams K`), TCP_NODELAY, bound to the
+//! chosen address so the data takes the network the user picked.
 //!
 //! Every piece of a message travels with an 8-byte header holding the whole message's length,
 //! so a receive posted with the wrong size is caught and named instead of silently
 //! desynchronising the stream. Large messages are striped over the K connections; both ends
 //! derive the same striping from the message size, so each connection stays a FIFO. Where
 //! the congestion control paces every segment (bbr) each write moves at most 120 KiB
-//! ([`PACED_SLICE_BYTES`]); only the sender's side depends on it.
+//! (`PACED_SLICE_BYTES`); only the sender's side depends on it.
 
 use super::{OpenPlan, Opened, Opening, PeerName, Peers, RecvOp, SendOp, Transport};
 use crate::gate::{same_secret, Gate, Verdict};
@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 /// enough to keep several connections busy.
 const STRIPE_MIN: usize = 256 << 10;
 /// Connections per peer when the user gives no `--streams` and the connections run a
-/// congestion control that paces every segment ([`PACING_CONGESTION`]).
+/// congestion control that paces every segment ([`PACING_CONGESTION`]): the default of
+/// [`crate::suite::Suite::STREAMS_WHEN_PACED`].
 pub const AUTO_STREAMS_PACED: usize = 2;
 
 /// Congestion controls that pace every segment themselves. Where the interface's queue does
@@ -466,8 +467,9 @@ pub const SPIN_OVERSUBSCRIBED: Duration = Duration::from_micros(50);
 /// both directions advance together. 2 ranks over loopback under cubic, medians over
 /// launches on a 2-core Xeon VM: 1 MiB all-gather (one 512 KiB exchange) 158 us whole, 121
 /// in 256 KiB slices (127 in 128 KiB ones); 1 MiB ring all-reduce 306 -> 243. (Under BBR,
-/// whose pacing sets loopback's rate, see [`PACED_SLICE_BYTES`].) A one-way stream goes
-/// whole: slices cost it bandwidth (88 -> 65 Gbit/s at 1 MiB messages).
+/// whose pacing sets loopback's rate, see [`PACED_SLICE_BYTES`].) Where the congestion
+/// control does not pace, a one-way stream goes whole: slices cost it bandwidth (82-86 ->
+/// 65 Gbit/s at 1 MiB messages under cubic).
 const SLICE_BYTES: usize = 256 << 10;
 /// Under a congestion control that paces every segment ([`PACING_CONGESTION`]) every send
 /// syscall, one-way or in an exchange, moves at most this much. Linux holds a paced
@@ -477,9 +479,10 @@ const SLICE_BYTES: usize = 256 << 10;
 /// over loopback under bbr, 2-rank 2 MiB broadcast, medians of 4 launches: writes of 128
 /// KiB (two segments and 106 bytes) 706 us, 256 KiB 489, 64 KiB 346, one write per message
 /// 390-420; 120 KiB 274, exactly two or four segments 258-260; OpenMPI 281. A fixed size,
-/// since the MSS cannot be asked for (TCP_MAXSEG reads 65536 on a fresh loopback connection,
-/// whose segments start at 32741 and grow to 65483): 120 KiB ends well inside a segment for
-/// each of those, and for Ethernet's 1448 in 64 KiB GSO segments. `tbbench link --streams 1`
+/// measured rather than derived, since the MSS cannot be asked for (TCP_MAXSEG reads 65536 on
+/// a fresh loopback connection, whose segments start at 32741 and grow to 65483): 120 KiB is
+/// no power of two and no small multiple of either segment size, and ran as fast as whole
+/// segments; it was not measured on a NIC with fq, which paces by itself. `tbbench link --streams 1`
 /// at 1 MiB: 65-68 Gbit/s in such slices, 27-44 whole, iperf3 46. Under cubic whole writes
 /// stay faster (82-86 against 65 Gbit/s), so other congestion controls keep [`SLICE_BYTES`]
 /// for exchanges and send one-way messages whole.

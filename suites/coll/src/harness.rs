@@ -236,9 +236,10 @@ fn count_wrong<T: Element, C: Collective>(
         .count() as u64
 }
 
-/// `auto`'s probe: each algorithm of an op at a few sizes across the sweep (up to 16 MiB), a
-/// short timed loop each; the fastest by median wins its size. Every rank ends with the same
-/// table (times are the slowest rank's, the same everywhere).
+/// `auto`'s probe: each algorithm of an op at a few sizes across the sweep (up to 16 MiB), in
+/// [`PROBE_ROUNDS`] rounds of short timed loops; the fastest by median wins its size unless
+/// the model's choice is within [`PROBE_MARGIN`] of it. Every rank ends with the same table
+/// (times are the slowest rank's, the same everywhere).
 ///
 /// It probes as the sweep goes, each size just before the first row that may follow it, so
 /// the rows up to a probed size never come after a larger probe (nccl-tests and osu sweep in
@@ -386,7 +387,14 @@ fn probe(
         .zip(&samples)
         .filter_map(|(a, t)| Some((*a, Summary::of(t.as_ref()?, Percentiles::P999).median)))
         .collect();
-    let model = default_algo(op, size as usize, n);
+    // What auto runs unprobed: its choice for the array the calls moved (whole elements per
+    // rank), as `Comm` sizes it.
+    let elt = config.dtype.size();
+    let model = default_algo(
+        op,
+        array_bytes(op, count_for(op, size, elt, n), elt, n) as usize,
+        n,
+    );
     Ok(follow(&medians, model).map(|winner| {
         let p = Probe {
             op: op.name(),

@@ -179,9 +179,11 @@ fn check_memory(config: &LinkConfig, ctx: &Context) -> Result<()> {
 impl Suite for LinkSuite {
     const NAME: &'static str = "link";
     type Config = LinkConfig;
-    /// One connection, as iperf3 measures by default: a one-way stream gains nothing from a
-    /// second connection's pacing timers. Over loopback under bbr on the 2-core VM, `--mode bw`,
-    /// two runs: one connection 60-62 Gbit/s at 1 MiB and 53-56 at 16 MiB, two 41-42 and 31-32.
+    /// One connection, as iperf3 measures by default: the one-way stream of `--mode bw` gains
+    /// nothing from a second connection's pacing timers. Over loopback under bbr on the 2-core
+    /// VM, two runs: one connection 60-62 Gbit/s at 1 MiB and 53-56 at 16 MiB, two 41-42 and
+    /// 31-32; `--mode bibw` goes the other way (39-42 against 65-68 at 1 MiB), where
+    /// `--streams 2` is the like for like of iperf3's `--bidir` (a connection each way).
     const STREAMS_WHEN_PACED: usize = 1;
 
     fn run(config: &LinkConfig, ctx: &mut Context) -> Result<Option<SuiteOutput>> {
