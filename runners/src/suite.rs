@@ -12,9 +12,9 @@ pub trait Suite {
     /// Used for the result file's `suite` field and its default name.
     const NAME: &'static str;
     type Config: Serialize;
-    /// Connections per pair of ranks where `--streams` is not given and the connections' congestion
-    /// control paces every segment (bbr); one elsewhere. Two, where ranks exchange: the
-    /// connections wait for their pacing timers at once.
+    /// Connections per pair of ranks where `--streams` is not given and the connections'
+    /// congestion control paces every segment (bbr); one elsewhere. Two, where ranks
+    /// exchange: the connections wait for their pacing timers at once.
     const STREAMS_WHEN_PACED: usize = crate::transport::tcp::AUTO_STREAMS_PACED;
 
     /// Runs on every rank. Rank 0 returns Some(output); the others return None.

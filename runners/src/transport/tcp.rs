@@ -482,10 +482,10 @@ const SLICE_BYTES: usize = 256 << 10;
 /// measured rather than derived, since the MSS cannot be asked for (TCP_MAXSEG reads 65536 on
 /// a fresh loopback connection, whose segments start at 32741 and grow to 65483): 120 KiB is
 /// no power of two and no small multiple of either segment size, and ran as fast as whole
-/// segments; it was not measured on a NIC with fq, which paces by itself. `tbbench link --streams 1`
-/// at 1 MiB: 65-68 Gbit/s in such slices, 27-44 whole, iperf3 46. Under cubic whole writes
-/// stay faster (82-86 against 65 Gbit/s), so other congestion controls keep [`SLICE_BYTES`]
-/// for exchanges and send one-way messages whole.
+/// segments; it was not measured on a NIC with fq, which paces by itself. `tbbench link
+/// --streams 1` at 1 MiB: 65-68 Gbit/s in such slices, 27-44 whole, iperf3 46. Under cubic
+/// whole writes stay faster (82-86 against 65 Gbit/s), so other congestion controls keep
+/// [`SLICE_BYTES`] for exchanges and send one-way messages whole.
 const PACED_SLICE_BYTES: usize = 120 << 10;
 /// What a reduction step receives and adds at a time ([`Transport::reduce_segment`]).
 /// Measured on a 2-core EPYC VM, 2-rank ring all-reduce over loopback: 1 MiB segments 1.2x
