@@ -114,8 +114,15 @@ run_group() { # n net round tag sizes iters warmup
     local place=()
     [ "$op" = broadcast ] && place=(--in-place)
     for algo in auto all; do
-      "$tb" coll --nodes "$n" -t "$net" --op "$op" ${place[@]+"${place[@]}"} --algo "$algo" \
-        --sizes "$list" --iters "$it" --warmup "$warm" --out "$tmp/tb-$algo-$op-$n-$net-$round-$tag.json" >/dev/null
+      # Its warnings (the same few, every launch) are printed once each below; all of its
+      # stderr if it fails.
+      if ! "$tb" coll --nodes "$n" -t "$net" --op "$op" ${place[@]+"${place[@]}"} --algo "$algo" \
+        --sizes "$list" --iters "$it" --warmup "$warm" --out "$tmp/tb-$algo-$op-$n-$net-$round-$tag.json" \
+        >/dev/null 2>"$tmp/tb-stderr.txt"; then
+        cat "$tmp/tb-stderr.txt" >&2
+        exit 1
+      fi
+      cat "$tmp/tb-stderr.txt" >>"$tmp/tb-warnings.txt"
     done
   done
 }
@@ -128,6 +135,10 @@ for round in $(seq "$rounds"); do
     done
   done
 done
+
+if [ -s "$tmp/tb-warnings.txt" ]; then
+  sort -u "$tmp/tb-warnings.txt" | sed 's/^/# /'
+fi
 
 python3 - "$tmp" "$rounds" "${ranks[@]}" <<'PY'
 import json, statistics, sys, glob, os
