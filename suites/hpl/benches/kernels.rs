@@ -1,10 +1,13 @@
 //! `cargo bench -p tbbench-hpl`: the local kernels HPL's time goes to — the trailing update
-//! (GEMM), the triangular solve, the fused row swaps and solve, and generating a rank's share of the matrix. The kernel in
-//! use (BLAS or the Rust loops; `TBBENCH_BLAS=rust` forces the latter) names each group.
+//! (GEMM, and one rank's chunks through the BLAS and through the packed product), the
+//! triangular solve, the fused row swaps and solve, and generating a rank's share of the
+//! matrix. The kernel in use (BLAS or the Rust loops; `TBBENCH_BLAS=rust` forces the latter)
+//! names each group.
 
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use tbbench_hpl::generator::{column, HPL_SEED};
 use tbbench_hpl::kernels;
+use tbbench_hpl::packed_product::{self, PackedL21};
 use tbbench_hpl::swap_solve::{self, PackedL};
 
 fn matrix(rows: usize, cols: usize) -> Vec<f64> {
@@ -28,6 +31,37 @@ fn gemm(c: &mut Criterion) {
             &(),
             |bench, _| bench.iter(|| kernels::gemm_minus(m, n, k, &a, m, &b, k, &mut cm, m)),
         );
+    }
+    g.finish();
+}
+
+/// One rank's update chunk: L21 (4800 × NB 128) against 512 columns whose U12 sits right above
+/// the rows they update, one thread, as each of the chunks' threads runs it: the BLAS (which
+/// packs L21 on every call) against the packed product (L21 packed once, outside the timing,
+/// as once per panel in a run).
+fn update_chunk(c: &mut Criterion) {
+    let lib = kernels::blas()
+        .map(|b| b.name.clone())
+        .unwrap_or_else(|| "rust".into());
+    kernels::set_threads(1);
+    let (m, k, n) = (4800, 128, 512);
+    let ld = k + m;
+    let l = matrix(m, k);
+    let mut bc = matrix(ld, n);
+    let mut g = c.benchmark_group(format!("update_chunk/{lib}"));
+    g.throughput(Throughput::Elements((2 * m * n * k) as u64));
+    let shape = format!("{m}x{n}x{k}");
+    g.bench_function(BenchmarkId::new("dgemm", &shape), |bench| {
+        bench.iter(|| kernels::gemm_minus_below(m, n, k, &l, m, &mut bc, ld))
+    });
+    if packed_product::available() {
+        let mut packed = PackedL21::default();
+        packed_product::pack_and_update(&mut packed, m, k, &l, m, &mut [], ld, 0, 1);
+        g.bench_function(BenchmarkId::new("packed", &shape), |bench| {
+            bench.iter(|| packed_product::gemm_minus_below(&packed, n, &mut bc, ld))
+        });
+    } else {
+        eprintln!("update_chunk: no AVX-512F here, so no packed product to time");
     }
     g.finish();
 }
@@ -108,7 +142,8 @@ fn swap_and_solve(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, gemm, trsm, generate, swap_and_solve);
+// update_chunk last: it leaves the BLAS on one thread.
+criterion_group!(benches, gemm, trsm, generate, swap_and_solve, update_chunk);
 
 fn main() {
     // As the binary does: OpenBLAS's idle workers told to sleep soon (see the function).

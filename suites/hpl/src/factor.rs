@@ -23,6 +23,7 @@ use crate::grid::{numroc, owner, Grid};
 use crate::input::{Algorithm, Broadcast};
 use crate::kernels;
 use crate::matrix::{self, Layout, LocalMatrix};
+use crate::packed_product::{self, PackedL21, Product};
 use crate::panel::{Panel, PanelColumns};
 use crate::swap;
 use crate::swap_solve::{self, PackedL, Solver};
@@ -395,10 +396,38 @@ fn update_trailing(m: &mut LocalMatrix, f: &Factored, cols: Range<usize>, u12: U
     }
 }
 
+/// `update_trailing` for one rank (U12 in place, L21 in the share), through
+/// `packed_product`: L21 is packed into `packed` on the way, for the rest of the panel's
+/// columns to reuse.
+fn pack_and_update_trailing(
+    m: &mut LocalMatrix,
+    f: &Factored,
+    cols: Range<usize>,
+    packed: &mut PackedL21,
+) {
+    let below = m.rows_before(f.j0 + f.jb);
+    let (lda, width, mp) = (m.lda, cols.len(), m.mp);
+    debug_assert!(f.in_place() && below == f.r0 + f.jb);
+    let (left, right) = m.a.split_at_mut(cols.start * lda);
+    let bc = right.get_mut(f.r0..).unwrap_or_default();
+    packed_product::pack_and_update(
+        packed,
+        mp.saturating_sub(below),
+        f.jb,
+        &left[f.c0 * lda + below..],
+        lda,
+        bc,
+        lda,
+        width,
+        kernels::threads(),
+    );
+}
+
 /// Bytes the factorization allocates besides the share, at most, on the rank at (myrow,
 /// mycol): the panels held at once (with more than one process column, where they are
 /// copies: the current one and the next, or with lookahead `depth` the current one, d − 1
-/// ahead and the next; never more than there are panels), U12, and the rows a swap moves.
+/// ahead and the next; never more than there are panels), U12, the rows a swap moves, and on
+/// one rank L21 packed for the update.
 pub fn workspace_bytes(
     n: usize,
     nb: usize,
@@ -418,7 +447,16 @@ pub fn workspace_bytes(
     } else {
         0
     };
-    panels.saturating_add(3 * nb * nq).saturating_mul(8)
+    // One rank: L21 packed for `packed_product` (a 24-row multiple, plus a cache line).
+    let packed_l21 = if grid.p == 1 && grid.q == 1 {
+        PackedL21::len_for(mp as usize, nb as usize) as u64 + 8
+    } else {
+        0
+    };
+    panels
+        .saturating_add(3 * nb * nq)
+        .saturating_add(packed_l21)
+        .saturating_mul(8)
 }
 
 /// Seconds since the last lap, so every stretch of time lands in exactly one bucket.
@@ -467,6 +505,11 @@ thread_local! {
     pub(crate) static TEST_THREADS: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
 }
 
+/// Whether a run factors on `factor_one_rank`'s path (where `packed_product` may serve).
+pub fn one_rank_path(grid: &Grid, depth: usize, threads: usize) -> bool {
+    depth == 1 && grid.p == 1 && grid.q == 1 && threads > 1
+}
+
 /// DEPTH 1 on a single rank with several threads. A rank alone has no broadcast to hide, but
 /// its panels are a serial stretch (tall, narrow, with a pivot search per column) that leaves
 /// all but one core idle: 4% of a 1-rank N=10000 NB=128 run on 2 cores, another 6% in the
@@ -487,8 +530,10 @@ fn factor_one_rank(
     mut on_panel: impl FnMut(usize),
 ) -> Result<()> {
     // Chosen here: the solver may be a test's choice, local to this thread.
-    let solver = swap_solve::solver();
+    let (solver, product) = (swap_solve::solver(), packed_product::product(m.nb));
     let (mut spare, mut u12_buf) = (Vec::new(), Vec::new());
+    // Packed by the update of the next panel's columns, read by every chunk of the rest.
+    let mut packed_l21 = PackedL21::default();
     loop {
         let end = cur.j0 + cur.jb;
         let (ct, nq) = (m.cols_before(end), m.nq);
@@ -508,7 +553,11 @@ fn factor_one_rank(
             t,
             clock,
         )?;
-        update_trailing(m, &cur, ct..next_cols, u12);
+        if product == Product::Packed {
+            pack_and_update_trailing(m, &cur, ct..next_cols, &mut packed_l21);
+        } else {
+            update_trailing(m, &cur, ct..next_cols, u12);
+        }
         t.update += lap(clock);
         if end >= m.n {
             #[cfg(test)]
@@ -531,6 +580,7 @@ fn factor_one_rank(
             &mut next,
             next_cols..nq,
             solver,
+            (product == Product::Packed).then_some(&packed_l21),
             threads,
         )?;
         t.update += lap(clock);
@@ -552,6 +602,7 @@ fn factor_beside_update(
     next: &mut Factored,
     cols: Range<usize>,
     solver: Solver,
+    packed_l21: Option<&PackedL21>,
     threads: usize,
 ) -> Result<()> {
     let (lay, lda) = (m.layout, m.lda);
@@ -567,6 +618,7 @@ fn factor_beside_update(
         ipiv: &cur.ipiv,
         pivots: cur.ipiv.iter().map(|&g| g as usize).collect(),
         packed_l11,
+        packed_l21,
     };
     let pool = Mutex::new(right);
     // One BLAS thread per caller while the threads share the columns out themselves.
@@ -609,6 +661,8 @@ struct LocalUpdate<'a> {
     pivots: Vec<usize>,
     /// L11 packed for the tile solver (None: dlaswp and dtrsm).
     packed_l11: Option<PackedL>,
+    /// L21 packed for `packed_product` (None: the BLAS's dgemm).
+    packed_l21: Option<&'a PackedL21>,
 }
 
 impl LocalUpdate<'_> {
@@ -643,6 +697,10 @@ impl LocalUpdate<'_> {
                 swap::local(a, lda, self.mp, width, r0, self.ipiv);
                 kernels::trsm_unit_lower(jb, width, &self.l[r0..], lda, &mut a[r0..], lda);
             }
+        }
+        if let Some(l21) = self.packed_l21 {
+            packed_product::gemm_minus_below(l21, width, &mut a[r0..], lda);
+            return;
         }
         let below = r0 + jb;
         kernels::gemm_minus_below(
@@ -693,7 +751,7 @@ pub fn factor(
     t.broadcast += lap(&mut clock);
 
     let threads = step_threads();
-    if depth == 1 && grid.p == 1 && grid.q == 1 && threads > 1 {
+    if one_rank_path(&grid, depth, threads) {
         return factor_one_rank(
             m, comm, &my_column, algo, cur, threads, t, &mut clock, on_panel,
         );

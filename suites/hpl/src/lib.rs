@@ -5,8 +5,9 @@
 //! matrix, `grid` holds the block-cyclic index maths, `matrix` a rank's share, `factor` the
 //! driver (broadcasts, update and back substitution), `panel` the panel factorization (PFACT,
 //! RFACT), `swap` the row interchanges (SWAP), `swap_solve` the swaps and U12's solve fused
-//! for one process row, `kernels` the local dense kernels, `check` HPL's residual test, `suite`
-//! the runs and their results, `view` how the report shows them.
+//! for one process row, `packed_product` one rank's update product, `kernels` the local
+//! dense kernels, `check` HPL's residual test, `suite` the runs and their results, `view` how
+//! the report shows them.
 
 pub mod check;
 pub mod cli;
@@ -16,6 +17,7 @@ pub mod grid;
 pub mod input;
 pub mod kernels;
 pub mod matrix;
+pub mod packed_product;
 mod panel;
 pub mod reference;
 pub mod suite;

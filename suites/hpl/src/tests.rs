@@ -10,6 +10,7 @@ use crate::grid::{Grid, ProcessMap};
 use crate::input::Algorithm;
 use crate::input::{Broadcast, Factorization, Swap};
 use crate::matrix::LocalMatrix;
+use crate::packed_product::{self, Product};
 use crate::swap_solve::{self, Solver};
 use crate::{check, reference};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -69,11 +70,12 @@ fn run_ranks_solving_u12_by(
     o: Opts,
     u12: Option<Solver>,
 ) -> Vec<(Vec<f64>, Vec<Event>)> {
-    run_ranks_with(n, nb, grid, o, u12, None)
+    run_ranks_with(n, nb, grid, o, u12, None, None)
 }
 
 /// As `run_ranks_solving_u12_by`, every rank with `threads` threads for its steps (None: the
-/// process's count, 1 in the tests).
+/// process's count, 1 in the tests) and the trailing update's `product` forced (None: the
+/// process's own choice).
 fn run_ranks_with(
     n: usize,
     nb: usize,
@@ -81,6 +83,7 @@ fn run_ranks_with(
     o: Opts,
     u12: Option<Solver>,
     threads: Option<usize>,
+    product: Option<Product>,
 ) -> Vec<(Vec<f64>, Vec<Event>)> {
     let ranks = grid.size();
     let token = fresh_token();
@@ -99,6 +102,7 @@ fn run_ranks_with(
                 let mut comm = Comm::new(Box::new(t));
                 swap_solve::TEST_CHOICE.with(|f| f.set(u12));
                 crate::factor::TEST_THREADS.with(|f| f.set(threads));
+                packed_product::TEST_CHOICE.with(|f| f.set(product));
                 let mut m = LocalMatrix::generate(n, nb, grid, rank, HPL_SEED);
                 let mut times = Timings::default();
                 schedule::take();
@@ -185,9 +189,10 @@ fn both_u12_solvers_reach_the_reference_x_on_every_grid() {
 
 /// One rank with several threads and DEPTH 1 factors each panel beside the update of the
 /// rest of the trailing matrix, which its threads share out in chunks: with both U12
-/// solvers, panels a multiple of the tiles' 8 rows and not, a narrow last panel, a single
-/// panel, and trailing matrices of one chunk and of several (n 500: chunks of 64 to 117
-/// columns), it reaches the reference x and one thread's x, in DEPTH 1's order.
+/// solvers and both products (the packed one where the CPU has its kernel), panels a
+/// multiple of the tiles' 8 rows and not, a narrow last panel, a single panel, and trailing
+/// matrices of one chunk and of several (n 500: chunks of 64 to 117 columns), it reaches the
+/// reference x and one thread's x, in DEPTH 1's order.
 #[test]
 fn one_rank_factors_each_panel_beside_the_update_on_several_threads() {
     for (n, nb) in [(35, 64), (150, 13), (300, 16), (500, 16)] {
@@ -205,11 +210,23 @@ fn one_rank_factors_each_panel_beside_the_update_on_several_threads() {
             ..DEFAULT
         };
         for u12 in [Solver::Tiles, Solver::Blas] {
-            let one = run_ranks_with(n, nb, grid(1, 1), o, Some(u12), None);
-            for threads in [2, 3] {
-                let (x, events) =
-                    run_ranks_with(n, nb, grid(1, 1), o, Some(u12), Some(threads)).remove(0);
-                let case = format!("n {n} nb {nb} {u12:?} {threads} threads");
+            let one = run_ranks_with(n, nb, grid(1, 1), o, Some(u12), None, None);
+            for (threads, product) in [
+                (2, Product::Packed),
+                (2, Product::Blas),
+                (3, Product::Packed),
+            ] {
+                let (x, events) = run_ranks_with(
+                    n,
+                    nb,
+                    grid(1, 1),
+                    o,
+                    Some(u12),
+                    Some(threads),
+                    Some(product),
+                )
+                .remove(0);
+                let case = format!("n {n} nb {nb} {u12:?} {product:?} {threads} threads");
                 assert_eq!(events, order, "{case}");
                 let worst = worst_error(std::slice::from_ref(&x), &want);
                 assert!(worst < 1e-11, "{case}: x off the reference by {worst}");

@@ -551,6 +551,72 @@ fn the_u12_solver_can_be_chosen_and_a_bad_choice_is_refused() {
     assert!(!out.exists(), "no result file for a refused run");
 }
 
+/// TBBENCH_HPL_PRODUCT picks the trailing update's product on one rank with several threads
+/// (the packed one only where the CPU has AVX-512: elsewhere the BLAS's, and the result says
+/// so); runs on other paths record none; a value that is neither is refused in one line.
+#[test]
+fn the_update_product_can_be_chosen_and_is_recorded() {
+    let dir = tmpdir("hpl-product");
+    let hpl = |out: &std::path::Path, nodes: &str, value: &str| {
+        let mut cmd = std::process::Command::new(bin());
+        cmd.args([
+            "hpl",
+            "--nodes",
+            nodes,
+            "--threads",
+            "2",
+            "--n",
+            "300",
+            "--nb",
+            "32",
+        ])
+        .args(["--no-dgemm-probe", "--out", out.to_str().unwrap()])
+        .env("TBBENCH_HPL_PRODUCT", value)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+        finish(cmd.spawn().unwrap(), Duration::from_secs(60)).0
+    };
+    let avx512 = std::fs::read_to_string("/proc/cpuinfo")
+        .map(|c| c.contains(" avx512f"))
+        .unwrap_or(false);
+    for (value, name) in [
+        (
+            "packed",
+            if avx512 {
+                "tbbench avx512 24x8 (L21 packed once per panel)"
+            } else {
+                "BLAS dgemm"
+            },
+        ),
+        ("blas", "BLAS dgemm"),
+    ] {
+        let out = dir.join(format!("{value}.json"));
+        let o = hpl(&out, "1", value);
+        assert!(o.status.success(), "{value}: {}", text(&o.stderr));
+        let run = &read_json(&out)["results"]["runs"][0];
+        assert_eq!(run["passed"], true, "{value}");
+        assert_eq!(run["product"], name, "{value}");
+    }
+    let out = dir.join("two.json");
+    let o = hpl(&out, "2", "packed");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let run = &read_json(&out)["results"]["runs"][0];
+    assert_eq!(run["passed"], true);
+    assert!(run.get("product").is_none(), "{run}");
+
+    let out = dir.join("bad.json");
+    let o = hpl(&out, "1", "fast");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("TBBENCH_HPL_PRODUCT=\"fast\": expected packed or blas"),
+        "{err}"
+    );
+    assert!(!out.exists(), "no result file for a refused run");
+}
+
 /// Without --n, the output names the limit that chose N: memory or the time budget.
 #[test]
 fn the_output_says_which_limit_chose_n() {
