@@ -37,7 +37,7 @@ pub struct HplArgs {
     #[arg(long, conflicts_with_all = ["n", "p", "q", "depth"])]
     pub dat: Option<std::path::PathBuf>,
     /// Lookahead: panels factored ahead of the trailing update, as HPL.dat's DEPTH
-    /// (default: 1 with more than one process column, else 0).
+    /// (default: 1 with more than one process column or on one rank, else 0).
     #[arg(long, value_parser = clap::value_parser!(u64).range(0..=64))]
     pub depth: Option<u64>,
     /// Share of the smallest host's free memory the matrix may use when N is not given.

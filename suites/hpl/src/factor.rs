@@ -404,6 +404,7 @@ fn pack_and_update_trailing(
     f: &Factored,
     cols: Range<usize>,
     packed: &mut PackedL21,
+    threads: usize,
 ) {
     let below = m.rows_before(f.j0 + f.jb);
     let (lda, width, mp) = (m.lda, cols.len(), m.mp);
@@ -419,7 +420,7 @@ fn pack_and_update_trailing(
         bc,
         lda,
         width,
-        kernels::threads(),
+        threads,
     );
 }
 
@@ -554,7 +555,7 @@ fn factor_one_rank(
             clock,
         )?;
         if product == Product::Packed {
-            pack_and_update_trailing(m, &cur, ct..next_cols, &mut packed_l21);
+            pack_and_update_trailing(m, &cur, ct..next_cols, &mut packed_l21, threads);
         } else {
             update_trailing(m, &cur, ct..next_cols, u12);
         }

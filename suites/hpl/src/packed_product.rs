@@ -16,9 +16,10 @@
 //! as BLIS orders them: U12's chunk packed per pass of up to `KC` rows of k, L21 taken
 //! `MC_BYTES` at a time (in L2), each 8-column slice of U12 (in L1) run against those rows.
 //! The packing starts on a cache line: vector loads that straddle two cost a tenth of the
-//! rate. On that VM, one thread, 4800 × 512 × 128 chunks against a packed L21: 71–75 Gflops,
-//! OpenBLAS 68–72 for the same calls; whole runs, N=10000 NB 128: 123.7 against 117.3 Gflops
-//! (medians of three interleaved pairs).
+//! rate. On that VM, one thread, 4800 × 512 × 128 chunks against a packed L21 (`cargo bench
+//! -p tbbench-hpl --bench kernels -- update_chunk`): 81.4 Gflops, OpenBLAS 73.3 for the same
+//! calls; whole runs, N=10000 NB 128: 128.0 against 119.3 Gflops (medians of three
+//! interleaved pairs).
 //!
 //! Which product a rank uses is measured once per NB (`product`), as the U12 solver is: a
 //! vendor BLAS may beat this kernel, and without AVX-512 there is only the BLAS.
@@ -40,7 +41,10 @@ const KC: usize = 384;
 /// level with OpenBLAS at NB 192 and 256 and 2-3% behind at 384 (chunks measured as in
 /// `measure`), against 3-7% ahead at NB 128; whole 1-rank runs agreed.
 const MAX_MEASURED_K: usize = 160;
-/// How much faster than the BLAS this product must measure to be chosen.
+/// How much faster than this product the BLAS must measure for it to be kept. The chunks
+/// alone understate what a run gains (on the Xeon VM, NB 128: chunks 0-5% ahead, whole runs
+/// 4-7% in interleaved pairs), so up to `MAX_MEASURED_K` this one is the default, and the
+/// measurement is there to keep a BLAS that is clearly faster (a vendor's may be).
 const MARGIN: f64 = 0.02;
 
 /// L21 (`rows` × `k`), packed in blocks of `MR` rows: block `p` holds rows `p·MR ..` for
@@ -126,6 +130,7 @@ impl Product {
     pub fn name(self) -> &'static str {
         match self {
             Product::Packed => "tbbench avx512 24x8 (L21 packed once per panel)",
+            Product::Blas if kernels::blas().is_none() => "tbbench loops (no BLAS)",
             Product::Blas => "BLAS dgemm",
         }
     }
@@ -141,9 +146,9 @@ pub fn available() -> bool {
     false
 }
 
-/// The product for this process at block size `nb`: this module's where it measures more than
-/// `MARGIN` faster than the BLAS on chunks of an update of that depth (3000 rows, two chunks
-/// of 512 columns per thread, the rank's threads at once, as the chunks run), measured once
+/// The product for this process at block size `nb`: this module's unless the BLAS measures
+/// more than `MARGIN` faster on chunks of an update of that depth (3000 rows, two chunks of
+/// 512 columns per thread, the rank's threads at once, as the chunks run), measured once
 /// per NB up to `MAX_MEASURED_K` (deeper: the BLAS); `TBBENCH_HPL_PRODUCT=packed|blas` chooses
 /// without measuring. Without AVX-512: the BLAS (or its loops); without a BLAS: this one.
 pub fn product(nb: usize) -> Product {
@@ -152,15 +157,10 @@ pub fn product(nb: usize) -> Product {
         return if available() { forced } else { Product::Blas };
     }
     static CHOSEN: std::sync::Mutex<Vec<(usize, Product)>> = std::sync::Mutex::new(Vec::new());
-    match forced() {
-        _ if !available() => return Product::Blas,
-        Ok(Some(chosen)) => return chosen,
-        // Far ahead of the Rust loops at any depth.
-        _ if kernels::blas().is_none() => return Product::Packed,
-        // Too deep for this kernel's blocking, as measured; told otherwise, it runs anyway.
-        Ok(None) | Err(_) if nb > MAX_MEASURED_K => return Product::Blas,
-        // A bad value is refused before the ranks start (`forced`); here it only times both.
-        Ok(None) | Err(_) => {}
+    // A bad value is refused before the ranks start (`forced`); here it only times both.
+    let told = forced().ok().flatten();
+    if let Some(p) = choose(available(), told, kernels::blas().is_some(), nb) {
+        return p;
     }
     let mut chosen = CHOSEN.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(&(_, p)) = chosen.iter().find(|(k, _)| *k == nb) {
@@ -169,6 +169,19 @@ pub fn product(nb: usize) -> Product {
     let p = measure(nb);
     chosen.push((nb, p));
     p
+}
+
+/// The choice where it needs no measurement (None: measure): without the kernel the BLAS
+/// (or its loops), else what the user `told`, else without a BLAS this product (far ahead of
+/// the Rust loops at any depth), else the BLAS past `MAX_MEASURED_K`.
+fn choose(kernel: bool, told: Option<Product>, blas: bool, nb: usize) -> Option<Product> {
+    match told {
+        _ if !kernel => Some(Product::Blas),
+        Some(p) => Some(p),
+        None if !blas => Some(Product::Packed),
+        None if nb > MAX_MEASURED_K => Some(Product::Blas),
+        None => None,
+    }
 }
 
 /// What TBBENCH_HPL_PRODUCT asks for: nothing when unset, an error naming the value when it
@@ -240,9 +253,9 @@ fn measure(k: usize) -> Product {
         blas = blas.min(round(&mut bc, None));
     }
     kernels::set_blas_threads(kernels::threads());
-    // The BLAS unless this kernel is clearly faster: the two run level at some depths, where
-    // a choice by noise would flip from run to run.
-    if mine < blas * (1.0 - MARGIN) {
+    // This kernel unless the BLAS is clearly faster (a choice by noise would flip between
+    // runs).
+    if blas * (1.0 + MARGIN) > mine {
         Product::Packed
     } else {
         Product::Blas
@@ -296,16 +309,18 @@ pub fn pack_and_update(
     width: usize,
     threads: usize,
 ) {
+    assert!(available(), "the packed product needs AVX-512F");
     packed.reset(rows, k);
     if rows == 0 || k == 0 {
         return;
     }
+    assert!(l.len() >= (k - 1) * ld + rows && ld >= rows);
+    // Columns that do not overlap, or the threads' C rows would be another column's B.
+    assert!(width == 0 || (ldb >= k + rows && bc.len() >= (width - 1) * ldb + k + rows));
     let blocks = packed.blocks();
     let threads = threads.clamp(1, blocks);
-    let per = blocks.div_ceil(threads);
     let values = packed.packed_mut();
     let bcp = SendPtr(bc.as_mut_ptr());
-    assert!(width == 0 || bc.len() >= (width - 1) * ldb + k + rows);
     let work = |range: std::ops::Range<usize>, out: &mut [f64]| {
         PackedL21::pack_into(rows, k, range.clone(), l, ld, out);
         if width > 0 {
@@ -319,7 +334,8 @@ pub fn pack_and_update(
         let mut rest = values;
         let mut handles = Vec::new();
         for t in 0..threads {
-            let range = (t * per).min(blocks)..((t + 1) * per).min(blocks);
+            // As even as whole blocks allow, none empty (threads ≤ blocks).
+            let range = blocks * t / threads..blocks * (t + 1) / threads;
             let (mine, tail) = std::mem::take(&mut rest).split_at_mut(range.len() * MR * k);
             rest = tail;
             if t + 1 == threads {
@@ -344,6 +360,7 @@ unsafe impl Sync for SendPtr {}
 /// C −= L21·B for the `width` columns of `bc` (leading dimension `ld`): B is rows 0..k of each
 /// column, C the rows right below it, L21 `packed`.
 pub fn gemm_minus_below(packed: &PackedL21, width: usize, bc: &mut [f64], ld: usize) {
+    assert!(available(), "the packed product needs AVX-512F");
     let (rows, k) = (packed.rows, packed.k);
     if width == 0 || rows == 0 || k == 0 {
         return;
@@ -451,7 +468,10 @@ unsafe fn kernel(kc: usize, a: &[f64], b: &[f64], c: *mut f64, ld: usize, mr: us
     #[cfg(target_arch = "x86_64")]
     kernel_avx512(kc, a, b, c, ld, mr, nr);
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (kc, a, b, c, ld, mr, nr);
+    {
+        let _ = (kc, a, b, c, ld, mr, nr);
+        unreachable!("the packed product runs only where `available()`");
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -467,12 +487,13 @@ unsafe fn kernel_avx512(
 ) {
     use std::arch::x86_64::*;
     debug_assert!(a.len() >= MR * kc && b.len() >= NR * kc);
+    // Every cache line the block's column spans: its first byte, each 64 bytes on that are
+    // still in it, and its last byte (pointers formed only inside the column).
     for j in 0..nr {
         let cj = c.add(j * ld).cast::<i8>();
-        _mm_prefetch::<_MM_HINT_T0>(cj);
-        _mm_prefetch::<_MM_HINT_T0>(cj.add(64));
-        _mm_prefetch::<_MM_HINT_T0>(cj.add(128));
-        _mm_prefetch::<_MM_HINT_T0>(cj.add(8 * mr - 1));
+        for off in (0..8 * mr).step_by(64).chain([8 * mr - 1]) {
+            _mm_prefetch::<_MM_HINT_T0>(cj.add(off));
+        }
     }
     let mut acc = [[_mm512_setzero_pd(); 3]; NR];
     let (mut ap, mut bp) = (a.as_ptr(), b.as_ptr());
@@ -542,6 +563,23 @@ mod tests {
     }
 
     #[test]
+    fn the_choice_follows_the_kernel_the_user_the_blas_and_the_depth() {
+        use Product::{Blas, Packed};
+        // No kernel: the BLAS, whatever was asked.
+        assert_eq!(choose(false, Some(Packed), true, 128), Some(Blas));
+        assert_eq!(choose(false, None, false, 128), Some(Blas));
+        // Told: as told, at any depth, with or without a BLAS.
+        assert_eq!(choose(true, Some(Blas), false, 128), Some(Blas));
+        assert_eq!(choose(true, Some(Packed), true, 384), Some(Packed));
+        // No BLAS: this product at any depth.
+        assert_eq!(choose(true, None, false, 384), Some(Packed));
+        // Past the deepest measured NB: the BLAS; up to it: measure.
+        assert_eq!(choose(true, None, true, MAX_MEASURED_K + 1), Some(Blas));
+        assert_eq!(choose(true, None, true, MAX_MEASURED_K), None);
+        assert_eq!(choose(true, None, true, 128), None);
+    }
+
+    #[test]
     fn packed_products_match_the_plain_sum_at_every_edge() {
         if !available() {
             eprintln!("no AVX-512F on this CPU: the packed product is not offered here");
@@ -556,6 +594,8 @@ mod tests {
             (97, 130, 17, 3),
             (1000, 300, 65, 2),
             (100, 500, 9, 2),
+            // More threads than row blocks.
+            (50, 16, 9, 5),
         ] {
             let ld = rows + 3;
             let l = values(ld * k, 1);
@@ -563,7 +603,21 @@ mod tests {
             let start = values(ldb * width, 2);
             let mut want = start.clone();
             reference(rows, k, width, &l, ld, &mut want, ldb);
+            // The buffer first holds a larger packing, as a panel before this one left it.
             let mut packed = PackedL21::default();
+            let (big_rows, big_k) = (rows + 30, k + 3);
+            let big = values((big_rows + 1) * big_k, 3);
+            pack_and_update(
+                &mut packed,
+                big_rows,
+                big_k,
+                &big,
+                big_rows + 1,
+                &mut [],
+                0,
+                0,
+                1,
+            );
             let mut got = start.clone();
             pack_and_update(&mut packed, rows, k, &l, ld, &mut got, ldb, width, threads);
             let mut again = got.clone();

@@ -9,7 +9,7 @@ use crate::grid::{Grid, ProcessMap};
 use crate::input::{Broadcast, Factorization, Swap, Variant};
 use crate::kernels;
 use crate::matrix::{self, LocalMatrix};
-use crate::packed_product;
+use crate::packed_product::{self, Product};
 use crate::swap_solve;
 use anyhow::{bail, Result};
 use serde::Serialize;
@@ -126,24 +126,17 @@ impl Suite for HplSuite {
                 }
             }
         }
-        // The update's product on one rank, per NB the runs may use, chosen (and, unless
-        // told, measured) before the DGEMM probe: measured right before a solve, the
-        // measurement left that solve 2-4% slower (2-core Xeon VM, NB 128).
-        if ranks == 1 && threads > 1 {
-            let mut nbs: Vec<usize> = match (config.nb, &config.dat) {
-                (Some(nb), _) => vec![nb],
-                (None, Some(_)) => planned.iter().map(|v| v.nb).collect(),
-                (None, None) => NB_CANDIDATES.to_vec(),
-            };
-            nbs.dedup();
-            for nb in nbs {
-                packed_product::product(nb);
-            }
-        }
+        // The update's product on one rank, per NB the runs' one-rank solves may use, chosen
+        // (and, unless told, measured) before the DGEMM probe: measured right before a solve,
+        // the measurement left that solve 2-4% slower (2-core Xeon VM, NB 128). The fallback
+        // NB of a system too small for the candidates is measured at its solve.
+        let one_rank_nbs = one_rank_nbs(config, &planned, ranks, threads);
+        let packed_used = one_rank_nbs
+            .iter()
+            .any(|&nb| packed_product::product(nb) == Product::Packed);
         let dgemm = if config.dgemm_probe {
-            let packed_too = ranks == 1 && threads > 1;
             let mut rate = [if rank == 0 {
-                dgemm_rate(packed_too)
+                dgemm_rate(packed_used)
             } else {
                 0.0
             }];
@@ -153,7 +146,7 @@ impl Suite for HplSuite {
         } else {
             None
         };
-        if threads > 1 && kernels::blas().is_none() {
+        if threads > 1 && kernels::blas().is_none() && !packed_used {
             warnings.push(format!(
                 "{threads} threads per rank, but without a BLAS the kernels run on one thread per rank"
             ));
@@ -243,9 +236,40 @@ impl Suite for HplSuite {
     }
 }
 
+/// The NBs of this run's solves that take the one-rank path (`factor::one_rank_path`), where
+/// `packed_product` may run the update: HPL.dat's, `--nb`, or the NB candidates.
+fn one_rank_nbs(
+    config: &HplConfig,
+    planned: &[Variant],
+    ranks: usize,
+    threads: usize,
+) -> Vec<usize> {
+    if ranks != 1 || threads < 2 {
+        return Vec::new();
+    }
+    let mut nbs: Vec<usize> = if config.dat.is_some() {
+        planned
+            .iter()
+            .filter(|v| factor::one_rank_path(&v.grid, v.algo.depth, threads))
+            .map(|v| v.nb)
+            .collect()
+    } else {
+        let grid = plain_grid(config, ranks);
+        let depth = config.depth.unwrap_or(Variant::default_depth(&grid));
+        match config.nb {
+            _ if !factor::one_rank_path(&grid, depth, threads) => Vec::new(),
+            Some(nb) => vec![nb],
+            None => NB_CANDIDATES.to_vec(),
+        }
+    };
+    nbs.sort_unstable();
+    nbs.dedup();
+    nbs
+}
+
 /// Single-rank DGEMM rate of this build's kernel, Gflops (the ceiling efficiency is quoted
-/// against); with `packed_too`, where one rank may run `packed_product`, the faster of the
-/// BLAS and that.
+/// against); with `packed_too`, where the run's update uses `packed_product`, the faster of
+/// the BLAS and that, so the ceiling is the fastest product the run can use.
 fn dgemm_rate(packed_too: bool) -> f64 {
     // Large enough for a BLAS to reach its rate; the Rust loops are timed on less.
     let n = if kernels::blas().is_some() { 1536 } else { 384 };
@@ -265,7 +289,6 @@ fn dgemm_rate(packed_too: bool) -> f64 {
         best = best.min(t.elapsed().as_secs_f64());
     }
     let blas = 2.0 * (n * n * n) as f64 / best / 1e9;
-    // Efficiency is never quoted against a slower kernel than the run could use.
     let packed = packed_too
         .then(|| packed_product::probe_gflops(n))
         .flatten();

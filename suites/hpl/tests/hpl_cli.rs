@@ -553,11 +553,12 @@ fn the_u12_solver_can_be_chosen_and_a_bad_choice_is_refused() {
 
 /// TBBENCH_HPL_PRODUCT picks the trailing update's product on one rank with several threads
 /// (the packed one only where the CPU has AVX-512: elsewhere the BLAS's, and the result says
-/// so); runs on other paths record none; a value that is neither is refused in one line.
+/// so); without a BLAS the packed one is taken unasked; runs on other paths record none; a
+/// value that is neither is refused in one line.
 #[test]
 fn the_update_product_can_be_chosen_and_is_recorded() {
     let dir = tmpdir("hpl-product");
-    let hpl = |out: &std::path::Path, nodes: &str, value: &str| {
+    let hpl = |out: &std::path::Path, nodes: &str, env: &[(&str, &str)]| {
         let mut cmd = std::process::Command::new(bin());
         cmd.args([
             "hpl",
@@ -571,42 +572,68 @@ fn the_update_product_can_be_chosen_and_is_recorded() {
             "32",
         ])
         .args(["--no-dgemm-probe", "--out", out.to_str().unwrap()])
-        .env("TBBENCH_HPL_PRODUCT", value)
+        .env_remove("TBBENCH_HPL_PRODUCT")
+        .env_remove("TBBENCH_BLAS")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
+        for &(k, v) in env {
+            // DEPTH stands for the flag; the rest are environment variables.
+            if k == "DEPTH" {
+                cmd.args(["--depth", v]);
+            } else {
+                cmd.env(k, v);
+            }
+        }
         finish(cmd.spawn().unwrap(), Duration::from_secs(60)).0
     };
     let avx512 = std::fs::read_to_string("/proc/cpuinfo")
         .map(|c| c.contains(" avx512f"))
         .unwrap_or(false);
-    for (value, name) in [
-        (
-            "packed",
-            if avx512 {
-                "tbbench avx512 24x8 (L21 packed once per panel)"
-            } else {
-                "BLAS dgemm"
-            },
-        ),
-        ("blas", "BLAS dgemm"),
+    let packed = "tbbench avx512 24x8 (L21 packed once per panel)";
+    for (case, env) in [
+        ("packed", vec![("TBBENCH_HPL_PRODUCT", "packed")]),
+        ("blas", vec![("TBBENCH_HPL_PRODUCT", "blas")]),
+        ("no-blas", vec![("TBBENCH_BLAS", "rust")]),
     ] {
-        let out = dir.join(format!("{value}.json"));
-        let o = hpl(&out, "1", value);
-        assert!(o.status.success(), "{value}: {}", text(&o.stderr));
-        let run = &read_json(&out)["results"]["runs"][0];
-        assert_eq!(run["passed"], true, "{value}");
-        assert_eq!(run["product"], name, "{value}");
+        let out = dir.join(format!("{case}.json"));
+        let o = hpl(&out, "1", &env);
+        assert!(o.status.success(), "{case}: {}", text(&o.stderr));
+        let r = read_json(&out);
+        let run = &r["results"]["runs"][0];
+        assert_eq!(run["passed"], true, "{case}");
+        let without_blas = if r["hosts"][0]["blas"]["name"] == "rust-fallback" {
+            "tbbench loops (no BLAS)"
+        } else {
+            "BLAS dgemm"
+        };
+        let want = match case {
+            "blas" => without_blas,
+            _ if avx512 => packed,
+            _ => without_blas,
+        };
+        assert_eq!(run["product"], want, "{case}");
     }
-    let out = dir.join("two.json");
-    let o = hpl(&out, "2", "packed");
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    let run = &read_json(&out)["results"]["runs"][0];
-    assert_eq!(run["passed"], true);
-    assert!(run.get("product").is_none(), "{run}");
+    // Two ranks, or one at DEPTH 0: the one-rank path is not taken, and no product named.
+    for (nodes, depth) in [("2", "1"), ("1", "0")] {
+        let out = dir.join(format!("{nodes}-{depth}.json"));
+        let o = hpl(
+            &out,
+            nodes,
+            &[("TBBENCH_HPL_PRODUCT", "packed"), ("DEPTH", depth)],
+        );
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let run = &read_json(&out)["results"]["runs"][0];
+        assert_eq!(run["passed"], true);
+        assert_eq!(run["depth"], depth.parse::<u64>().unwrap(), "{run}");
+        assert!(
+            run.get("product").is_none(),
+            "{nodes} ranks depth {depth}: {run}"
+        );
+    }
 
     let out = dir.join("bad.json");
-    let o = hpl(&out, "1", "fast");
+    let o = hpl(&out, "1", &[("TBBENCH_HPL_PRODUCT", "fast")]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
     let err = text(&o.stderr);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
