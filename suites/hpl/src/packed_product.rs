@@ -62,8 +62,8 @@ pub struct PackedL21 {
 }
 
 impl PackedL21 {
-    /// An empty packing to be filled by `pack_blocks` (the buffer is kept from panel to
-    /// panel: panels only shrink, so after the first nothing is allocated).
+    /// An empty packing of `rows` × `k`, for `pack_and_update` to fill (the buffer is kept
+    /// from panel to panel: panels only shrink, so after the first nothing is allocated).
     pub fn reset(&mut self, rows: usize, k: usize) {
         self.rows = rows;
         self.k = k;
@@ -95,7 +95,8 @@ impl PackedL21 {
     }
 
     /// Packs blocks `blocks` of `l` (this packing's rows × k, leading dimension `ld`) into
-    /// `out`, the part of the packing those blocks occupy (`split_blocks` hands it out).
+    /// `out`, the part of the packing those blocks occupy (`pack_and_update` hands each
+    /// thread its part).
     fn pack_into(
         rows: usize,
         k: usize,
