@@ -7,7 +7,7 @@
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use tbbench_hpl::generator::{column, HPL_SEED};
 use tbbench_hpl::kernels;
-use tbbench_hpl::packed_product::{self, PackedL21};
+use tbbench_hpl::packed_product::{self, Columns, PackedL21};
 use tbbench_hpl::swap_solve::{self, PackedL};
 
 fn matrix(rows: usize, cols: usize) -> Vec<f64> {
@@ -56,12 +56,49 @@ fn update_chunk(c: &mut Criterion) {
     });
     if packed_product::available() {
         let mut packed = PackedL21::default();
-        packed_product::pack_and_update(&mut packed, m, k, &l, m, &mut [], ld, 0, 1);
+        let none = Columns::Below { bc: &mut [], ld };
+        packed_product::pack_and_update(&mut packed, m, k, &l, m, none, 0, 1);
         g.bench_function(BenchmarkId::new("packed", &shape), |bench| {
-            bench.iter(|| packed_product::gemm_minus_below(&packed, n, &mut bc, ld))
+            bench.iter(|| {
+                let cols = Columns::Below { bc: &mut bc, ld };
+                packed_product::gemm_minus(&packed, cols, n, 1)
+            })
         });
     } else {
         eprintln!("update_chunk: no AVX-512F here, so no packed product to time");
+    }
+    g.finish();
+}
+
+/// A rank's whole update of one panel in one call, as on several ranks (or at DEPTH 0), one
+/// thread: the BLAS's dgemm against the packed product with L21's packing inside the timing
+/// (4800 × 4096 × 128, 160 MB).
+fn update_whole(c: &mut Criterion) {
+    let lib = kernels::blas()
+        .map(|b| b.name.clone())
+        .unwrap_or_else(|| "rust".into());
+    kernels::set_threads(1);
+    let (m, k, n) = (4800, 128, 4096);
+    let ld = k + m;
+    let l = matrix(m, k);
+    let mut bc = matrix(ld, n);
+    let mut g = c.benchmark_group(format!("update_whole/{lib}"));
+    g.sample_size(10);
+    g.throughput(Throughput::Elements((2 * m * n * k) as u64));
+    let shape = format!("{m}x{n}x{k}");
+    g.bench_function(BenchmarkId::new("dgemm", &shape), |bench| {
+        bench.iter(|| kernels::gemm_minus_below(m, n, k, &l, m, &mut bc, ld))
+    });
+    if packed_product::available() {
+        let mut packed = PackedL21::default();
+        g.bench_function(BenchmarkId::new("packed", &shape), |bench| {
+            bench.iter(|| {
+                let cols = Columns::Below { bc: &mut bc, ld };
+                packed_product::pack_and_update(&mut packed, m, k, &l, m, cols, n, 1)
+            })
+        });
+    } else {
+        eprintln!("update_whole: no AVX-512F here, so no packed product to time");
     }
     g.finish();
 }
@@ -143,7 +180,15 @@ fn swap_and_solve(c: &mut Criterion) {
 }
 
 // update_chunk last: it leaves the BLAS on one thread.
-criterion_group!(benches, gemm, trsm, generate, swap_and_solve, update_chunk);
+criterion_group!(
+    benches,
+    gemm,
+    trsm,
+    generate,
+    swap_and_solve,
+    update_chunk,
+    update_whole
+);
 
 fn main() {
     // As the binary does: OpenBLAS's idle workers told to sleep soon (see the function).

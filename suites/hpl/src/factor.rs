@@ -23,7 +23,7 @@ use crate::grid::{numroc, owner, Grid};
 use crate::input::{Algorithm, Broadcast};
 use crate::kernels;
 use crate::matrix::{self, Layout, LocalMatrix};
-use crate::packed_product::{self, PackedL21, Product};
+use crate::packed_product::{self, PackedL21, Product, Shape};
 use crate::panel::{Panel, PanelColumns};
 use crate::swap;
 use crate::swap_solve::{self, PackedL, Solver};
@@ -363,72 +363,96 @@ fn swap_and_solve_u12<'b>(
     solve_u12(m, comm, column, f, cols, buf)
 }
 
-/// A22 −= L21·U12 over local columns `cols`.
-fn update_trailing(m: &mut LocalMatrix, f: &Factored, cols: Range<usize>, u12: U12) {
-    let below = m.rows_before(f.j0 + f.jb);
-    let (lda, width, mp) = (m.lda, cols.len(), m.mp);
-    if width == 0 || below >= mp {
-        return;
-    }
-    let (left, right) = m.a.split_at_mut(cols.start * lda);
-    let (l21, ld) = if f.in_place() {
-        (&left[f.c0 * lda + below..], lda)
-    } else {
-        (&f.packed[below - f.r0..], f.rows)
-    };
-    match u12 {
-        U12::InPlace => {
-            // One process row: U12's rows sit right above A22's in every column.
-            debug_assert_eq!(below, f.r0 + f.jb);
-            kernels::gemm_minus_below(mp - below, width, f.jb, l21, ld, &mut right[f.r0..], lda)
-        }
-        U12::Held { first, values } => kernels::gemm_minus(
-            mp - below,
-            width,
-            f.jb,
-            l21,
-            ld,
-            &values[(cols.start - first) * f.jb..],
-            f.jb,
-            &mut right[below..],
-            lda,
-        ),
-    }
+/// The trailing update's product for one factorization: the BLAS's dgemm per call, or
+/// `packed_product`'s, with L21 packed on the first update a panel makes and reused by the
+/// rest of its columns.
+struct Update {
+    product: Product,
+    threads: usize,
+    packed: PackedL21,
+    /// The panel (its first column) `packed` holds.
+    packed_panel: Option<usize>,
 }
 
-/// `update_trailing` for one rank (U12 in place, L21 in the share), through
-/// `packed_product`: L21 is packed into `packed` on the way, for the rest of the panel's
-/// columns to reuse.
-fn pack_and_update_trailing(
-    m: &mut LocalMatrix,
-    f: &Factored,
-    cols: Range<usize>,
-    packed: &mut PackedL21,
-    threads: usize,
-) {
-    let below = m.rows_before(f.j0 + f.jb);
-    let (lda, width, mp) = (m.lda, cols.len(), m.mp);
-    debug_assert!(f.in_place() && below == f.r0 + f.jb);
-    let (left, right) = m.a.split_at_mut(cols.start * lda);
-    let bc = right.get_mut(f.r0..).unwrap_or_default();
-    packed_product::pack_and_update(
-        packed,
-        mp.saturating_sub(below),
-        f.jb,
-        &left[f.c0 * lda + below..],
-        lda,
-        bc,
-        lda,
-        width,
-        threads,
-    );
+impl Update {
+    fn new(product: Product, threads: usize) -> Update {
+        Update {
+            product,
+            threads,
+            packed: PackedL21::default(),
+            packed_panel: None,
+        }
+    }
+
+    /// `f`'s L21 as packed by this update, where it has packed it.
+    fn packed_for(&self, f: &Factored) -> Option<&PackedL21> {
+        (self.packed_panel == Some(f.j0)).then_some(&self.packed)
+    }
+
+    /// A22 −= L21·U12 over local columns `cols`.
+    fn apply(&mut self, m: &mut LocalMatrix, f: &Factored, cols: Range<usize>, u12: U12) {
+        let below = m.rows_before(f.j0 + f.jb);
+        let (lda, width, mp) = (m.lda, cols.len(), m.mp);
+        let rows = mp.saturating_sub(below);
+        if self.product == Product::Blas && (width == 0 || rows == 0) {
+            return;
+        }
+        let (left, right) = m.a.split_at_mut(cols.start * lda);
+        let (l21, ldl) = if f.in_place() {
+            (left.get(f.c0 * lda + below..).unwrap_or_default(), lda)
+        } else {
+            (f.packed.get(below - f.r0..).unwrap_or_default(), f.rows)
+        };
+        let columns = match u12 {
+            // One process row: U12's rows sit right above A22's in every column.
+            U12::InPlace => {
+                debug_assert_eq!(below, f.r0 + f.jb);
+                packed_product::Columns::Below {
+                    bc: right.get_mut(f.r0..).unwrap_or_default(),
+                    ld: lda,
+                }
+            }
+            U12::Held { first, values } => packed_product::Columns::Apart {
+                b: &values[(cols.start - first) * f.jb..],
+                ldb: f.jb,
+                c: right.get_mut(below..).unwrap_or_default(),
+                ldc: lda,
+            },
+        };
+        match self.product {
+            Product::Blas => match columns {
+                packed_product::Columns::Below { bc, ld } => {
+                    kernels::gemm_minus_below(rows, width, f.jb, l21, ldl, bc, ld)
+                }
+                packed_product::Columns::Apart { b, ldb, c, ldc } => {
+                    kernels::gemm_minus(rows, width, f.jb, l21, ldl, b, ldb, c, ldc)
+                }
+            },
+            Product::Packed if self.packed_panel == Some(f.j0) => {
+                packed_product::gemm_minus(&self.packed, columns, width, self.threads)
+            }
+            Product::Packed => {
+                self.packed_panel = Some(f.j0);
+                packed_product::pack_and_update(
+                    &mut self.packed,
+                    rows,
+                    f.jb,
+                    l21,
+                    ldl,
+                    columns,
+                    width,
+                    self.threads,
+                )
+            }
+        }
+    }
 }
 
 /// Bytes the factorization allocates besides the share, at most, on the rank at (myrow,
 /// mycol): the panels held at once (with more than one process column, where they are
 /// copies: the current one and the next, or with lookahead `depth` the current one, d − 1
-/// ahead and the next; never more than there are panels), U12, the rows a swap moves, and on
-/// one rank L21 packed for the update.
+/// ahead and the next; never more than there are panels), U12, the rows a swap moves, and
+/// L21 packed for the update.
 pub fn workspace_bytes(
     n: usize,
     nb: usize,
@@ -448,12 +472,8 @@ pub fn workspace_bytes(
     } else {
         0
     };
-    // One rank: L21 packed for `packed_product` (a 24-row multiple, plus a cache line).
-    let packed_l21 = if grid.p == 1 && grid.q == 1 {
-        PackedL21::len_for(mp as usize, nb as usize) as u64 + 8
-    } else {
-        0
-    };
+    // L21 packed for `packed_product` (a 24-row multiple, plus a cache line).
+    let packed_l21 = PackedL21::len_for(mp as usize, nb as usize) as u64 + 8;
     panels
         .saturating_add(3 * nb * nq)
         .saturating_add(packed_l21)
@@ -479,13 +499,14 @@ fn catch_up<'f>(
     panels: impl Iterator<Item = &'f Factored>,
     cols: Range<usize>,
     algo: &Algorithm,
+    update: &mut Update,
     u12_buf: &mut Vec<f64>,
     t: &mut Timings,
     clock: &mut Instant,
 ) -> Result<()> {
     for f in panels {
         let u12 = swap_and_solve_u12(m, comm, column, f, cols.clone(), algo, u12_buf, t, clock)?;
-        update_trailing(m, f, cols.clone(), u12);
+        update.apply(m, f, cols.clone(), u12);
         t.update += lap(clock);
     }
     Ok(())
@@ -506,9 +527,19 @@ thread_local! {
     pub(crate) static TEST_THREADS: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
 }
 
-/// Whether a run factors on `factor_one_rank`'s path (where `packed_product` may serve).
+/// Whether a run factors on `factor_one_rank`'s path.
 pub fn one_rank_path(grid: &Grid, depth: usize, threads: usize) -> bool {
     depth == 1 && grid.p == 1 && grid.q == 1 && threads > 1
+}
+
+/// How such a run calls the trailing update's product: in chunks on `factor_one_rank`'s
+/// path, else once per panel over the trailing columns.
+pub fn product_shape(grid: &Grid, depth: usize, threads: usize) -> Shape {
+    if one_rank_path(grid, depth, threads) {
+        Shape::Chunks
+    } else {
+        Shape::Whole
+    }
 }
 
 /// DEPTH 1 on a single rank with several threads. A rank alone has no broadcast to hide, but
@@ -525,16 +556,15 @@ fn factor_one_rank(
     column: &[usize],
     algo: &Algorithm,
     mut cur: Factored,
-    threads: usize,
+    mut update: Update,
     t: &mut Timings,
     clock: &mut Instant,
     mut on_panel: impl FnMut(usize),
 ) -> Result<()> {
     // Chosen here: the solver may be a test's choice, local to this thread.
-    let (solver, product) = (swap_solve::solver(), packed_product::product(m.nb));
+    let solver = swap_solve::solver();
+    let threads = update.threads;
     let (mut spare, mut u12_buf) = (Vec::new(), Vec::new());
-    // Packed by the update of the next panel's columns, read by every chunk of the rest.
-    let mut packed_l21 = PackedL21::default();
     loop {
         let end = cur.j0 + cur.jb;
         let (ct, nq) = (m.cols_before(end), m.nq);
@@ -554,11 +584,8 @@ fn factor_one_rank(
             t,
             clock,
         )?;
-        if product == Product::Packed {
-            pack_and_update_trailing(m, &cur, ct..next_cols, &mut packed_l21, threads);
-        } else {
-            update_trailing(m, &cur, ct..next_cols, u12);
-        }
+        // With the packed product, L21 is packed here, for every chunk of the rest to read.
+        update.apply(m, &cur, ct..next_cols, u12);
         t.update += lap(clock);
         if end >= m.n {
             #[cfg(test)]
@@ -581,7 +608,7 @@ fn factor_one_rank(
             &mut next,
             next_cols..nq,
             solver,
-            (product == Product::Packed).then_some(&packed_l21),
+            update.packed_for(&cur),
             threads,
         )?;
         t.update += lap(clock);
@@ -700,7 +727,11 @@ impl LocalUpdate<'_> {
             }
         }
         if let Some(l21) = self.packed_l21 {
-            packed_product::gemm_minus_below(l21, width, &mut a[r0..], lda);
+            let cols = packed_product::Columns::Below {
+                bc: &mut a[r0..],
+                ld: lda,
+            };
+            packed_product::gemm_minus(l21, cols, width, 1);
             return;
         }
         let below = r0 + jb;
@@ -717,12 +748,14 @@ impl LocalUpdate<'_> {
 }
 
 /// Factors [A | b] in place; on return this rank's share holds its part of U and of the
-/// transformed b, with `algo`'s variants (any lookahead DEPTH). `on_panel(columns done)`
-/// runs on every rank after each panel.
+/// transformed b, with `algo`'s variants (any lookahead DEPTH) and the trailing update's
+/// `product` (`Product::Packed` only where `packed_product::available()`).
+/// `on_panel(columns done)` runs on every rank after each panel.
 pub fn factor(
     m: &mut LocalMatrix,
     comm: &mut Comm,
     algo: &Algorithm,
+    product: Product,
     t: &mut Timings,
     mut on_panel: impl FnMut(usize),
 ) -> Result<()> {
@@ -752,11 +785,15 @@ pub fn factor(
     t.broadcast += lap(&mut clock);
 
     let threads = step_threads();
+    let mut update = Update::new(product, threads);
     if one_rank_path(&grid, depth, threads) {
         return factor_one_rank(
-            m, comm, &my_column, algo, cur, threads, t, &mut clock, on_panel,
+            m, comm, &my_column, algo, cur, update, t, &mut clock, on_panel,
         );
     }
+    // The lookahead's catch-ups apply the panels ahead to a panel's width of columns, where
+    // the BLAS packs L21 once per call as well; through it, `update` keeps `cur`'s packing.
+    let mut narrow = Update::new(Product::Blas, threads);
     if depth == 0 {
         loop {
             let next_j0 = cur.j0 + cur.jb;
@@ -769,6 +806,7 @@ pub fn factor(
                 [&cur].into_iter(),
                 ct..nq,
                 algo,
+                &mut update,
                 &mut u12_buf,
                 t,
                 &mut clock,
@@ -810,6 +848,7 @@ pub fn factor(
                 before,
                 cols,
                 algo,
+                &mut narrow,
                 &mut u12_buf,
                 t,
                 &mut clock,
@@ -840,7 +879,7 @@ pub fn factor(
         )?;
         if end >= n {
             // Nothing left to factor: the panels in flight only update.
-            update_trailing(m, &cur, ct..nq, u12);
+            update.apply(m, &cur, ct..nq, u12);
             #[cfg(test)]
             log_event(Event::Update(cur.j0));
             t.update += lap(&mut clock);
@@ -862,7 +901,7 @@ pub fn factor(
         let mut rest = ct;
         if m.mycol == owner(end, nb, grid.q) {
             rest = m.cols_before(end + next.jb);
-            update_trailing(m, &cur, ct..rest, u12);
+            update.apply(m, &cur, ct..rest, u12);
             t.update += lap(&mut clock);
             catch_up(
                 m,
@@ -871,6 +910,7 @@ pub fn factor(
                 ahead.iter(),
                 ct..rest,
                 algo,
+                &mut narrow,
                 &mut catch_up_buf,
                 t,
                 &mut clock,
@@ -881,13 +921,13 @@ pub fn factor(
         #[cfg(test)]
         log_event(Event::Update(cur.j0));
         if next.in_place() {
-            update_trailing(m, &cur, rest..nq, u12);
+            update.apply(m, &cur, rest..nq, u12);
             t.update += lap(&mut clock);
         } else {
             let root = root_in_row(end);
             let moved = std::thread::scope(|s| {
                 let helper = s.spawn(|| broadcast_panel(comm, &my_row, root, bcast, &mut next));
-                update_trailing(m, &cur, rest..nq, u12);
+                update.apply(m, &cur, rest..nq, u12);
                 t.update += lap(&mut clock);
                 helper.join()
             });

@@ -1,14 +1,16 @@
-//! The trailing update's product on one rank, A22 −= L21·U12, with L21 packed once per panel
-//! and a register-blocked AVX-512 kernel, for CPUs that have AVX-512F.
+//! The trailing update's product, A22 −= L21·U12, with L21 packed once per panel and a
+//! register-blocked AVX-512 kernel, for CPUs that have AVX-512F.
 //!
-//! A BLAS dgemm copies its A operand into the order its kernel reads on every call. One rank
+//! A BLAS dgemm copies its A operand into the order its kernel reads on every call (OpenBLAS
+//! again for every few thousand columns of a wide call). One rank on several threads
 //! applies a panel in chunks of at most 512 columns (each thread calls the product on its own
 //! chunks, with the swaps and U12's solve fused ahead of each), so through the BLAS, L21, the
 //! tall operand, is copied some twenty times per panel: on the 2-core Xeon VM 4–5% of a
 //! 1-rank N=10000 NB 128 run's core-seconds (perf, OpenBLAS 0.3.21's SkylakeX kernel). Here
 //! L21 is packed once per panel, by the threads that bring the next panel's columns up to
 //! date with it (each packs the row blocks it then multiplies), and every chunk reads that
-//! copy.
+//! copy. Elsewhere (several ranks, one thread, DEPTH 0) a rank updates a panel's columns in
+//! one or two calls; the packing is made on the first and read by the second.
 //!
 //! The kernel holds a 24×8 block of the product in 24 registers (three 8-double vectors per
 //! column) while 24 rows of L21 and 8 values of U12 stream per step of k; each C block's
@@ -19,10 +21,12 @@
 //! rate. On that VM, one thread, 4800 × 512 × 128 chunks against a packed L21 (`cargo bench
 //! -p tbbench-hpl --bench kernels -- update_chunk`): 81.4 Gflops, OpenBLAS 73.3 for the same
 //! calls; whole runs, N=10000 NB 128: 128.0 against 119.3 Gflops (medians of three
-//! interleaved pairs).
+//! interleaved pairs). A rank's whole update in one call, 4800 × 4096 × 128 with L21's
+//! packing timed (`-- update_whole`): 75.9 against OpenBLAS's 73.4.
 //!
-//! Which product a rank uses is measured once per NB (`product`), as the U12 solver is: a
-//! vendor BLAS may beat this kernel, and without AVX-512 there is only the BLAS.
+//! Which product runs is measured once per NB and shape of call (`finding`), as the U12
+//! solver is, and agreed by the ranks: a vendor BLAS may beat this kernel, and without
+//! AVX-512 there is only the BLAS.
 
 use crate::kernels;
 use std::time::Instant;
@@ -39,12 +43,14 @@ const KC: usize = 384;
 /// The deepest NB the product is measured at. Deeper, a 24-row block of L21 and U12's slice
 /// no longer fit L1 together (24·192 + 8·192 doubles are 48 KiB), and on the Xeon VM it ran
 /// level with OpenBLAS at NB 192 and 256 and 2-3% behind at 384 (chunks measured as in
-/// `measure`), against 3-7% ahead at NB 128; whole 1-rank runs agreed.
+/// `measure`), against 3-7% ahead at NB 128; whole runs agreed (1×2 N=10000: 6% behind at NB
+/// 192 and 256, 4% ahead at 128).
 const MAX_MEASURED_K: usize = 160;
-/// How much faster than this product the BLAS must measure for it to be kept. The chunks
-/// alone understate what a run gains (on the Xeon VM, NB 128: chunks 0-5% ahead, whole runs
-/// 4-7% in interleaved pairs), so up to `MAX_MEASURED_K` this one is the default, and the
-/// measurement is there to keep a BLAS that is clearly faster (a vendor's may be).
+/// How much faster than this product the BLAS must measure for it to be kept. The measured
+/// updates understate what a run gains (on the Xeon VM, NB 128: chunks 0-5% ahead, one call
+/// over 1024 columns level, whole runs 4-7% in interleaved pairs), so up to `MAX_MEASURED_K`
+/// this one is the default, and the measurement is there to keep a BLAS that is clearly
+/// faster (a vendor's may be).
 const MARGIN: f64 = 0.02;
 
 /// L21 (`rows` × `k`), packed in blocks of `MR` rows: block `p` holds rows `p·MR ..` for
@@ -147,29 +153,80 @@ pub fn available() -> bool {
     false
 }
 
-/// The product for this process at block size `nb`: this module's unless the BLAS measures
-/// more than `MARGIN` faster on chunks of an update of that depth (3000 rows, two chunks of
-/// 512 columns per thread, the rank's threads at once, as the chunks run), measured once
-/// per NB up to `MAX_MEASURED_K` (deeper: the BLAS); `TBBENCH_HPL_PRODUCT=packed|blas` chooses
-/// without measuring. Without AVX-512: the BLAS (or its loops); without a BLAS: this one.
-pub fn product(nb: usize) -> Product {
-    #[cfg(test)]
-    if let Some(forced) = TEST_CHOICE.with(|f| f.get()) {
-        return if available() { forced } else { Product::Blas };
+/// How a factorization calls the product, which decides what the BLAS pays per call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// One rank on several threads (`factor::one_rank_path`): each thread calls it on chunks
+    /// of at most 512 columns, and a BLAS packs L21 again on every chunk.
+    Chunks,
+    /// Elsewhere: one call per panel over the trailing columns, on the rank's threads, where a
+    /// BLAS packs L21 about once, as this product does.
+    Whole,
+}
+
+/// What one process found out about the product at an NB and shape.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Finding {
+    /// Chosen without timing (`choose`).
+    Decided(Product),
+    /// The best of five seconds for the same update: this product's and the BLAS's.
+    Timed { mine: f64, blas: f64 },
+}
+
+impl Finding {
+    /// This finding as numbers the ranks can add up: [must run the BLAS, told or bound to
+    /// this product, its seconds, the BLAS's seconds].
+    pub fn sums(self) -> [f64; 4] {
+        match self {
+            Finding::Decided(Product::Blas) => [1.0, 0.0, 0.0, 0.0],
+            Finding::Decided(Product::Packed) => [0.0, 1.0, 0.0, 0.0],
+            Finding::Timed { mine, blas } => [0.0, 0.0, mine, blas],
+        }
     }
-    static CHOSEN: std::sync::Mutex<Vec<(usize, Product)>> = std::sync::Mutex::new(Vec::new());
+
+    /// The product every rank runs, from the ranks' `sums` added up: the BLAS where any rank
+    /// must (no kernel there, or told so), else this product where a rank was told or has
+    /// no BLAS, else the timings' verdict over all ranks together (`faster`).
+    pub fn agreed(sums: [f64; 4]) -> Product {
+        match sums {
+            [blas, ..] if blas > 0.0 => Product::Blas,
+            [_, packed, ..] if packed > 0.0 => Product::Packed,
+            [_, _, mine, blas] => faster(mine, blas),
+        }
+    }
+}
+
+/// This product unless the BLAS took more than `MARGIN` less time (a choice by noise would
+/// flip between runs).
+fn faster(mine: f64, blas: f64) -> Product {
+    if blas * (1.0 + MARGIN) > mine {
+        Product::Packed
+    } else {
+        Product::Blas
+    }
+}
+
+/// What this process finds at block size `nb`, the product called as `shape` says: timed
+/// against the BLAS on an update of that depth and shape (3000 rows; 512 columns per chunk,
+/// two per thread, or one call over as many columns; the rank's threads at once), once per
+/// NB and shape, up to `MAX_MEASURED_K`; decided without timing otherwise (`choose`):
+/// `TBBENCH_HPL_PRODUCT=packed|blas`, no AVX-512, no BLAS, a deeper NB.
+pub fn finding(nb: usize, shape: Shape) -> Finding {
+    type Found = Vec<(usize, Shape, Finding)>;
+    static FOUND: std::sync::Mutex<Found> = std::sync::Mutex::new(Vec::new());
     // A bad value is refused before the ranks start (`forced`); here it only times both.
     let told = forced().ok().flatten();
     if let Some(p) = choose(available(), told, kernels::blas().is_some(), nb) {
-        return p;
+        return Finding::Decided(p);
     }
-    let mut chosen = CHOSEN.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(&(_, p)) = chosen.iter().find(|(k, _)| *k == nb) {
-        return p;
+    let mut found = FOUND.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&(_, _, f)) = found.iter().find(|(k, s, _)| (*k, *s) == (nb, shape)) {
+        return f;
     }
-    let p = measure(nb);
-    chosen.push((nb, p));
-    p
+    let (mine, blas) = measure(nb, shape);
+    let f = Finding::Timed { mine, blas };
+    found.push((nb, shape, f));
+    f
 }
 
 /// The choice where it needs no measurement (None: measure): without the kernel the BLAS
@@ -200,13 +257,9 @@ pub fn forced() -> Result<Option<Product>, String> {
     }
 }
 
-#[cfg(test)]
-thread_local! {
-    /// A test's choice for the ranks it runs as threads.
-    pub(crate) static TEST_CHOICE: std::cell::Cell<Option<Product>> = const { std::cell::Cell::new(None) };
-}
-
-fn measure(k: usize) -> Product {
+/// Seconds, best of five, for an update of depth `k` called as `shape` says: this product's
+/// and the BLAS's.
+fn measure(k: usize, shape: Shape) -> (f64, f64) {
     // 26 MB per thread at NB 128, freed before the run allocates its share.
     let (m, chunk, chunks) = (3000, 512, 2);
     let threads = kernels::threads();
@@ -216,16 +269,21 @@ fn measure(k: usize) -> Product {
     let ld = k + m;
     // Each thread's own columns, as the chunks are shared out in a run. The sums are not
     // restored between rounds: B is only read, and C moves by a few hundred at most.
-    let mut bc: Vec<f64> = (0..ld * chunk * chunks * threads)
+    let width = chunk * chunks * threads;
+    let mut bc: Vec<f64> = (0..ld * width)
         .map(|i| ((i * 53) % 97) as f64 / 97.0)
         .collect();
     let mut packed = PackedL21::default();
-    packed.reset(m, k);
-    let blocks = packed.blocks();
-    PackedL21::pack_into(m, k, 0..blocks, &l, m, packed.packed_mut());
-    // Every thread's chunks at once (the threads share L3 and memory in a run too); one BLAS
-    // thread per caller, as there.
-    let round = |bc: &mut [f64], packed_l21: Option<&PackedL21>| {
+    let mut prepacked = PackedL21::default();
+    if shape == Shape::Chunks {
+        prepacked.reset(m, k);
+        let blocks = prepacked.blocks();
+        PackedL21::pack_into(m, k, 0..blocks, &l, m, prepacked.packed_mut());
+    }
+    // Chunks: every thread's at once (the threads share L3 and memory in a run too), against
+    // L21 packed beforehand (once per panel for all of its chunks, tens of them on a
+    // trailing matrix this deep); one BLAS thread per caller, as there.
+    let chunks_round = |bc: &mut [f64], packed_l21: Option<&PackedL21>| {
         let t = Instant::now();
         std::thread::scope(|s| {
             for mine in bc.chunks_mut(ld * chunk * chunks) {
@@ -233,7 +291,7 @@ fn measure(k: usize) -> Product {
                 s.spawn(move || {
                     for c in mine.chunks_mut(ld * chunk) {
                         match packed_l21 {
-                            Some(p) => gemm_minus_below(p, chunk, c, ld),
+                            Some(p) => gemm_minus(p, Columns::Below { bc: c, ld }, chunk, 1),
                             None => kernels::gemm_minus_below(m, chunk, k, l, m, c, ld),
                         }
                     }
@@ -242,25 +300,35 @@ fn measure(k: usize) -> Product {
         });
         t.elapsed().as_secs_f64()
     };
-    kernels::set_blas_threads(1);
+    // Whole: one call over every column, L21's packing timed with it, on the rank's threads.
+    let mut whole_round = |bc: &mut [f64], mine: bool| {
+        let t = Instant::now();
+        if mine {
+            let cols = Columns::Below { bc, ld };
+            pack_and_update(&mut packed, m, k, &l, m, cols, width, threads);
+        } else {
+            kernels::gemm_minus_below(m, width, k, &l, m, bc, ld);
+        }
+        t.elapsed().as_secs_f64()
+    };
+    let mut round = |bc: &mut [f64], mine: bool| match shape {
+        Shape::Chunks => {
+            kernels::set_blas_threads(1);
+            let s = chunks_round(bc, mine.then_some(&prepacked));
+            kernels::set_blas_threads(threads);
+            s
+        }
+        Shape::Whole => whole_round(bc, mine),
+    };
     // A round of each first: the BLAS's buffers and the threads' first pages.
-    round(&mut bc, Some(&packed));
-    round(&mut bc, None);
+    round(&mut bc, true);
+    round(&mut bc, false);
     let (mut mine, mut blas) = (f64::MAX, f64::MAX);
     for _ in 0..5 {
-        // L21 is packed once per panel, for all of its chunks (tens of them on a trailing
-        // matrix this deep), so the chunks are timed as they run: against a packed L21.
-        mine = mine.min(round(&mut bc, Some(&packed)));
-        blas = blas.min(round(&mut bc, None));
+        mine = mine.min(round(&mut bc, true));
+        blas = blas.min(round(&mut bc, false));
     }
-    kernels::set_blas_threads(kernels::threads());
-    // This kernel unless the BLAS is clearly faster (a choice by noise would flip between
-    // runs).
-    if blas * (1.0 + MARGIN) > mine {
-        Product::Packed
-    } else {
-        Product::Blas
-    }
+    (mine, blas)
 }
 
 /// This product's rate on an n×n×n multiply (A packed within the timing), Gflops, best of
@@ -285,19 +353,97 @@ pub fn probe_gflops(n: usize) -> Option<f64> {
     }
     let mut packed = PackedL21::default();
     let threads = kernels::threads();
-    pack_and_update(&mut packed, n, n, &a, n, &mut bc, 2 * n, n, threads);
+    let ld = 2 * n;
+    pack_and_update(
+        &mut packed,
+        n,
+        n,
+        &a,
+        n,
+        Columns::Below { bc: &mut bc, ld },
+        n,
+        threads,
+    );
     let mut best = f64::MAX;
     for _ in 0..3 {
         let t = Instant::now();
-        pack_and_update(&mut packed, n, n, &a, n, &mut bc, 2 * n, n, threads);
+        let cols = Columns::Below { bc: &mut bc, ld };
+        pack_and_update(&mut packed, n, n, &a, n, cols, n, threads);
         best = best.min(t.elapsed().as_secs_f64());
     }
     Some(2.0 * (n * n * n) as f64 / best / 1e9)
 }
 
+/// Where a product's B (U12: k × width) and C (the rows of A22 it updates: rows × width)
+/// lie.
+pub enum Columns<'a> {
+    /// One process row: U12 in rows 0..k of each column of `bc` (leading dimension `ld`), C
+    /// right below it.
+    Below { bc: &'a mut [f64], ld: usize },
+    /// Several process rows: U12 held apart (`b`, leading dimension `ldb`), C in `c`
+    /// (leading dimension `ldc`).
+    Apart {
+        b: &'a [f64],
+        ldb: usize,
+        c: &'a mut [f64],
+        ldc: usize,
+    },
+}
+
+/// `Columns` as the kernel reads them, checked to hold `width` columns of k and `rows`
+/// values that do not overlap.
+struct Operands {
+    b: *const f64,
+    ldb: usize,
+    c: *mut f64,
+    ldc: usize,
+    width: usize,
+}
+
+// SAFETY: the threads `on_blocks` starts read B and write disjoint row ranges of C.
+unsafe impl Sync for Operands {}
+
+impl Columns<'_> {
+    fn operands(self, rows: usize, k: usize, width: usize) -> Operands {
+        // Bounds, and for `Below` columns that do not overlap (or C's rows would be another
+        // column's B); `Apart`'s are two borrows, apart by construction.
+        let fits = |len: usize, ld: usize, used: usize| {
+            width == 0 || (ld >= used && len >= (width - 1) * ld + used)
+        };
+        match self {
+            Columns::Below { bc, ld } => {
+                assert!(
+                    fits(bc.len(), ld, k + rows),
+                    "U12 and C overrun their columns"
+                );
+                let b = bc.as_mut_ptr();
+                Operands {
+                    b,
+                    ldb: ld,
+                    // Read only where width > 0, and then inside `bc` (checked above).
+                    c: b.wrapping_add(k),
+                    ldc: ld,
+                    width,
+                }
+            }
+            Columns::Apart { b, ldb, c, ldc } => {
+                assert!(fits(b.len(), ldb, k), "U12 overruns its columns");
+                assert!(fits(c.len(), ldc, rows), "C overruns its columns");
+                Operands {
+                    b: b.as_ptr(),
+                    ldb,
+                    c: c.as_mut_ptr(),
+                    ldc,
+                    width,
+                }
+            }
+        }
+    }
+}
+
 /// Packs L21 (`l`: rows × k, leading dimension `ld`) into `packed` and applies it to the
-/// `width` columns of `bc` (leading dimension `ldb`; U12 in rows 0..k, the rows it updates
-/// right below), with `threads` threads, each packing the row blocks it multiplies.
+/// `width` columns of `cols`, with `threads` threads, each packing the row blocks it
+/// multiplies.
 #[allow(clippy::too_many_arguments)]
 pub fn pack_and_update(
     packed: &mut PackedL21,
@@ -305,8 +451,7 @@ pub fn pack_and_update(
     k: usize,
     l: &[f64],
     ld: usize,
-    bc: &mut [f64],
-    ldb: usize,
+    cols: Columns,
     width: usize,
     threads: usize,
 ) {
@@ -316,36 +461,90 @@ pub fn pack_and_update(
         return;
     }
     assert!(l.len() >= (k - 1) * ld + rows && ld >= rows);
-    // Columns that do not overlap, or the threads' C rows would be another column's B.
-    assert!(width == 0 || (ldb >= k + rows && bc.len() >= (width - 1) * ldb + k + rows));
+    let ops = cols.operands(rows, k, width);
     let blocks = packed.blocks();
-    let threads = threads.clamp(1, blocks);
-    let values = packed.packed_mut();
-    let bcp = SendPtr(bc.as_mut_ptr());
-    let work = |range: std::ops::Range<usize>, out: &mut [f64]| {
-        PackedL21::pack_into(rows, k, range.clone(), l, ld, out);
-        if width > 0 {
-            let bcp = &bcp;
+    let parts = split(packed.packed_mut(), blocks, MR * k, threads);
+    on_threads(parts, |range, mine| {
+        PackedL21::pack_into(rows, k, range.clone(), l, ld, mine);
+        if ops.width > 0 {
             // SAFETY: the threads write disjoint row ranges (their blocks) of C and only read
-            // B (rows 0..k), inside `bc` (asserted above).
-            unsafe { product_rows(out, k, range, rows, bcp.0, ldb, width) };
+            // B, inside the columns `Columns::operands` checked.
+            unsafe { product_rows(mine, k, range, rows, &ops) };
         }
+    });
+}
+
+/// C −= L21·B for the `width` columns of `cols`, L21 as `packed` holds it, on `threads`
+/// threads (each its share of the row blocks).
+pub fn gemm_minus(packed: &PackedL21, cols: Columns, width: usize, threads: usize) {
+    assert!(available(), "the packed product needs AVX-512F");
+    let (rows, k) = (packed.rows, packed.k);
+    if width == 0 || rows == 0 || k == 0 {
+        return;
+    }
+    let ops = cols.operands(rows, k, width);
+    let parts = split(packed.packed(), packed.blocks(), MR * k, threads);
+    on_threads(parts, |range, mine| {
+        // SAFETY: as in `pack_and_update`.
+        unsafe { product_rows(mine, k, range, rows, &ops) };
+    });
+}
+
+/// `blocks` blocks of `per_block` values in `values`, shared out as evenly as whole blocks
+/// allow over at most `threads` parts, none empty.
+fn split<S: SplitAt>(
+    values: S,
+    blocks: usize,
+    per_block: usize,
+    threads: usize,
+) -> Vec<(std::ops::Range<usize>, S)> {
+    let threads = threads.clamp(1, blocks.max(1));
+    let mut rest = values;
+    let mut parts = Vec::with_capacity(threads);
+    for t in 0..threads {
+        let range = blocks * t / threads..blocks * (t + 1) / threads;
+        let (mine, tail) = rest.split(range.len() * per_block);
+        rest = tail;
+        parts.push((range, mine));
+    }
+    parts
+}
+
+/// A slice `split` can cut, shared or not.
+trait SplitAt: Sized + Send {
+    fn split(self, at: usize) -> (Self, Self);
+}
+
+impl SplitAt for &mut [f64] {
+    fn split(self, at: usize) -> (Self, Self) {
+        self.split_at_mut(at)
+    }
+}
+
+impl SplitAt for &[f64] {
+    fn split(self, at: usize) -> (Self, Self) {
+        self.split_at(at)
+    }
+}
+
+/// `work` on each part, the last on the caller's thread, the others on threads of their own.
+fn on_threads<S: SplitAt>(
+    mut parts: Vec<(std::ops::Range<usize>, S)>,
+    work: impl Fn(std::ops::Range<usize>, S) + Sync,
+) {
+    let Some((range, last)) = parts.pop() else {
+        return;
     };
+    if parts.is_empty() {
+        return work(range, last);
+    }
     std::thread::scope(|s| {
-        let mut rest = values;
-        let mut handles = Vec::new();
-        for t in 0..threads {
-            // As even as whole blocks allow, none empty (threads ≤ blocks).
-            let range = blocks * t / threads..blocks * (t + 1) / threads;
-            let (mine, tail) = std::mem::take(&mut rest).split_at_mut(range.len() * MR * k);
-            rest = tail;
-            if t + 1 == threads {
-                work(range, mine);
-            } else {
-                let work = &work;
-                handles.push(s.spawn(move || work(range, mine)));
-            }
-        }
+        let work = &work;
+        let handles: Vec<_> = parts
+            .into_iter()
+            .map(|(range, mine)| s.spawn(move || work(range, mine)))
+            .collect();
+        work(range, last);
         for h in handles {
             if let Err(panic) = h.join() {
                 std::panic::resume_unwind(panic);
@@ -354,56 +553,26 @@ pub fn pack_and_update(
     });
 }
 
-struct SendPtr(*mut f64);
-// SAFETY: used only for the disjoint row ranges `pack_and_update` hands its threads.
-unsafe impl Sync for SendPtr {}
-
-/// C −= L21·B for the `width` columns of `bc` (leading dimension `ld`): B is rows 0..k of each
-/// column, C the rows right below it, L21 `packed`.
-pub fn gemm_minus_below(packed: &PackedL21, width: usize, bc: &mut [f64], ld: usize) {
-    assert!(available(), "the packed product needs AVX-512F");
-    let (rows, k) = (packed.rows, packed.k);
-    if width == 0 || rows == 0 || k == 0 {
-        return;
-    }
-    assert!(ld >= k + rows && bc.len() >= (width - 1) * ld + k + rows);
-    let values = packed.packed();
-    // SAFETY: B (rows 0..k) and C (rows k..k + rows) of each column are disjoint and inside
-    // `bc` (asserted above).
-    unsafe {
-        product_rows(
-            values,
-            k,
-            0..packed.blocks(),
-            rows,
-            bc.as_mut_ptr(),
-            ld,
-            width,
-        )
-    }
-}
-
 thread_local! {
     /// U12's slice packed for the kernel, per thread, kept between calls.
     static PACKED_B: std::cell::RefCell<Vec<f64>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Row blocks `blocks` of the product (their values `a`, packed, starting with the first of
-/// them), over `width` columns at `bc` (U12 rows 0..k, C rows k.. of each column, leading
-/// dimension `ld`); `rows` is L21's row count (the last block may be short).
+/// them), over the columns of `ops`; `rows` is L21's row count (the last block may be
+/// short).
 ///
 /// # Safety
-/// `bc` must be valid for `width` columns of `k + rows` values at stride `ld`; only C's rows
-/// of these blocks are written.
+/// `ops` must be valid for its columns of k values of B and `rows` of C; only C's rows of
+/// these blocks are written.
 unsafe fn product_rows(
     a: &[f64],
     k: usize,
     blocks: std::ops::Range<usize>,
     rows: usize,
-    bc: *mut f64,
-    ld: usize,
-    width: usize,
+    ops: &Operands,
 ) {
+    let width = ops.width;
     let panels = width.div_ceil(NR);
     PACKED_B.with(|b| {
         let mut b = b.borrow_mut();
@@ -414,7 +583,7 @@ unsafe fn product_rows(
         let mut k0 = 0;
         while k0 < k {
             let kc = KC.min(k - k0);
-            pack_b(&mut b, bc, ld, k0, kc, width);
+            pack_b(&mut b, ops.b, ops.ldb, k0, kc, width);
             let mc_blocks = (MC_BYTES / (8 * kc * MR)).max(1);
             for ic in blocks.clone().step_by(mc_blocks) {
                 let last = (ic + mc_blocks).min(blocks.end);
@@ -425,8 +594,8 @@ unsafe fn product_rows(
                     for p in ic..last {
                         let r0 = p * MR;
                         let ap = &a[(p - blocks.start) * MR * k + k0 * MR..][..MR * kc];
-                        let c = bc.add(j0 * ld + k + r0);
-                        kernel(kc, ap, bq, c, ld, MR.min(rows - r0), nr);
+                        let c = ops.c.add(j0 * ops.ldc + r0);
+                        kernel(kc, ap, bq, c, ops.ldc, MR.min(rows - r0), nr);
                     }
                 }
             }
@@ -435,18 +604,18 @@ unsafe fn product_rows(
     })
 }
 
-/// Rows k0..k0 + kc of B's `width` columns (at `bc`, leading dimension `ld`) into `out`, in
+/// Rows k0..k0 + kc of B's `width` columns (at `b`, leading dimension `ld`) into `out`, in
 /// slices of `NR` columns, each row's `NR` values together (zeros past `width`).
 ///
 /// # Safety
 /// As `product_rows`.
-unsafe fn pack_b(out: &mut [f64], bc: *const f64, ld: usize, k0: usize, kc: usize, width: usize) {
+unsafe fn pack_b(out: &mut [f64], b: *const f64, ld: usize, k0: usize, kc: usize, width: usize) {
     for q in 0..width.div_ceil(NR) {
         let dst = &mut out[q * NR * kc..(q + 1) * NR * kc];
         for j in 0..NR {
             let col = q * NR + j;
             if col < width {
-                let src = std::slice::from_raw_parts(bc.add(col * ld + k0), kc);
+                let src = std::slice::from_raw_parts(b.add(col * ld + k0), kc);
                 for (kk, &v) in src.iter().enumerate() {
                     dst[kk * NR + j] = v;
                 }
@@ -581,6 +750,46 @@ mod tests {
     }
 
     #[test]
+    fn the_ranks_agree_on_one_product_from_their_findings_added_up() {
+        use Product::{Blas, Packed};
+        let add = |fs: &[Finding]| {
+            fs.iter().fold([0.0; 4], |mut sum, f| {
+                for (s, v) in sum.iter_mut().zip(f.sums()) {
+                    *s += v;
+                }
+                sum
+            })
+        };
+        let timed = |mine, blas| Finding::Timed { mine, blas };
+        // One rank that must run the BLAS (no kernel, or told) decides for all.
+        let fs = [
+            timed(1.0, 2.0),
+            Finding::Decided(Blas),
+            Finding::Decided(Packed),
+        ];
+        assert_eq!(Finding::agreed(add(&fs)), Blas);
+        // A rank bound to this product (told, or no BLAS) outweighs timings.
+        assert_eq!(
+            Finding::agreed(add(&[timed(1.0, 0.5), Finding::Decided(Packed)])),
+            Packed
+        );
+        // Timings are added up: one rank's BLAS 3% ahead does not outvote another's 5% behind.
+        assert_eq!(
+            Finding::agreed(add(&[timed(1.03, 1.0), timed(1.0, 1.05)])),
+            Packed
+        );
+        // The BLAS is kept only where it is more than MARGIN faster over all ranks.
+        assert_eq!(
+            Finding::agreed(add(&[timed(1.01, 1.0), timed(1.01, 1.0)])),
+            Packed
+        );
+        assert_eq!(
+            Finding::agreed(add(&[timed(1.05, 1.0), timed(1.04, 1.0)])),
+            Blas
+        );
+    }
+
+    #[test]
     fn packed_products_match_the_plain_sum_at_every_edge() {
         if !available() {
             eprintln!("no AVX-512F on this CPU: the packed product is not offered here");
@@ -614,19 +823,84 @@ mod tests {
                 big_k,
                 &big,
                 big_rows + 1,
-                &mut [],
-                0,
+                Columns::Below { bc: &mut [], ld: 0 },
                 0,
                 1,
             );
             let mut got = start.clone();
-            pack_and_update(&mut packed, rows, k, &l, ld, &mut got, ldb, width, threads);
+            pack_and_update(
+                &mut packed,
+                rows,
+                k,
+                &l,
+                ld,
+                Columns::Below {
+                    bc: &mut got,
+                    ld: ldb,
+                },
+                width,
+                threads,
+            );
             let mut again = got.clone();
             // The packing, reused on the same columns, applies the product once more.
-            gemm_minus_below(&packed, width, &mut again, ldb);
+            gemm_minus(
+                &packed,
+                Columns::Below {
+                    bc: &mut again,
+                    ld: ldb,
+                },
+                width,
+                threads,
+            );
             let mut twice = want.clone();
             reference(rows, k, width, &l, ld, &mut twice, ldb);
-            for (case, (got, want)) in [(&got, &want), (&again, &twice)].into_iter().enumerate() {
+
+            // U12 held apart from C (several process rows), both with padding of their own,
+            // the results put back in `bc`'s layout for the comparison.
+            let (ldu, ldc) = (k + 1, rows + 2);
+            let mut u = vec![7.0; ldu * width];
+            let mut c = vec![9.0; ldc * width];
+            for j in 0..width {
+                let col = &start[j * ldb..];
+                u[j * ldu..j * ldu + k].copy_from_slice(&col[..k]);
+                c[j * ldc..j * ldc + rows].copy_from_slice(&col[k..k + rows]);
+            }
+            let u_before = u.clone();
+            let mut apart = Vec::new();
+            for pass in 0..2 {
+                let cols = Columns::Apart {
+                    b: &u,
+                    ldb: ldu,
+                    c: &mut c,
+                    ldc,
+                };
+                if pass == 0 {
+                    pack_and_update(&mut packed, rows, k, &l, ld, cols, width, threads);
+                } else {
+                    gemm_minus(&packed, cols, width, threads);
+                }
+                let mut out = start.clone();
+                for j in 0..width {
+                    out[j * ldb + k..j * ldb + k + rows]
+                        .copy_from_slice(&c[j * ldc..j * ldc + rows]);
+                    assert!(
+                        c[j * ldc + rows..(j + 1) * ldc].iter().all(|&v| v == 9.0),
+                        "{rows}x{k}x{width}: C's padding touched in column {j}"
+                    );
+                }
+                apart.push(out);
+            }
+            assert_eq!(
+                u, u_before,
+                "{rows}x{k}x{width}: U12 held apart was written"
+            );
+            let cases = [
+                (&got, &want),
+                (&again, &twice),
+                (&apart[0], &want),
+                (&apart[1], &twice),
+            ];
+            for (case, (got, want)) in cases.into_iter().enumerate() {
                 for (i, (g, w)) in got.iter().zip(want.iter()).enumerate() {
                     let (j, r) = (i / ldb, i % ldb);
                     if r < k || r >= k + rows {

@@ -9,7 +9,7 @@ use crate::grid::{Grid, ProcessMap};
 use crate::input::{Broadcast, Factorization, Swap, Variant};
 use crate::kernels;
 use crate::matrix::{self, LocalMatrix};
-use crate::packed_product::{self, Product};
+use crate::packed_product::{self, Product, Shape};
 use crate::swap_solve;
 use anyhow::{bail, Result};
 use serde::Serialize;
@@ -68,10 +68,9 @@ pub struct RunResult {
     pub threshold: f64,
     pub passed: bool,
     pub norms: Norms,
-    /// The trailing update's product (`packed_product`), where one rank ran on several
-    /// threads (elsewhere the BLAS's dgemm).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub product: Option<&'static str>,
+    /// The trailing update's product (`packed_product`'s or the BLAS's dgemm), the same on
+    /// every rank.
+    pub product: &'static str,
     /// Gflops over (ranks × the single-rank DGEMM rate), where the probe ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub efficiency_vs_dgemm: Option<f64>,
@@ -126,14 +125,15 @@ impl Suite for HplSuite {
                 }
             }
         }
-        // The update's product on one rank, per NB the runs' one-rank solves may use, chosen
-        // (and, unless told, measured) before the DGEMM probe: measured right before a solve,
-        // the measurement left that solve 2-4% slower (2-core Xeon VM, NB 128). The fallback
-        // NB of a system too small for the candidates is measured at its solve.
-        let one_rank_nbs = one_rank_nbs(config, &planned, ranks, threads);
-        let packed_used = one_rank_nbs
-            .iter()
-            .any(|&nb| packed_product::product(nb) == Product::Packed);
+        // The update's product, per NB and shape the runs' solves may use, chosen (and, unless
+        // told, measured) before the DGEMM probe: measured right before a solve, the
+        // measurement left that solve 2-4% slower (2-core Xeon VM, NB 128). Every rank
+        // measures at once, as they run. The fallback NB of a system too small for the
+        // candidates is measured at its solve.
+        let mut packed_used = false;
+        for (nb, shape) in product_uses(config, &planned, ranks, threads) {
+            packed_used |= agreed_product(ctx, nb, shape)? == Product::Packed;
+        }
         let dgemm = if config.dgemm_probe {
             let mut rate = [if rank == 0 {
                 dgemm_rate(packed_used)
@@ -236,35 +236,35 @@ impl Suite for HplSuite {
     }
 }
 
-/// The NBs of this run's solves that take the one-rank path (`factor::one_rank_path`), where
-/// `packed_product` may run the update: HPL.dat's, `--nb`, or the NB candidates.
-fn one_rank_nbs(
+/// The NBs of this run's solves and how each calls the update's product
+/// (`factor::product_shape`): HPL.dat's variants, or `--nb` (else the NB candidates) on the
+/// run's grid.
+fn product_uses(
     config: &HplConfig,
     planned: &[Variant],
     ranks: usize,
     threads: usize,
-) -> Vec<usize> {
-    if ranks != 1 || threads < 2 {
-        return Vec::new();
-    }
-    let mut nbs: Vec<usize> = if config.dat.is_some() {
+) -> Vec<(usize, Shape)> {
+    let mut uses: Vec<(usize, Shape)> = if config.dat.is_some() {
         planned
             .iter()
-            .filter(|v| factor::one_rank_path(&v.grid, v.algo.depth, threads))
-            .map(|v| v.nb)
+            .map(|v| {
+                let shape = factor::product_shape(&v.grid, v.algo.depth, threads);
+                (v.nb, shape)
+            })
             .collect()
     } else {
         let grid = plain_grid(config, ranks);
         let depth = config.depth.unwrap_or(Variant::default_depth(&grid));
+        let shape = factor::product_shape(&grid, depth, threads);
         match config.nb {
-            _ if !factor::one_rank_path(&grid, depth, threads) => Vec::new(),
-            Some(nb) => vec![nb],
-            None => NB_CANDIDATES.to_vec(),
+            Some(nb) => vec![(nb, shape)],
+            None => NB_CANDIDATES.iter().map(|&nb| (nb, shape)).collect(),
         }
     };
-    nbs.sort_unstable();
-    nbs.dedup();
-    nbs
+    uses.sort_unstable_by_key(|&(nb, shape)| (nb, shape == Shape::Whole));
+    uses.dedup();
+    uses
 }
 
 /// Single-rank DGEMM rate of this build's kernel, Gflops (the ceiling efficiency is quoted
@@ -605,6 +605,16 @@ fn choose_nb(
     Ok((nb, record))
 }
 
+/// The trailing update's product at block size `nb`, called as `shape` says, the same on
+/// every rank (a collective): each rank's finding (`packed_product::finding`, timed as the
+/// ranks run, all at once) added up, so the result names what ran, a rank without the kernel
+/// runs what the others do, and one rank's noise does not decide alone.
+fn agreed_product(ctx: &mut Context, nb: usize, shape: Shape) -> Result<Product> {
+    let mut sums = packed_product::finding(nb, shape).sums();
+    ctx.comm.allreduce_f64(&mut sums, ReduceOp::Sum)?;
+    Ok(packed_product::Finding::agreed(sums))
+}
+
 /// "about 40 s", "about 12 min": a time estimate in the unit people plan with.
 fn about(seconds: f64) -> String {
     if seconds < 90.0 {
@@ -635,24 +645,31 @@ fn run_one(v: &Variant, ctx: &mut Context, dgemm: Option<f64>) -> Result<RunResu
         b
     });
     // Chosen (and, unless told, measured) before the clock starts.
-    let product = factor::one_rank_path(&v.grid, v.algo.depth, kernels::threads())
-        .then(|| packed_product::product(v.nb).name());
+    let shape = factor::product_shape(&v.grid, v.algo.depth, kernels::threads());
+    let product = agreed_product(ctx, v.nb, shape)?;
     let mut times = Timings::default();
     ctx.comm.barrier()?;
     let energy = tbbench_runners::energy::Span::begin(ctx);
     let start = Instant::now();
-    factor::factor(&mut m, &mut ctx.comm, &v.algo, &mut times, |done| {
-        if let Some(b) = &bar {
-            // Work done so far: all of HPL's flops minus those of the trailing system left.
-            let flops = total - check::flops(v.n - done);
-            b.set_position((flops / total * STEPS as f64) as u64);
-            b.set_message(format!(
-                "column {done}/{}, {:.1} Gflops",
-                v.n,
-                flops / start.elapsed().as_secs_f64() / 1e9
-            ));
-        }
-    })?;
+    factor::factor(
+        &mut m,
+        &mut ctx.comm,
+        &v.algo,
+        product,
+        &mut times,
+        |done| {
+            if let Some(b) = &bar {
+                // Work done so far: all of HPL's flops minus those of the trailing system left.
+                let flops = total - check::flops(v.n - done);
+                b.set_position((flops / total * STEPS as f64) as u64);
+                b.set_message(format!(
+                    "column {done}/{}, {:.1} Gflops",
+                    v.n,
+                    flops / start.elapsed().as_secs_f64() / 1e9
+                ));
+            }
+        },
+    )?;
     let x = factor::solve(&m, &mut ctx.comm, &mut times)?;
     let mut wall = [start.elapsed().as_secs_f64()];
     if let Some(b) = bar {
@@ -705,7 +722,7 @@ fn run_one(v: &Variant, ctx: &mut Context, dgemm: Option<f64>) -> Result<RunResu
         threshold: v.threshold,
         passed: check::passed(resid, v.threshold),
         norms,
-        product,
+        product: product.name(),
         efficiency_vs_dgemm: dgemm
             .filter(|r| *r > 0.0)
             .map(|r| gflops / (r * ctx.size() as f64)),

@@ -70,12 +70,12 @@ fn run_ranks_solving_u12_by(
     o: Opts,
     u12: Option<Solver>,
 ) -> Vec<(Vec<f64>, Vec<Event>)> {
-    run_ranks_with(n, nb, grid, o, u12, None, None)
+    run_ranks_with(n, nb, grid, o, u12, None, Product::Blas)
 }
 
 /// As `run_ranks_solving_u12_by`, every rank with `threads` threads for its steps (None: the
-/// process's count, 1 in the tests) and the trailing update's `product` forced (None: the
-/// process's own choice).
+/// process's count, 1 in the tests) and the trailing update's `product` (the packed one only
+/// where the CPU has its kernel: elsewhere the BLAS's).
 fn run_ranks_with(
     n: usize,
     nb: usize,
@@ -83,8 +83,13 @@ fn run_ranks_with(
     o: Opts,
     u12: Option<Solver>,
     threads: Option<usize>,
-    product: Option<Product>,
+    product: Product,
 ) -> Vec<(Vec<f64>, Vec<Event>)> {
+    let product = if packed_product::available() {
+        product
+    } else {
+        Product::Blas
+    };
     let ranks = grid.size();
     let token = fresh_token();
     create_segment(&token, ranks).unwrap();
@@ -102,11 +107,10 @@ fn run_ranks_with(
                 let mut comm = Comm::new(Box::new(t));
                 swap_solve::TEST_CHOICE.with(|f| f.set(u12));
                 crate::factor::TEST_THREADS.with(|f| f.set(threads));
-                packed_product::TEST_CHOICE.with(|f| f.set(product));
                 let mut m = LocalMatrix::generate(n, nb, grid, rank, HPL_SEED);
                 let mut times = Timings::default();
                 schedule::take();
-                factor(&mut m, &mut comm, &o, &mut times, |_| {}).unwrap();
+                factor(&mut m, &mut comm, &o, product, &mut times, |_| {}).unwrap();
                 let events = schedule::take();
                 (solve(&m, &mut comm, &mut times).unwrap(), events)
             })
@@ -210,28 +214,57 @@ fn one_rank_factors_each_panel_beside_the_update_on_several_threads() {
             ..DEFAULT
         };
         for u12 in [Solver::Tiles, Solver::Blas] {
-            let one = run_ranks_with(n, nb, grid(1, 1), o, Some(u12), None, None);
+            let one = run_ranks_with(n, nb, grid(1, 1), o, Some(u12), None, Product::Blas);
             for (threads, product) in [
                 (2, Product::Packed),
                 (2, Product::Blas),
                 (3, Product::Packed),
             ] {
-                let (x, events) = run_ranks_with(
-                    n,
-                    nb,
-                    grid(1, 1),
-                    o,
-                    Some(u12),
-                    Some(threads),
-                    Some(product),
-                )
-                .remove(0);
+                let (x, events) =
+                    run_ranks_with(n, nb, grid(1, 1), o, Some(u12), Some(threads), product)
+                        .remove(0);
                 let case = format!("n {n} nb {nb} {u12:?} {product:?} {threads} threads");
                 assert_eq!(events, order, "{case}");
                 let worst = worst_error(std::slice::from_ref(&x), &want);
                 assert!(worst < 1e-11, "{case}: x off the reference by {worst}");
                 let apart = worst_error(std::slice::from_ref(&x), &one[0].0);
                 assert!(apart < 1e-12, "{case}: x off one thread's by {apart}");
+            }
+        }
+    }
+}
+
+/// The packed product (where the CPU has its kernel) on every grid shape and lookahead
+/// depth, one thread per rank and two: U12 in place (one process row) and held apart,
+/// L21 in the share and in a copy, packed once and reused across a panel's updates; it
+/// reaches the reference x and the BLAS's x, in the same order of steps.
+#[test]
+fn the_packed_product_reaches_the_blas_x_on_every_grid_and_depth() {
+    if !packed_product::available() {
+        eprintln!("no AVX-512F on this CPU: the packed product is not offered here");
+        return;
+    }
+    for (n, nb) in [(300, 16), (150, 13)] {
+        let want = reference::solve(n, reference::augmented(n, HPL_SEED));
+        for (p, q) in [(1, 1), (1, 2), (2, 1), (2, 2), (1, 3), (2, 3)] {
+            for depth in [0, 1, 2, 3] {
+                for threads in [1, 2] {
+                    let o = Opts { depth, ..DEFAULT };
+                    let g = grid(p, q);
+                    let run = |product| {
+                        run_ranks_with(n, nb, g, o, None, Some(threads), product)
+                            .into_iter()
+                            .unzip::<_, _, Vec<_>, Vec<_>>()
+                    };
+                    let (blas, blas_order) = run(Product::Blas);
+                    let (packed, packed_order) = run(Product::Packed);
+                    let case = format!("n {n} nb {nb} {p}x{q} depth {depth} {threads} threads");
+                    assert_eq!(packed_order, blas_order, "{case}");
+                    let worst = worst_error(&packed, &want);
+                    assert!(worst < 1e-10, "{case}: x off the reference by {worst}");
+                    let apart = worst_error(&packed, &blas[0]);
+                    assert!(apart < 1e-11, "{case}: x off the BLAS's by {apart}");
+                }
             }
         }
     }

@@ -551,10 +551,10 @@ fn the_u12_solver_can_be_chosen_and_a_bad_choice_is_refused() {
     assert!(!out.exists(), "no result file for a refused run");
 }
 
-/// TBBENCH_HPL_PRODUCT picks the trailing update's product on one rank with several threads
-/// (the packed one only where the CPU has AVX-512: elsewhere the BLAS's, and the result says
-/// so); without a BLAS the packed one is taken unasked; runs on other paths record none; a
-/// value that is neither is refused in one line.
+/// TBBENCH_HPL_PRODUCT picks the trailing update's product (the packed one only where the CPU
+/// has AVX-512: elsewhere the BLAS's, and the result says so), on one rank with several
+/// threads (chunks), on two ranks and at DEPTH 0 (one call per panel); without a BLAS the
+/// packed one is taken unasked; a value that is neither is refused in one line.
 #[test]
 fn the_update_product_can_be_chosen_and_is_recorded() {
     let dir = tmpdir("hpl-product");
@@ -614,22 +614,31 @@ fn the_update_product_can_be_chosen_and_is_recorded() {
         };
         assert_eq!(run["product"], want, "{case}");
     }
-    // Two ranks, or one at DEPTH 0: the one-rank path is not taken, and no product named.
-    for (nodes, depth) in [("2", "1"), ("1", "0")] {
+    // Two ranks, or one at DEPTH 0: one call per panel, named as well.
+    for (nodes, depth, told) in [
+        ("2", "1", "packed"),
+        ("2", "0", "blas"),
+        ("1", "0", "packed"),
+    ] {
         let out = dir.join(format!("{nodes}-{depth}.json"));
         let o = hpl(
             &out,
             nodes,
-            &[("TBBENCH_HPL_PRODUCT", "packed"), ("DEPTH", depth)],
+            &[("TBBENCH_HPL_PRODUCT", told), ("DEPTH", depth)],
         );
         assert!(o.status.success(), "{}", text(&o.stderr));
-        let run = &read_json(&out)["results"]["runs"][0];
+        let r = read_json(&out);
+        let run = &r["results"]["runs"][0];
         assert_eq!(run["passed"], true);
         assert_eq!(run["depth"], depth.parse::<u64>().unwrap(), "{run}");
-        assert!(
-            run.get("product").is_none(),
-            "{nodes} ranks depth {depth}: {run}"
-        );
+        let want = if told == "packed" && avx512 {
+            packed
+        } else if r["hosts"][0]["blas"]["name"] == "rust-fallback" {
+            "tbbench loops (no BLAS)"
+        } else {
+            "BLAS dgemm"
+        };
+        assert_eq!(run["product"], want, "{nodes} ranks depth {depth} {told}");
     }
 
     let out = dir.join("bad.json");
