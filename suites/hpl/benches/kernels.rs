@@ -35,72 +35,52 @@ fn gemm(c: &mut Criterion) {
     g.finish();
 }
 
-/// One rank's update chunk: L21 (4800 × NB 128) against 512 columns whose U12 sits right above
-/// the rows they update, one thread, as each of the chunks' threads runs it: the BLAS (which
-/// packs L21 on every call) against the packed product (L21 packed once, outside the timing,
-/// as once per panel in a run).
-fn update_chunk(c: &mut Criterion) {
+/// The trailing update's product, L21 4800 × NB 128 against columns whose U12 sits right
+/// above the rows they update, one thread, the BLAS's dgemm (which packs L21 on every call)
+/// against the packed product, in the two shapes a run calls it:
+/// - `update_chunk`: one of one rank's chunks, 512 columns, as each of the chunks' threads
+///   runs it, L21 packed once outside the timing (as once per panel in a run);
+/// - `update_whole`: a rank's whole update of one panel in one call, 4096 columns (160 MB),
+///   as on several ranks (or at DEPTH 0), L21's packing inside the timing.
+fn update(c: &mut Criterion) {
     let lib = kernels::blas()
         .map(|b| b.name.clone())
         .unwrap_or_else(|| "rust".into());
     kernels::set_threads(1);
-    let (m, k, n) = (4800, 128, 512);
-    let ld = k + m;
-    let l = matrix(m, k);
-    let mut bc = matrix(ld, n);
-    let mut g = c.benchmark_group(format!("update_chunk/{lib}"));
-    g.throughput(Throughput::Elements((2 * m * n * k) as u64));
-    let shape = format!("{m}x{n}x{k}");
-    g.bench_function(BenchmarkId::new("dgemm", &shape), |bench| {
-        bench.iter(|| kernels::gemm_minus_below(m, n, k, &l, m, &mut bc, ld))
-    });
-    if packed_product::available() {
+    for (name, n) in [("update_chunk", 512), ("update_whole", 4096)] {
+        let (m, k) = (4800, 128);
+        let ld = k + m;
+        let l = matrix(m, k);
+        let mut bc = matrix(ld, n);
+        let mut g = c.benchmark_group(format!("{name}/{lib}"));
+        if n > 512 {
+            g.sample_size(10);
+        }
+        g.throughput(Throughput::Elements((2 * m * n * k) as u64));
+        let shape = format!("{m}x{n}x{k}");
+        g.bench_function(BenchmarkId::new("dgemm", &shape), |bench| {
+            bench.iter(|| kernels::gemm_minus_below(m, n, k, &l, m, &mut bc, ld))
+        });
+        if !packed_product::available() {
+            eprintln!("{name}: no AVX-512F here, so no packed product to time");
+            g.finish();
+            continue;
+        }
         let mut packed = PackedL21::default();
         let none = Columns::Below { bc: &mut [], ld };
         packed_product::pack_and_update(&mut packed, m, k, &l, m, none, 0, 1);
         g.bench_function(BenchmarkId::new("packed", &shape), |bench| {
             bench.iter(|| {
                 let cols = Columns::Below { bc: &mut bc, ld };
-                packed_product::gemm_minus(&packed, cols, n, 1)
+                if n > 512 {
+                    packed_product::pack_and_update(&mut packed, m, k, &l, m, cols, n, 1)
+                } else {
+                    packed_product::gemm_minus(&packed, cols, n, 1)
+                }
             })
         });
-    } else {
-        eprintln!("update_chunk: no AVX-512F here, so no packed product to time");
+        g.finish();
     }
-    g.finish();
-}
-
-/// A rank's whole update of one panel in one call, as on several ranks (or at DEPTH 0), one
-/// thread: the BLAS's dgemm against the packed product with L21's packing inside the timing
-/// (4800 × 4096 × 128, 160 MB).
-fn update_whole(c: &mut Criterion) {
-    let lib = kernels::blas()
-        .map(|b| b.name.clone())
-        .unwrap_or_else(|| "rust".into());
-    kernels::set_threads(1);
-    let (m, k, n) = (4800, 128, 4096);
-    let ld = k + m;
-    let l = matrix(m, k);
-    let mut bc = matrix(ld, n);
-    let mut g = c.benchmark_group(format!("update_whole/{lib}"));
-    g.sample_size(10);
-    g.throughput(Throughput::Elements((2 * m * n * k) as u64));
-    let shape = format!("{m}x{n}x{k}");
-    g.bench_function(BenchmarkId::new("dgemm", &shape), |bench| {
-        bench.iter(|| kernels::gemm_minus_below(m, n, k, &l, m, &mut bc, ld))
-    });
-    if packed_product::available() {
-        let mut packed = PackedL21::default();
-        g.bench_function(BenchmarkId::new("packed", &shape), |bench| {
-            bench.iter(|| {
-                let cols = Columns::Below { bc: &mut bc, ld };
-                packed_product::pack_and_update(&mut packed, m, k, &l, m, cols, n, 1)
-            })
-        });
-    } else {
-        eprintln!("update_whole: no AVX-512F here, so no packed product to time");
-    }
-    g.finish();
 }
 
 fn trsm(c: &mut Criterion) {
@@ -179,16 +159,8 @@ fn swap_and_solve(c: &mut Criterion) {
     g.finish();
 }
 
-// update_chunk last: it leaves the BLAS on one thread.
-criterion_group!(
-    benches,
-    gemm,
-    trsm,
-    generate,
-    swap_and_solve,
-    update_chunk,
-    update_whole
-);
+// update last: it leaves the BLAS on one thread.
+criterion_group!(benches, gemm, trsm, generate, swap_and_solve, update);
 
 fn main() {
     // As the binary does: OpenBLAS's idle workers told to sleep soon (see the function).

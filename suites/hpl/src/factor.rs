@@ -132,6 +132,8 @@ pub(crate) mod schedule {
         /// The panel starting here updated the trailing columns right of the panels factored
         /// so far.
         Update(usize),
+        /// The main update packed the L21 of the panel starting here (`Update`).
+        Packed(usize),
     }
 
     thread_local! {
@@ -372,6 +374,9 @@ struct Update {
     packed: PackedL21,
     /// The panel (its first column) `packed` holds.
     packed_panel: Option<usize>,
+    /// Whether its packings are logged (the main update's, not the catch-ups').
+    #[cfg(test)]
+    logged: bool,
 }
 
 impl Update {
@@ -381,6 +386,8 @@ impl Update {
             threads,
             packed: PackedL21::default(),
             packed_panel: None,
+            #[cfg(test)]
+            logged: true,
         }
     }
 
@@ -433,6 +440,10 @@ impl Update {
             }
             Product::Packed => {
                 self.packed_panel = Some(f.j0);
+                #[cfg(test)]
+                if self.logged {
+                    log_event(Event::Packed(f.j0));
+                }
                 packed_product::pack_and_update(
                     &mut self.packed,
                     rows,
@@ -452,7 +463,7 @@ impl Update {
 /// mycol): the panels held at once (with more than one process column, where they are
 /// copies: the current one and the next, or with lookahead `depth` the current one, d − 1
 /// ahead and the next; never more than there are panels), U12, the rows a swap moves, and
-/// L21 packed for the update.
+/// L21 packed for the update where the CPU can run `packed_product`.
 pub fn workspace_bytes(
     n: usize,
     nb: usize,
@@ -472,8 +483,13 @@ pub fn workspace_bytes(
     } else {
         0
     };
-    // L21 packed for `packed_product` (a 24-row multiple, plus a cache line).
-    let packed_l21 = PackedL21::len_for(mp as usize, nb as usize) as u64 + 8;
+    // L21 packed for `packed_product` where it can run (a 24-row multiple, plus a cache
+    // line), whichever product is chosen later.
+    let packed_l21 = if packed_product::available() {
+        PackedL21::len_for(mp as usize, nb as usize) as u64 + 8
+    } else {
+        0
+    };
     panels
         .saturating_add(3 * nb * nq)
         .saturating_add(packed_l21)
@@ -792,8 +808,18 @@ pub fn factor(
         );
     }
     // The lookahead's catch-ups apply the panels ahead to a panel's width of columns, where
-    // the BLAS packs L21 once per call as well; through it, `update` keeps `cur`'s packing.
-    let mut narrow = Update::new(Product::Blas, threads);
+    // the BLAS packs L21 once per call as well; through it (or, without a BLAS, an update of
+    // their own), `update` keeps `cur`'s packing.
+    let narrow_product = if kernels::blas().is_some() {
+        Product::Blas
+    } else {
+        product
+    };
+    let mut narrow = Update::new(narrow_product, threads);
+    #[cfg(test)]
+    {
+        narrow.logged = false;
+    }
     if depth == 0 {
         loop {
             let next_j0 = cur.j0 + cur.jb;

@@ -159,8 +159,9 @@ pub enum Shape {
     /// One rank on several threads (`factor::one_rank_path`): each thread calls it on chunks
     /// of at most 512 columns, and a BLAS packs L21 again on every chunk.
     Chunks,
-    /// Elsewhere: one call per panel over the trailing columns, on the rank's threads, where a
-    /// BLAS packs L21 about once, as this product does.
+    /// Elsewhere: one or two calls per panel over the trailing columns, on the rank's
+    /// threads, where a BLAS packs L21 once per call (OpenBLAS again every few thousand
+    /// columns) and this product once per panel.
     Whole,
 }
 
@@ -169,7 +170,7 @@ pub enum Shape {
 pub enum Finding {
     /// Chosen without timing (`choose`).
     Decided(Product),
-    /// The best of five seconds for the same update: this product's and the BLAS's.
+    /// Seconds for the same update, best of five: this product's and the BLAS's.
     Timed { mine: f64, blas: f64 },
 }
 
@@ -391,24 +392,29 @@ pub enum Columns<'a> {
 }
 
 /// `Columns` as the kernel reads them, checked to hold `width` columns of k and `rows`
-/// values that do not overlap.
-struct Operands {
+/// values that do not overlap, and bound to the borrow they came from.
+struct Operands<'a> {
     b: *const f64,
     ldb: usize,
     c: *mut f64,
     ldc: usize,
     width: usize,
+    _columns: std::marker::PhantomData<&'a mut [f64]>,
 }
 
-// SAFETY: the threads `on_blocks` starts read B and write disjoint row ranges of C.
-unsafe impl Sync for Operands {}
+// SAFETY: the threads `on_threads` starts read B and write disjoint row ranges of C.
+unsafe impl Sync for Operands<'_> {}
 
-impl Columns<'_> {
-    fn operands(self, rows: usize, k: usize, width: usize) -> Operands {
-        // Bounds, and for `Below` columns that do not overlap (or C's rows would be another
-        // column's B); `Apart`'s are two borrows, apart by construction.
+impl<'a> Columns<'a> {
+    fn operands(self, rows: usize, k: usize, width: usize) -> Operands<'a> {
+        // Bounds (without overflow, whatever the leading dimension), and for `Below` columns
+        // that do not overlap (or C's rows would be another column's B); `Apart`'s are two
+        // borrows, apart by construction.
         let fits = |len: usize, ld: usize, used: usize| {
-            width == 0 || (ld >= used && len >= (width - 1) * ld + used)
+            let end = (width.max(1) - 1)
+                .checked_mul(ld)
+                .and_then(|e| e.checked_add(used));
+            width == 0 || (ld >= used && end.is_some_and(|e| len >= e))
         };
         match self {
             Columns::Below { bc, ld } => {
@@ -424,6 +430,7 @@ impl Columns<'_> {
                     c: b.wrapping_add(k),
                     ldc: ld,
                     width,
+                    _columns: std::marker::PhantomData,
                 }
             }
             Columns::Apart { b, ldb, c, ldc } => {
@@ -435,6 +442,7 @@ impl Columns<'_> {
                     c: c.as_mut_ptr(),
                     ldc,
                     width,
+                    _columns: std::marker::PhantomData,
                 }
             }
         }

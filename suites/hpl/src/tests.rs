@@ -111,7 +111,31 @@ fn run_ranks_with(
                 let mut times = Timings::default();
                 schedule::take();
                 factor(&mut m, &mut comm, &o, product, &mut times, |_| {}).unwrap();
-                let events = schedule::take();
+                let (packs, events): (Vec<Event>, Vec<Event>) = schedule::take()
+                    .into_iter()
+                    .partition(|e| matches!(e, Event::Packed(_)));
+                // The packed product packs each panel's L21 once, on its first update, and
+                // reuses it for the rest of that panel's columns.
+                if product == Product::Packed {
+                    assert!(
+                        !packs.is_empty(),
+                        "rank {rank}: the packed product never ran"
+                    );
+                    let mut panels: Vec<usize> = packs
+                        .iter()
+                        .map(|e| match e {
+                            Event::Packed(j0) => *j0,
+                            _ => unreachable!("only packings were kept"),
+                        })
+                        .collect();
+                    panels.sort_unstable();
+                    panels.dedup();
+                    assert_eq!(
+                        panels.len(),
+                        packs.len(),
+                        "rank {rank}: a panel packed twice: {packs:?}"
+                    );
+                }
                 (solve(&m, &mut comm, &mut times).unwrap(), events)
             })
         })
@@ -343,6 +367,7 @@ fn lookahead_keeps_exactly_depth_panels_factored_ahead_of_the_update() {
                     .filter(|e| match e {
                         Event::Factor(j0) | Event::FactorBeside(j0) => owner(*j0, nb, q) == mycol,
                         Event::Update(_) => true,
+                        Event::Packed(_) => false,
                     })
                     .collect();
                 assert_eq!(events, mine, "{p}x{q} depth {depth} rank {rank}");
