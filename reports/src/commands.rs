@@ -106,7 +106,10 @@ pub fn run_compare(o: &CompareOptions) -> Result<i32> {
         let which = if base.is_empty() { &o.base } else { &o.new };
         bail!("no usable result files in {}", which.display());
     }
-    for note in tcp_setup_changes(&base, &new) {
+    for note in tcp_setup_changes(&base, &new)
+        .into_iter()
+        .chain(suite_setup_changes(&base, &new))
+    {
         eprintln!("tbbench: compare: note: {note}");
     }
     let c = compare(&base, &new, &metrics_of, o.threshold_pct);
@@ -170,6 +173,43 @@ fn tcp_setup_changes(base: &[crate::load::Loaded], new: &[crate::load::Loaded]) 
                 format!(
                     "{net}: {} from the baseline to the new runs; TCP's figures follow these as much as the code",
                     parts.join(", ")
+                )
+            })
+        })
+        .collect()
+}
+
+/// What the suites' views name as the runs' own choices (`SuiteView::setup`) where the new
+/// runs chose otherwise than the baseline (each side's values, where both recorded any): a
+/// verdict may follow such a choice as much as the code.
+fn suite_setup_changes(base: &[crate::load::Loaded], new: &[crate::load::Loaded]) -> Vec<String> {
+    use std::collections::{BTreeMap, BTreeSet};
+    type Seen = BTreeMap<(String, String), BTreeSet<String>>;
+    let seen = |side: &[crate::load::Loaded]| {
+        let mut by_what = Seen::new();
+        for l in side {
+            let Some(view) = crate::views::view_for(&l.result.suite) else {
+                continue;
+            };
+            for (what, value) in view.setup(&l.result) {
+                by_what
+                    .entry((l.result.suite.clone(), what))
+                    .or_default()
+                    .insert(value);
+            }
+        }
+        by_what
+    };
+    let list = |s: &BTreeSet<String>| s.iter().cloned().collect::<Vec<_>>().join(" / ");
+    let (b, n) = (seen(base), seen(new));
+    b.iter()
+        .filter_map(|((suite, what), v0)| {
+            let v1 = n.get(&(suite.clone(), what.clone()))?;
+            (v0 != v1).then(|| {
+                format!(
+                    "{suite}: {what}: {} -> {} from the baseline to the new runs; its figures follow it as much as the code",
+                    list(v0),
+                    list(v1)
                 )
             })
         })

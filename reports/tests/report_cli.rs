@@ -367,6 +367,47 @@ fn compare_names_a_change_in_what_tcp_ran() {
     }
 }
 
+/// hpl's trailing update product is timed against the BLAS at start: where the new runs
+/// ran another than the baseline, compare names it beside its verdicts, and says nothing
+/// where they match or one side never recorded it.
+#[test]
+fn compare_names_a_change_in_the_hpl_update_product() {
+    let dir = tmpdir("compare-hpl-product");
+    let with = |product: Option<&str>, name: &str| {
+        let mut v = fixture("hpl/hpl-2-ranks.json");
+        for run in v["results"]["runs"].as_array_mut().unwrap() {
+            match product {
+                Some(p) => run["product"] = p.into(),
+                None => {
+                    run.as_object_mut().unwrap().remove("product");
+                }
+            }
+        }
+        let path = dir.join(name);
+        write_json(&path, &v);
+        path
+    };
+    let packed = "tbbench avx512 24x8 (L21 packed once per panel)";
+    let base = with(Some("BLAS dgemm"), "base.json");
+    let cases = [
+        (with(Some(packed), "changed.json"), true),
+        (with(Some("BLAS dgemm"), "same.json"), false),
+        (with(None, "unrecorded.json"), false),
+    ];
+    for (new, named) in cases {
+        let o = run(
+            &["compare", base.to_str().unwrap(), new.to_str().unwrap()],
+            LIMIT,
+        );
+        let err = text(&o.stderr);
+        let note = format!(
+            "hpl: the trailing update's product: BLAS dgemm -> {packed} from the baseline to the new runs"
+        );
+        assert_eq!(err.contains(&note), named, "{new:?}: {err}");
+        assert_eq!(err.contains("note:"), named, "{new:?}: {err}");
+    }
+}
+
 #[test]
 fn compare_does_not_flag_a_change_within_the_runs_spread() {
     let dir = tmpdir("compare-noise");

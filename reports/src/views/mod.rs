@@ -24,6 +24,12 @@ pub trait SuiteView: Send + Sync {
     /// The section over every run of this suite (oldest first), networks side by side, as
     /// HTML and as the same content in data.
     fn section(&self, runs: &[&Loaded]) -> (String, serde_json::Value);
+    /// What the run chose for itself that moves its figures apart from the code's (hpl: the
+    /// trailing update's product), as (what, value) pairs: compare names each one whose
+    /// values differ between the baseline and the new runs. None by default.
+    fn setup(&self, _r: &ResultFile) -> Vec<(String, String)> {
+        Vec::new()
+    }
 }
 
 static INSTALLED: OnceLock<Vec<Box<dyn SuiteView>>> = OnceLock::new();

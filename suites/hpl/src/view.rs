@@ -40,6 +40,9 @@ struct Run {
     passed: bool,
     #[serde(default)]
     efficiency_vs_dgemm: Option<f64>,
+    /// The trailing update's product (absent in results from before it was recorded).
+    #[serde(default)]
+    product: Option<String>,
     /// Absent where the hosts' energy was not read.
     #[serde(default)]
     gflops_per_watt: Option<f64>,
@@ -145,6 +148,17 @@ impl SuiteView for HplView {
             .collect()
     }
 
+    /// The update's product each rank ran: timed against the BLAS at start, so two runs of one
+    /// build may differ in it, and their Gflops with it.
+    fn setup(&self, r: &ResultFile) -> Vec<(String, String)> {
+        let Ok(h) = parse(r) else { return vec![] };
+        h.runs
+            .into_iter()
+            .filter_map(|x| x.product)
+            .map(|p| ("the trailing update's product".to_string(), p))
+            .collect()
+    }
+
     fn section(&self, runs: &[&Loaded]) -> (String, serde_json::Value) {
         let parsed: Vec<HplResults> = runs
             .iter()
@@ -204,6 +218,7 @@ impl SuiteView for HplView {
                     "started_at": l.result.started_at, "network": name, "ranks": l.result.ranks.len(),
                     "n": x.n, "nb": x.nb, "p": x.p, "q": x.q, "code": x.code, "time_s": x.time_s,
                     "gflops": x.gflops, "efficiency_vs_dgemm": x.efficiency_vs_dgemm,
+                    "product": x.product,
                     "gflops_per_watt": x.gflops_per_watt,
                     "dgemm_gflops_single_rank": h.dgemm_gflops_single_rank,
                     "resid": x.resid, "threshold": x.threshold, "passed": x.passed,
