@@ -179,35 +179,38 @@ fn tcp_setup_changes(base: &[crate::load::Loaded], new: &[crate::load::Loaded]) 
         .collect()
 }
 
-/// What the suites' views name as the runs' own choices (`SuiteView::setup`) where the new
-/// runs chose otherwise than the baseline (each side's values, where both recorded any): a
-/// verdict may follow such a choice as much as the code.
+/// What the suites' views name as the runs' own choices (`SuiteView::setup`) where, on one
+/// network, the new runs chose otherwise than the baseline (each side's values, where both
+/// recorded any): a verdict may follow such a choice as much as the code.
 fn suite_setup_changes(base: &[crate::load::Loaded], new: &[crate::load::Loaded]) -> Vec<String> {
     use std::collections::{BTreeMap, BTreeSet};
-    type Seen = BTreeMap<(String, String), BTreeSet<String>>;
+    // (suite, network, what) -> the values the runs recorded.
+    type Seen = BTreeMap<(String, String, String), BTreeSet<String>>;
     let seen = |side: &[crate::load::Loaded]| {
         let mut by_what = Seen::new();
         for l in side {
             let Some(view) = crate::views::view_for(&l.result.suite) else {
                 continue;
             };
+            let net = crate::views::network_label(&l.result.network);
             for (what, value) in view.setup(&l.result) {
                 by_what
-                    .entry((l.result.suite.clone(), what))
+                    .entry((l.result.suite.clone(), net.clone(), what))
                     .or_default()
                     .insert(value);
             }
         }
         by_what
     };
-    let list = |s: &BTreeSet<String>| s.iter().cloned().collect::<Vec<_>>().join(" / ");
+    let list = |s: &BTreeSet<String>| s.iter().cloned().collect::<Vec<_>>().join("/");
     let (b, n) = (seen(base), seen(new));
     b.iter()
-        .filter_map(|((suite, what), v0)| {
-            let v1 = n.get(&(suite.clone(), what.clone()))?;
+        .filter_map(|(key, v0)| {
+            let v1 = n.get(key)?;
+            let (suite, net, what) = key;
             (v0 != v1).then(|| {
                 format!(
-                    "{suite}: {what}: {} -> {} from the baseline to the new runs; its figures follow it as much as the code",
+                    "{suite} on {net}: {what} {} -> {} from the baseline to the new runs; {suite}'s figures follow it as much as the code",
                     list(v0),
                     list(v1)
                 )

@@ -367,32 +367,48 @@ fn compare_names_a_change_in_what_tcp_ran() {
     }
 }
 
-/// hpl's trailing update product is timed against the BLAS at start: where the new runs
-/// ran another than the baseline, compare names it beside its verdicts, and says nothing
-/// where they match or one side never recorded it.
+/// hpl's trailing update product is timed against the BLAS at start, per NB: where the new
+/// runs ran another at an NB than the baseline did, compare names that NB (and no other)
+/// beside its verdicts, and says nothing where they match or one side never recorded it.
 #[test]
 fn compare_names_a_change_in_the_hpl_update_product() {
     let dir = tmpdir("compare-hpl-product");
-    let with = |product: Option<&str>, name: &str| {
+    // One run per (NB, product), from the fixture's run.
+    let with = |runs: &[(u64, Option<&str>)], name: &str| {
         let mut v = fixture("hpl/hpl-2-ranks.json");
-        for run in v["results"]["runs"].as_array_mut().unwrap() {
-            match product {
-                Some(p) => run["product"] = p.into(),
-                None => {
-                    run.as_object_mut().unwrap().remove("product");
+        let first = v["results"]["runs"][0].clone();
+        v["results"]["runs"] = runs
+            .iter()
+            .map(|&(nb, product)| {
+                let mut run = first.clone();
+                run["nb"] = nb.into();
+                match product {
+                    Some(p) => run["product"] = p.into(),
+                    None => {
+                        run.as_object_mut().unwrap().remove("product");
+                    }
                 }
-            }
-        }
+                run
+            })
+            .collect::<Vec<_>>()
+            .into();
         let path = dir.join(name);
         write_json(&path, &v);
         path
     };
     let packed = "tbbench avx512 24x8 (L21 packed once per panel)";
-    let base = with(Some("BLAS dgemm"), "base.json");
+    let blas = "BLAS dgemm";
+    let base = with(&[(128, Some(blas)), (256, Some(blas))], "base.json");
     let cases = [
-        (with(Some(packed), "changed.json"), true),
-        (with(Some("BLAS dgemm"), "same.json"), false),
-        (with(None, "unrecorded.json"), false),
+        (
+            with(&[(128, Some(packed)), (256, Some(blas))], "changed.json"),
+            true,
+        ),
+        (
+            with(&[(128, Some(blas)), (256, Some(blas))], "same.json"),
+            false,
+        ),
+        (with(&[(128, None), (256, None)], "unrecorded.json"), false),
     ];
     for (new, named) in cases {
         let o = run(
@@ -401,10 +417,15 @@ fn compare_names_a_change_in_the_hpl_update_product() {
         );
         let err = text(&o.stderr);
         let note = format!(
-            "hpl: the trailing update's product: BLAS dgemm -> {packed} from the baseline to the new runs"
+            ": the trailing update's product at NB 128 {blas} -> {packed} from the baseline to the new runs; hpl's figures follow it"
         );
         assert_eq!(err.contains(&note), named, "{new:?}: {err}");
-        assert_eq!(err.contains("note:"), named, "{new:?}: {err}");
+        assert!(err.lines().all(|l| !l.contains("at NB 256")), "{err}");
+        assert_eq!(
+            err.matches("note:").count(),
+            named as usize,
+            "{new:?}: {err}"
+        );
     }
 }
 

@@ -463,7 +463,7 @@ impl Update {
 /// mycol): the panels held at once (with more than one process column, where they are
 /// copies: the current one and the next, or with lookahead `depth` the current one, d − 1
 /// ahead and the next; never more than there are panels), U12, the rows a swap moves, and
-/// L21 packed for the update where the CPU can run `packed_product`.
+/// L21 packed for the update.
 pub fn workspace_bytes(
     n: usize,
     nb: usize,
@@ -483,13 +483,12 @@ pub fn workspace_bytes(
     } else {
         0
     };
-    // L21 packed for `packed_product` where it can run (a 24-row multiple, plus a cache
-    // line), whichever product is chosen later.
-    let packed_l21 = if packed_product::available() {
-        PackedL21::len_for(mp as usize, nb as usize) as u64 + 8
-    } else {
-        0
-    };
+    // L21 packed for `packed_product` (a 24-row multiple, plus a cache line), and at DEPTH
+    // 2 and up a second packing for the catch-ups (where there is no BLAS). Counted whatever
+    // product runs and whatever this host's CPU: every rank works out every rank's bytes, and
+    // they must agree.
+    let packings = if depth >= 2 { 2 } else { 1 };
+    let packed_l21 = (PackedL21::len_for(mp as usize, nb as usize) as u64 + 8) * packings;
     panels
         .saturating_add(3 * nb * nq)
         .saturating_add(packed_l21)

@@ -148,14 +148,16 @@ impl SuiteView for HplView {
             .collect()
     }
 
-    /// The update's product each rank ran: timed against the BLAS at start, so two runs of one
-    /// build may differ in it, and their Gflops with it.
+    /// The update's product each run ran, per NB (it is chosen per NB): timed against the BLAS
+    /// at start, so two runs of one build may differ in it, and their Gflops with it.
     fn setup(&self, r: &ResultFile) -> Vec<(String, String)> {
         let Ok(h) = parse(r) else { return vec![] };
         h.runs
             .into_iter()
-            .filter_map(|x| x.product)
-            .map(|p| ("the trailing update's product".to_string(), p))
+            .filter_map(|x| {
+                let what = format!("the trailing update's product at NB {}", x.nb);
+                x.product.map(|p| (what, p))
+            })
             .collect()
     }
 
