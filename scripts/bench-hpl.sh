@@ -47,9 +47,11 @@ hpcc_run() { # ranks p q -> Gflops
   sed -n 's/^HPL_Tflops=//p' "$dir/hpccoutf.txt" | python3 -c "import sys; print(float(sys.stdin.read()) * 1000)"
 }
 
-tb_run() { # ranks p q -> Gflops (and, for 1 rank, appends that run's DGEMM probe to $tmp/probes)
+tb_run() { # ranks p q -> Gflops (and, for 1 rank, appends that run's DGEMM probe to $tmp/probes;
+  # the update's product it ran to $tmp/products)
   "$tb" hpl --nodes "$1" --p "$2" --q "$3" --n "$n" --nb "$nb" --threads $((cores / $1)) --out "$tmp/tb-$1.json" >/dev/null
   [ "$1" -eq 1 ] && python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['results']['dgemm_gflops_single_rank'])" "$tmp/tb-$1.json" >>"$tmp/probes"
+  python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['results']['runs'][0].get('product', 'not recorded'))" "$tmp/tb-$1.json" >>"$tmp/products"
   python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['results']['runs'][0]['gflops'])" "$tmp/tb-$1.json"
 }
 
@@ -64,6 +66,7 @@ for nb in ${nbs//,/ }; do
     q=${g#1x}
     set -- "$q" 1 "$q"
     tbv=(); hv=()
+    : >"$tmp/products"
     for _ in $(seq "$rounds"); do
       tbv+=("$(tb_run "$1" "$2" "$3")")
       hv+=("$(hpcc_run "$1" "$2" "$3")")
@@ -85,6 +88,8 @@ print(f"{cfg:<18} {tm:>7.1f} ({min(t):.1f}-{max(t):.1f})  {hm:>7.1f} ({min(h):.1
 if lo <= 1.0 <= hi:
     print(f"warning: {cfg}: the spreads allow a ratio from {lo:.2f} to {hi:.2f}, across 1.0: these runs do not settle which is faster (more rounds)")
 PY
+    # Which update product tbbench's rounds ran (timed against the BLAS at each start).
+    echo "  tbbench's update product: $(sort -u "$tmp/products" | paste -sd '|' -)"
   done
 done
 python3 -c "import json,sys; print('kernel:', json.load(open(sys.argv[1]))['hosts'][0]['blas'])" "$(ls "$tmp"/tb-*.json | head -1)"
