@@ -469,6 +469,16 @@ fn without_a_blas_the_rust_kernels_solve_and_say_so() {
     assert_eq!(r["results"]["runs"][0]["passed"], true);
 }
 
+/// A run refused before any rank started: exit 1, one line on stderr naming `cause`, no
+/// result file at `out`.
+fn assert_refused(o: &std::process::Output, out: &std::path::Path, cause: &str) {
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains(cause), "{err}");
+    assert!(!out.exists(), "no result file for a refused run");
+}
+
 /// TBBENCH_U12_SOLVE picks U12's solver without timing both, the result names the one that
 /// ran, and a value that is neither is refused in one line before any rank starts. The
 /// OPENBLAS_THREAD_TIMEOUT tbbench sets for OpenBLAS is recorded, and a user's own is kept, as
@@ -541,14 +551,7 @@ fn the_u12_solver_can_be_chosen_and_a_bad_choice_is_refused() {
 
     let out = dir.join("bad.json");
     let o = hpl(&out, &[("TBBENCH_U12_SOLVE", "fast")]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
-    let err = text(&o.stderr);
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(
-        err.contains("TBBENCH_U12_SOLVE=fast: expected tiles or blas"),
-        "{err}"
-    );
-    assert!(!out.exists(), "no result file for a refused run");
+    assert_refused(&o, &out, "TBBENCH_U12_SOLVE=fast: expected tiles or blas");
 }
 
 /// TBBENCH_HPL_PRODUCT picks the trailing update's product (the packed one only where the CPU
@@ -643,14 +646,11 @@ fn the_update_product_can_be_chosen_and_is_recorded() {
 
     let out = dir.join("bad.json");
     let o = hpl(&out, "1", &[("TBBENCH_HPL_PRODUCT", "fast")]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
-    let err = text(&o.stderr);
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(
-        err.contains("TBBENCH_HPL_PRODUCT=\"fast\": expected packed or blas"),
-        "{err}"
+    assert_refused(
+        &o,
+        &out,
+        "TBBENCH_HPL_PRODUCT=\"fast\": expected packed or blas",
     );
-    assert!(!out.exists(), "no result file for a refused run");
 }
 
 /// Without --n, the output names the limit that chose N: memory or the time budget.
