@@ -15,7 +15,7 @@ mod tests;
 pub use algo::{default_algo, Algo, CollOp, Tuning};
 pub use element::{as_bytes, as_bytes_mut, Dtype, Element};
 
-use crate::transport::{Buffer, RecvOp, SendOp, Transport};
+use crate::transport::{Buffer, RecvOp, SendOp, Transport, Waiting};
 use anyhow::Result;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +50,11 @@ impl Comm {
     }
     pub fn transport(&mut self) -> &mut dyn Transport {
         &mut *self.t
+    }
+    /// How the waits spend the core from now on ([`Waiting`]): `Beside` while messages travel
+    /// on a helper thread beside this rank's computation, `Spin` again after.
+    pub fn set_waiting(&mut self, waiting: Waiting) {
+        self.t.set_waiting(waiting)
     }
     pub fn alloc(&mut self, len: usize) -> Result<Buffer> {
         self.t.alloc(len)

@@ -16,6 +16,7 @@
 
 use super::{
     Buffer, OpenPlan, Opened, Opening, PeerName, Peers, RecvOp, SendOp, SharedRegion, Transport,
+    Waiting,
 };
 use crate::rendezvous::{self, RankInfo};
 use anyhow::{anyhow, bail, Context, Result};
@@ -297,6 +298,8 @@ pub struct ShmTransport {
     /// than it has cores, where a spinning rank only delays the peer it waits for (256
     /// PAUSEs are about 15 µs on recent Intel cores).
     spins: u32,
+    /// Beside a computation ([`Waiting::Beside`]) a wait neither spins nor yields: it naps.
+    waiting: Waiting,
 }
 
 #[derive(Default)]
@@ -373,6 +376,7 @@ impl ShmTransport {
             } else {
                 256
             },
+            waiting: Waiting::Spin,
         };
         let h = t.header();
         if rank == 0 {
@@ -703,6 +707,10 @@ impl Transport for ShmTransport {
         Ok(())
     }
 
+    fn set_waiting(&mut self, waiting: Waiting) {
+        self.waiting = waiting;
+    }
+
     /// Buffers beyond a mailbox slot live in shared memory, so a peer copies them out with
     /// one memcpy.
     fn alloc(&mut self, len: usize) -> Result<Buffer> {
@@ -998,12 +1006,13 @@ impl ShmTransport {
             // The yield phase is measured in time, not tries: with more ranks than cores a
             // try can take a whole time slice, and a count would send a rank to sleep while
             // its peer is a microsecond from answering.
-            if idle_spins < self.spins {
+            let beside = self.waiting == Waiting::Beside;
+            if idle_spins < self.spins && !beside {
                 std::hint::spin_loop();
                 continue;
             }
             let last_progress = *idle_since.get_or_insert_with(Instant::now);
-            if last_progress.elapsed() < YIELD_BEFORE_NAPS {
+            if !beside && last_progress.elapsed() < YIELD_BEFORE_NAPS {
                 std::thread::yield_now();
             } else {
                 std::thread::sleep(Duration::from_micros(50));

@@ -9,7 +9,7 @@
 //! the congestion control paces every segment (bbr) each write moves at most 120 KiB
 //! (`PACED_SLICE_BYTES`); only the sender's side depends on it.
 
-use super::{OpenPlan, Opened, Opening, PeerName, Peers, RecvOp, SendOp, Transport};
+use super::{OpenPlan, Opened, Opening, PeerName, Peers, RecvOp, SendOp, Transport, Waiting};
 use crate::gate::{same_secret, Gate, Verdict};
 use crate::netinfo;
 use crate::rendezvous::RankInfo;
@@ -230,6 +230,8 @@ pub struct TcpTransport {
     /// Where the connections pace every segment: the most one send syscall moves
     /// ([`PACED_SLICE_BYTES`]).
     paced_slice: Option<usize>,
+    /// Whether a wait spins for `opts.spin` first or sleeps in poll at once.
+    waiting: Waiting,
     /// Reused by every exchange, so the latency path allocates nothing. Empty between calls.
     scratch: Scratch,
 }
@@ -329,6 +331,7 @@ pub fn connect_mesh(
         names,
         opts,
         paced_slice: None,
+        waiting: Waiting::Spin,
         scratch: Scratch::default(),
     };
     t.paced_slice = t.paced_slice();
@@ -686,6 +689,10 @@ impl Transport for TcpTransport {
         Ok(())
     }
 
+    fn set_waiting(&mut self, waiting: Waiting) {
+        self.waiting = waiting;
+    }
+
     fn exchange(&mut self, sends: &[SendOp], recvs: &mut [RecvOp]) -> Result<()> {
         let mut scratch = std::mem::take(&mut self.scratch);
         let result = self.exchange_with(&mut scratch, sends, recvs);
@@ -747,8 +754,11 @@ impl TcpTransport {
         // all come within microseconds, and a sleeping thread takes far longer than that to
         // wake (tens of microseconds on a VM whose idle vCPUs halt): so the exchange retries
         // non-blocking calls for a while before it sleeps in poll, as MPI libraries' progress
-        // loops do.
-        let spin_for = self.opts.spin;
+        // loops do. Beside a computation the spin would take its core: sleep at once.
+        let spin_for = match self.waiting {
+            Waiting::Spin => self.opts.spin,
+            Waiting::Beside => Duration::ZERO,
+        };
         let mut last_progress = Instant::now();
         loop {
             busy.clear();

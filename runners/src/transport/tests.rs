@@ -5,7 +5,7 @@
 
 use super::shm::{create_segment, ShmTransport};
 use super::tcp::{bind_listener, connect_mesh, TcpOptions};
-use super::{Buffer, PeerName, RecvOp, SendOp, Transport};
+use super::{Buffer, PeerName, RecvOp, SendOp, Transport, Waiting};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
@@ -337,4 +337,50 @@ fn auto_streams_follow_the_congestion_control_the_connections_will_run() {
     // A suite of one-way streams keeps one connection even where the connections pace.
     assert_eq!(auto_streams(&cubic, Some("bbr"), 1), 1);
     assert_eq!(auto_streams(&mixed, None, 1), 1);
+}
+
+/// Waits that sleep at once ([`Waiting::Beside`], HPL's broadcast beside its update) move the
+/// same bytes, see a message that comes late, and still give up after the timeout.
+fn beside_a_computation(t: &mut dyn Transport, peer: usize) -> Option<String> {
+    t.set_waiting(Waiting::Beside);
+    swap_all_sizes(t, peer);
+    let late = pattern(300_000, 0, 1);
+    if t.rank() == 0 {
+        std::thread::sleep(Duration::from_millis(300));
+        t.send(peer, &late).unwrap();
+        // Rank 1's next receive waits for a message that never comes; this rank stays
+        // connected past rank 1's timeout, so what ends that wait is the timeout.
+        std::thread::sleep(Duration::from_secs(2));
+        None
+    } else {
+        let mut got = vec![0u8; late.len()];
+        t.recv(peer, &mut got).unwrap();
+        assert!(got == late, "the late message arrived wrong");
+        Some(t.recv(peer, &mut [0u8; 8]).unwrap_err().to_string())
+    }
+}
+
+#[test]
+fn tcp_waits_beside_a_computation_move_every_size_and_time_out() {
+    let results = tcp_pair(1, Duration::from_secs(1), beside_a_computation);
+    let err = results[1].clone().unwrap();
+    assert!(err.contains("timed out") && err.contains("rank 0"), "{err}");
+}
+
+#[test]
+fn shm_waits_beside_a_computation_move_every_size_and_time_out() {
+    create_segment(&[8u8; 16], 2).unwrap();
+    let handles: Vec<_> = (0..2)
+        .map(|rank| {
+            std::thread::spawn(move || {
+                let mut t =
+                    ShmTransport::attach(rank, 2, &[8u8; 16], names(2), Duration::from_secs(1))
+                        .unwrap();
+                beside_a_computation(&mut t, 1 - rank)
+            })
+        })
+        .collect();
+    let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let err = results[1].clone().unwrap();
+    assert!(err.contains("timed out") && err.contains("rank 0"), "{err}");
 }

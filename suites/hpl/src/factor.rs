@@ -34,6 +34,7 @@ use std::ops::Range;
 use std::sync::Mutex;
 use std::time::Instant;
 use tbbench_runners::comm::{f64_bytes, f64_bytes_mut, Comm, Group};
+use tbbench_runners::transport::Waiting;
 
 /// Where one rank's time went, in seconds.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -950,12 +951,17 @@ pub fn factor(
             t.update += lap(&mut clock);
         } else {
             let root = root_in_row(end);
+            // The update runs on every core this rank was given: the helper's waits sleep
+            // rather than spin, or they take those cores from it (2 ranks on 2 cores, N=1000:
+            // 28 against 60 Gflops).
+            comm.set_waiting(Waiting::Beside);
             let moved = std::thread::scope(|s| {
                 let helper = s.spawn(|| broadcast_panel(comm, &my_row, root, bcast, &mut next));
                 update.apply(m, &cur, rest..nq, u12);
                 t.update += lap(&mut clock);
                 helper.join()
             });
+            comm.set_waiting(Waiting::Spin);
             match moved {
                 Ok(r) => r?,
                 Err(panic) => std::panic::resume_unwind(panic),

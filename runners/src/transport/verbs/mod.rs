@@ -34,7 +34,9 @@ pub mod ffi;
 pub mod handshake;
 pub mod profile;
 
-use super::{Buffer, OpenPlan, Opened, Opening, PeerName, Peers, RecvOp, SendOp, Transport};
+use super::{
+    Buffer, OpenPlan, Opened, Opening, PeerName, Peers, RecvOp, SendOp, Transport, Waiting,
+};
 use crate::netinfo;
 use crate::rendezvous::RankInfo;
 use anyhow::{anyhow, bail, Result};
@@ -807,6 +809,7 @@ impl Prepared {
             staging: None,
             registry: Arc::new(Mutex::new(Vec::new())),
             wcs: vec![IbvWc::default(); 64],
+            waiting: Waiting::Spin,
             dev: self.dev,
         };
         // Receives only now, with every queue pair in RTS: Apple's stack drops receives posted
@@ -967,6 +970,8 @@ pub struct VerbsTransport {
     staging: Option<Staging>,
     registry: Registry,
     wcs: Vec<IbvWc>,
+    /// Beside a computation ([`Waiting::Beside`]) an idle poll naps at once.
+    waiting: Waiting,
     dev: Arc<Device>,
 }
 
@@ -1405,11 +1410,13 @@ const SPIN_POLLS: u32 = 2048;
 /// progress (a peer computing, or gone) sleeps briefly between polls, so a rank that waits
 /// uses a fraction of a core instead of all of it, and the threads of a software device
 /// sharing the cores get to run.
-fn idle_wait(idle_polls: u32, last_progress: Instant) {
-    if idle_polls < SPIN_POLLS {
+/// Beside a computation it naps from the first idle poll.
+fn idle_wait(idle_polls: u32, last_progress: Instant, waiting: Waiting) {
+    let beside = waiting == Waiting::Beside;
+    if idle_polls < SPIN_POLLS && !beside {
         return;
     }
-    if last_progress.elapsed() > Duration::from_millis(1) {
+    if beside || last_progress.elapsed() > Duration::from_millis(1) {
         std::thread::sleep(Duration::from_micros(50));
     } else {
         std::thread::yield_now();
@@ -1433,6 +1440,10 @@ impl Transport for VerbsTransport {
     fn timeout(&self) -> Duration {
         self.timeout
     }
+    fn set_waiting(&mut self, waiting: Waiting) {
+        self.waiting = waiting;
+    }
+
     fn set_timeout(&mut self, timeout: Duration) -> Result<()> {
         self.timeout = timeout;
         Ok(())
@@ -1672,7 +1683,7 @@ impl Transport for VerbsTransport {
                     waits.join(", ")
                 );
             }
-            idle_wait(idle_polls, last_progress);
+            idle_wait(idle_polls, last_progress, self.waiting);
         }
         for (op, at) in recvs.iter_mut().zip(&recv_at) {
             if let Place::Staged(off) = at {
