@@ -16,6 +16,10 @@
 #                                                        "1x1 1x2"; hpcc's whole suite
 #                                                        takes minutes a run)
 #   TBBENCH_BIN=/path/to/tbbench scripts/bench-hpl.sh    (skips the build)
+#   CPU=avx2 scripts/bench-hpl.sh 3 10000 128            (the stand-in for an AVX2-only host:
+#                                                        OpenBLAS held to its Haswell kernel
+#                                                        for both tools, tbbench's packed
+#                                                        product to its AVX2 kernel)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-5}
@@ -30,6 +34,13 @@ if [ -n "${TBBENCH_BIN:-}" ]; then
 else
   cargo build --release -q
   tb=${CARGO_TARGET_DIR:-$(pwd)/target}/release/tbbench
+fi
+# CPU=avx2: both tools limited to what an AVX2-only x86-64 CPU runs, on whatever host this is
+# (the OpenBLAS build here picks its kernel at run time; Haswell's is its AVX2+FMA one).
+if [ "${CPU:-native}" = avx2 ]; then
+  export OPENBLAS_CORETYPE=Haswell TBBENCH_HPL_KERNEL=avx2
+elif [ "${CPU:-native}" != native ]; then
+  echo "bench-hpl: CPU is native (default) or avx2, not '$CPU'" >&2; exit 1
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -55,7 +66,7 @@ tb_run() { # ranks p q -> Gflops (and, for 1 rank, appends that run's DGEMM prob
   python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['results']['runs'][0]['gflops'])" "$tmp/tb-$1.json"
 }
 
-echo "bench-hpl: N=$n NB=$nbs, $rounds rounds, $cores cores; OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE:-unset}"
+echo "bench-hpl: N=$n NB=$nbs, $rounds rounds, $cores cores; OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE:-unset} TBBENCH_HPL_KERNEL=${TBBENCH_HPL_KERNEL:-unset}"
 printf '%-18s %-22s %-22s %-17s %12s %9s\n' "NB, grid" "tbbench Gf (min-max)" "hpcc Gf (min-max)" "ratio (range)" "DGEMM 1 rank" "tb/DGEMM"
 grids=${GRIDS:-1x1 1x2}
 for g in $grids; do

@@ -83,6 +83,16 @@ fn tcp_pair<T: Send + 'static>(
     timeout: Duration,
     body: fn(&mut dyn Transport, usize) -> T,
 ) -> Vec<T> {
+    tcp_pair_spinning(streams, timeout, super::tcp::SPIN_BEFORE_POLL, body)
+}
+
+/// `tcp_pair` whose waits spin for `spin` before they sleep.
+fn tcp_pair_spinning<T: Send + 'static>(
+    streams: usize,
+    timeout: Duration,
+    spin: Duration,
+    body: fn(&mut dyn Transport, usize) -> T,
+) -> Vec<T> {
     let listeners: Vec<_> = (0..2)
         .map(|_| bind_listener(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap())
         .collect();
@@ -98,7 +108,7 @@ fn tcp_pair<T: Send + 'static>(
                     timeout,
                     sockbuf: None,
                     congestion: None,
-                    spin: super::tcp::SPIN_BEFORE_POLL,
+                    spin,
                     // Test threads may outnumber the cores.
                     yield_while_spinning: true,
                 };
@@ -383,4 +393,51 @@ fn shm_waits_beside_a_computation_move_every_size_and_time_out() {
     let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     let err = results[1].clone().unwrap();
     assert!(err.contains("timed out") && err.contains("rank 0"), "{err}");
+}
+
+/// CPU time the calling thread has used.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec for the call to fill.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// A 300 ms wait for a message, with the spin before poll set longer than that: spinning, the
+/// waiting thread keeps its core busy all along; beside a computation it leaves the core at
+/// once. Each rank's CPU time for the wait, Spin then Beside.
+#[test]
+fn tcp_waits_beside_a_computation_leave_the_core() {
+    let results = tcp_pair_spinning(
+        1,
+        Duration::from_secs(10),
+        Duration::from_secs(5),
+        |t, peer| {
+            let mut used = Vec::new();
+            for waiting in [Waiting::Spin, Waiting::Beside] {
+                t.set_waiting(waiting);
+                if t.rank() == 0 {
+                    std::thread::sleep(Duration::from_millis(300));
+                    t.send(peer, &[1u8; 8]).unwrap();
+                    // Rank 1 is ready for the next wait.
+                    t.recv(peer, &mut [0u8; 1]).unwrap();
+                } else {
+                    let before = thread_cpu();
+                    t.recv(peer, &mut [0u8; 8]).unwrap();
+                    used.push(thread_cpu() - before);
+                    t.send(peer, &[0u8; 1]).unwrap();
+                }
+            }
+            used
+        },
+    );
+    let (spin, beside) = (results[1][0], results[1][1]);
+    assert!(
+        beside * 4 < spin,
+        "the waiting thread used {beside:?} of CPU beside a computation, {spin:?} spinning"
+    );
 }

@@ -7,7 +7,7 @@
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use tbbench_hpl::generator::{column, HPL_SEED};
 use tbbench_hpl::kernels;
-use tbbench_hpl::packed_product::{self, Columns, PackedL21};
+use tbbench_hpl::packed_product::{self, Columns, Kernel, PackedL21};
 use tbbench_hpl::swap_solve::{self, PackedL};
 
 fn matrix(rows: usize, cols: usize) -> Vec<f64> {
@@ -62,23 +62,26 @@ fn update(c: &mut Criterion) {
             bench.iter(|| kernels::gemm_minus_below(m, n, k, &l, m, &mut bc, ld))
         });
         if !packed_product::available() {
-            eprintln!("{name}: no AVX-512F here, so no packed product to time");
-            g.finish();
-            continue;
+            eprintln!("{name}: no AVX-512F and no AVX2 here, so no packed product to time");
         }
-        let mut packed = PackedL21::default();
-        let none = Columns::Below { bc: &mut [], ld };
-        packed_product::pack_and_update(&mut packed, m, k, &l, m, none, 0, 1);
-        g.bench_function(BenchmarkId::new("packed", &shape), |bench| {
-            bench.iter(|| {
-                let cols = Columns::Below { bc: &mut bc, ld };
-                if n > 512 {
-                    packed_product::pack_and_update(&mut packed, m, k, &l, m, cols, n, 1)
-                } else {
-                    packed_product::gemm_minus(&packed, cols, n, 1)
-                }
-            })
-        });
+        // Every kernel this CPU runs (on an AVX-512 host, the AVX2 one too: run with
+        // OPENBLAS_CORETYPE=Haswell, its dgemm is the like-for-like peer).
+        for kernel in Kernel::ALL.into_iter().filter(|k| k.available()) {
+            let mut packed = PackedL21::for_kernel(kernel);
+            let none = Columns::Below { bc: &mut [], ld };
+            packed_product::pack_and_update(&mut packed, m, k, &l, m, none, 0, 1);
+            let id = BenchmarkId::new(format!("packed-{}", kernel.name()), &shape);
+            g.bench_function(id, |bench| {
+                bench.iter(|| {
+                    let cols = Columns::Below { bc: &mut bc, ld };
+                    if n > 512 {
+                        packed_product::pack_and_update(&mut packed, m, k, &l, m, cols, n, 1)
+                    } else {
+                        packed_product::gemm_minus(&packed, cols, n, 1)
+                    }
+                })
+            });
+        }
         g.finish();
     }
 }

@@ -61,6 +61,7 @@ impl HplArgs {
         use crate::input::HplDat;
         crate::swap_solve::forced().map_err(anyhow::Error::msg)?;
         crate::packed_product::forced().map_err(anyhow::Error::msg)?;
+        crate::packed_product::forced_kernel().map_err(anyhow::Error::msg)?;
         if !(self.mem_fraction > 0.0 && self.mem_fraction <= 1.0) {
             anyhow::bail!(
                 "--mem-fraction must be above 0 and at most 1, not {}",

@@ -1,5 +1,6 @@
 //! The trailing update's product, A22 −= L21·U12, with L21 packed once per panel and a
-//! register-blocked AVX-512 kernel, for CPUs that have AVX-512F.
+//! register-blocked kernel chosen from the CPU at run time ([`Kernel`]): AVX-512F, or AVX2
+//! and FMA.
 //!
 //! A BLAS dgemm copies its A operand into the order its kernel reads on every call (OpenBLAS
 //! again for every few thousand columns of a wide call). One rank on several threads
@@ -12,7 +13,7 @@
 //! copy. Elsewhere (several ranks, one thread, DEPTH 0) a rank updates a panel's columns in
 //! one or two calls; the packing is made on the first and read by the second.
 //!
-//! The kernel holds a 24×8 block of the product in 24 registers (three 8-double vectors per
+//! The AVX-512 kernel holds a 24×8 block of the product in 24 registers (three 8-double vectors per
 //! column) while 24 rows of L21 and 8 values of U12 stream per step of k; each C block's
 //! cache lines are prefetched as its sum starts, so they arrive while it is computed. Loops
 //! as BLIS orders them: U12's chunk packed per pass of up to `KC` rows of k, L21 taken
@@ -24,14 +25,20 @@
 //! interleaved pairs). A rank's whole update in one call, 4800 × 4096 × 128 with L21's
 //! packing timed (`-- update_whole`): 75.9 against OpenBLAS's 73.4.
 //!
+//! The AVX2 kernel runs the same 24×8 block as four 12×4 ones (`block_12x4`). On the same
+//! core with `TBBENCH_HPL_KERNEL=avx2` against OpenBLAS's Haswell kernel
+//! (`OPENBLAS_CORETYPE=Haswell`), the stand-in for an AVX2-only CPU: chunks 51.0 against
+//! 49.8 Gflops, a whole update 50.1 against 49.7.
+//!
 //! Which product runs is measured once per NB and shape of call (`finding`), as the U12
-//! solver is, and agreed by the ranks: a vendor BLAS may beat this kernel, and without
-//! AVX-512 there is only the BLAS.
+//! solver is, and agreed by the ranks: a vendor BLAS may beat these kernels, and without
+//! AVX-512 or AVX2 there is only the BLAS.
 
 use crate::kernels;
 use std::time::Instant;
 
-/// Rows of the kernel's block: three 512-bit vectors.
+/// Rows of a packed block and of the AVX-512 kernel's register block: three 512-bit vectors
+/// (the AVX2 kernel takes each block as two halves of 12 rows).
 const MR: usize = 24;
 /// Columns of the kernel's block.
 const NR: usize = 8;
@@ -56,8 +63,10 @@ const MARGIN: f64 = 0.02;
 /// L21 (`rows` × `k`), packed in blocks of `MR` rows: block `p` holds rows `p·MR ..` for
 /// every column, column after column (`MR` values each, zeros past `rows`), so the kernel
 /// reads a block front to back and any `KC` columns of it are contiguous.
-#[derive(Default)]
 pub struct PackedL21 {
+    /// The register kernel that multiplies this packing ([`Kernel::chosen`] unless a test or
+    /// bench names another): every kernel reads the same layout.
+    kernel: Kernel,
     rows: usize,
     k: usize,
     values: Vec<f64>,
@@ -67,7 +76,26 @@ pub struct PackedL21 {
     start: usize,
 }
 
+impl Default for PackedL21 {
+    /// A packing for the kernel this process runs; on a CPU with none, one that
+    /// `pack_and_update` and `gemm_minus` refuse.
+    fn default() -> Self {
+        PackedL21::for_kernel(Kernel::chosen().unwrap_or(Kernel::Avx2))
+    }
+}
+
 impl PackedL21 {
+    /// A packing multiplied by `kernel`.
+    pub fn for_kernel(kernel: Kernel) -> Self {
+        PackedL21 {
+            kernel,
+            rows: 0,
+            k: 0,
+            values: Vec::new(),
+            start: 0,
+        }
+    }
+
     /// An empty packing of `rows` × `k`, for `pack_and_update` to fill (the buffer is kept
     /// from panel to panel: panels only shrink, so after the first nothing is allocated).
     pub fn reset(&mut self, rows: usize, k: usize) {
@@ -127,7 +155,7 @@ impl PackedL21 {
 /// The product this rank runs the trailing update with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Product {
-    /// L21 packed once per panel, this module's AVX-512 kernel.
+    /// L21 packed once per panel, this module's kernel for the CPU ([`Kernel`]).
     Packed,
     /// The BLAS's dgemm (or the Rust loops without one), per call.
     Blas,
@@ -136,21 +164,113 @@ pub enum Product {
 impl Product {
     pub fn name(self) -> &'static str {
         match self {
-            Product::Packed => "tbbench avx512 24x8 (L21 packed once per panel)",
+            Product::Packed => match Kernel::chosen() {
+                Some(Kernel::Avx512) => "tbbench avx512 24x8 (L21 packed once per panel)",
+                Some(Kernel::Avx2) => "tbbench avx2 12x4 (L21 packed once per panel)",
+                None => "tbbench packed (no kernel for this CPU)",
+            },
             Product::Blas if kernels::blas().is_none() => "tbbench loops (no BLAS)",
             Product::Blas => "BLAS dgemm",
         }
     }
 }
 
-/// Whether this CPU runs the kernel (AVX-512F).
-pub fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
+/// The register kernels of the packed product. Both read the same packing (blocks of `MR`
+/// rows of L21, slices of `NR` columns of U12).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// AVX-512F: a 24×8 block in 24 registers of 8 doubles.
+    Avx512,
+    /// AVX2 and FMA: each 24×8 block as four 12×4 ones, in 12 registers of 4 doubles (of the
+    /// 16 there are). For x86-64 CPUs without AVX-512: AMD's before Zen 4, and Intel's
+    /// client cores but for Ice, Tiger and Rocket Lake.
+    Avx2,
+}
+
+/// Names the kernel to run instead of the best one this CPU has, to time like with like
+/// (`avx2` against OpenBLAS's Haswell kernel, `OPENBLAS_CORETYPE=Haswell`: the stand-in for
+/// an AVX2-only host on an AVX-512 one).
+pub const ENV_KERNEL: &str = "TBBENCH_HPL_KERNEL";
+
+impl Kernel {
+    pub const ALL: [Kernel; 2] = [Kernel::Avx512, Kernel::Avx2];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::Avx512 => "avx512",
+            Kernel::Avx2 => "avx2",
+        }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+
+    /// Whether this CPU runs it.
+    pub fn available(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            match self {
+                Kernel::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
+                Kernel::Avx2 => {
+                    std::arch::is_x86_feature_detected!("avx2")
+                        && std::arch::is_x86_feature_detected!("fma")
+                }
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = self;
+            false
+        }
+    }
+
+    /// The kernel this process runs: the one `TBBENCH_HPL_KERNEL` names, else the best this
+    /// CPU has; None where it has neither (Apple silicon: Accelerate's dgemm runs there).
+    pub fn chosen() -> Option<Kernel> {
+        static CHOSEN: std::sync::OnceLock<Option<Kernel>> = std::sync::OnceLock::new();
+        *CHOSEN.get_or_init(|| match forced_kernel() {
+            Ok(Some(k)) => Some(k),
+            Ok(None) => Kernel::ALL.into_iter().find(|k| k.available()),
+            // Refused on the launching host before the ranks start (`forced_kernel`); a rank
+            // on a host without that kernel says so and runs its best.
+            Err(why) => {
+                let best = Kernel::ALL.into_iter().find(|k| k.available());
+                let runs = best.map_or("the BLAS", |k| k.name());
+                eprintln!("tbbench: {why}; this rank runs {runs}");
+                best
+            }
+        })
+    }
+}
+
+/// What `TBBENCH_HPL_KERNEL` asks for: nothing when unset, an error naming the value when it
+/// names no kernel or one this CPU lacks.
+pub fn forced_kernel() -> Result<Option<Kernel>, String> {
+    let Some(v) = std::env::var_os(ENV_KERNEL) else {
+        return Ok(None);
+    };
+    let here: Vec<&str> = Kernel::ALL
+        .iter()
+        .filter(|k| k.available())
+        .map(|k| k.name())
+        .collect();
+    let here = if here.is_empty() {
+        "none".to_string()
+    } else {
+        here.join(", ")
+    };
+    match Kernel::ALL.into_iter().find(|k| v == k.name()) {
+        Some(k) if k.available() => Ok(Some(k)),
+        Some(k) => Err(format!(
+            "{ENV_KERNEL}={}: this CPU lacks that kernel (it has: {here})",
+            k.name()
+        )),
+        None => Err(format!(
+            "{ENV_KERNEL}={v:?}: expected avx512 or avx2 (this CPU has: {here}), or unset"
+        )),
+    }
+}
+
+/// Whether this CPU runs a kernel of the packed product (AVX-512F, or AVX2 and FMA).
+pub fn available() -> bool {
+    Kernel::chosen().is_some()
 }
 
 /// How a factorization calls the product, which decides what the BLAS pays per call.
@@ -211,7 +331,7 @@ fn faster(mine: f64, blas: f64) -> Product {
 /// against the BLAS on an update of that depth and shape (3000 rows; 512 columns per chunk,
 /// two per thread, or one call over as many columns; the rank's threads at once), once per
 /// NB and shape, up to `MAX_MEASURED_K`; decided without timing otherwise (`choose`):
-/// `TBBENCH_HPL_PRODUCT=packed|blas`, no AVX-512, no BLAS, a deeper NB.
+/// `TBBENCH_HPL_PRODUCT=packed|blas`, no kernel for this CPU, no BLAS, a deeper NB.
 pub fn finding(nb: usize, shape: Shape) -> Finding {
     type Found = Vec<(usize, Shape, Finding)>;
     static FOUND: std::sync::Mutex<Found> = std::sync::Mutex::new(Vec::new());
@@ -463,13 +583,18 @@ pub fn pack_and_update(
     width: usize,
     threads: usize,
 ) {
-    assert!(available(), "the packed product needs AVX-512F");
+    assert!(
+        packed.kernel.available(),
+        "the packed product's {} kernel needs features this CPU lacks",
+        packed.kernel.name()
+    );
     packed.reset(rows, k);
     if rows == 0 || k == 0 {
         return;
     }
     assert!(l.len() >= (k - 1) * ld + rows && ld >= rows);
     let ops = cols.operands(rows, k, width);
+    let kernel = packed.kernel;
     let blocks = packed.blocks();
     let parts = split(packed.packed_mut(), blocks, MR * k, threads);
     on_threads(parts, |range, mine| {
@@ -477,7 +602,7 @@ pub fn pack_and_update(
         if ops.width > 0 {
             // SAFETY: the threads write disjoint row ranges (their blocks) of C and only read
             // B, inside the columns `Columns::operands` checked.
-            unsafe { product_rows(mine, k, range, rows, &ops) };
+            unsafe { product_rows(kernel, mine, k, range, rows, &ops) };
         }
     });
 }
@@ -485,8 +610,12 @@ pub fn pack_and_update(
 /// C −= L21·B for the `width` columns of `cols`, L21 as `packed` holds it, on `threads`
 /// threads (each its share of the row blocks).
 pub fn gemm_minus(packed: &PackedL21, cols: Columns, width: usize, threads: usize) {
-    assert!(available(), "the packed product needs AVX-512F");
-    let (rows, k) = (packed.rows, packed.k);
+    assert!(
+        packed.kernel.available(),
+        "the packed product's {} kernel needs features this CPU lacks",
+        packed.kernel.name()
+    );
+    let (rows, k, kernel) = (packed.rows, packed.k, packed.kernel);
     if width == 0 || rows == 0 || k == 0 {
         return;
     }
@@ -494,7 +623,7 @@ pub fn gemm_minus(packed: &PackedL21, cols: Columns, width: usize, threads: usiz
     let parts = split(packed.packed(), packed.blocks(), MR * k, threads);
     on_threads(parts, |range, mine| {
         // SAFETY: as in `pack_and_update`.
-        unsafe { product_rows(mine, k, range, rows, &ops) };
+        unsafe { product_rows(kernel, mine, k, range, rows, &ops) };
     });
 }
 
@@ -572,8 +701,9 @@ thread_local! {
 ///
 /// # Safety
 /// `ops` must be valid for its columns of k values of B and `rows` of C; only C's rows of
-/// these blocks are written.
+/// these blocks are written; the CPU runs `kern`.
 unsafe fn product_rows(
+    kern: Kernel,
     a: &[f64],
     k: usize,
     blocks: std::ops::Range<usize>,
@@ -603,7 +733,7 @@ unsafe fn product_rows(
                         let r0 = p * MR;
                         let ap = &a[(p - blocks.start) * MR * k + k0 * MR..][..MR * kc];
                         let c = ops.c.add(j0 * ops.ldc + r0);
-                        kernel(kc, ap, bq, c, ops.ldc, MR.min(rows - r0), nr);
+                        kernel(kern, kc, ap, bq, c, ops.ldc, MR.min(rows - r0), nr);
                     }
                 }
             }
@@ -640,15 +770,261 @@ unsafe fn pack_b(out: &mut [f64], b: *const f64, ld: usize, k0: usize, kc: usize
 /// (`MR` values per step), B one packed slice (`NR` per step).
 ///
 /// # Safety
-/// `c` valid for `nr` columns of `mr` values at stride `ld`; the CPU has AVX-512F.
+/// `c` valid for `nr` columns of `mr` values at stride `ld`; the CPU runs `kern`.
 #[inline(always)]
-unsafe fn kernel(kc: usize, a: &[f64], b: &[f64], c: *mut f64, ld: usize, mr: usize, nr: usize) {
+#[allow(clippy::too_many_arguments)]
+unsafe fn kernel(
+    kern: Kernel,
+    kc: usize,
+    a: &[f64],
+    b: &[f64],
+    c: *mut f64,
+    ld: usize,
+    mr: usize,
+    nr: usize,
+) {
     #[cfg(target_arch = "x86_64")]
-    kernel_avx512(kc, a, b, c, ld, mr, nr);
+    match kern {
+        Kernel::Avx512 => kernel_avx512(kc, a, b, c, ld, mr, nr),
+        Kernel::Avx2 => kernel_avx2(kc, a, b, c, ld, mr, nr),
+    }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (kc, a, b, c, ld, mr, nr);
+        let _ = (kern, kc, a, b, c, ld, mr, nr);
         unreachable!("the packed product runs only where `available()`");
+    }
+}
+
+/// The 12×4 sum over `kc` steps of k, L21's values at `a` (12 per step, `MR` apart), U12's
+/// at `b` (4 per step, `NR` apart): `acc[j][v]` holds rows 4v..4v+4 of column j.
+///
+/// In assembly, so that the sums stay in registers: the 12 sums, 3 vectors of L21 and the
+/// broadcast value of U12 take all 16 of AVX2's, and written in Rust, the compiler loaded the
+/// next value of U12 before the last FMAs of the previous one and kept one sum on the stack,
+/// a store and a load on its chain every step (33 Gflops on one Xeon core, against 49 for
+/// OpenBLAS's Haswell kernel).
+///
+/// # Safety
+/// `a` readable for `kc` steps of `MR` values less 12 past it, `b` for `kc` steps of `NR`
+/// values; the CPU has AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn block_12x4(
+    kc: usize,
+    a: *const f64,
+    b: *const f64,
+) -> [[std::arch::x86_64::__m256d; 3]; NR_AVX2] {
+    use std::arch::x86_64::*;
+    let z = _mm256_setzero_pd();
+    let [mut c00, mut c01, mut c02, mut c10, mut c11, mut c12] = [z; 6];
+    let [mut c20, mut c21, mut c22, mut c30, mut c31, mut c32] = [z; 6];
+    {
+        std::arch::asm!(
+            // Four steps of k per pass while four are left, then one at a time.
+            "cmp {k}, 4",
+            "jb 3f",
+            "2:",
+            "vmovupd ymm12, [{a} + 0]",
+            "vmovupd ymm13, [{a} + 32]",
+            "vmovupd ymm14, [{a} + 64]",
+            "vbroadcastsd ymm15, qword ptr [{b} + 0]",
+            "vfmadd231pd ymm0, ymm12, ymm15",
+            "vfmadd231pd ymm1, ymm13, ymm15",
+            "vfmadd231pd ymm2, ymm14, ymm15",
+            "vbroadcastsd ymm15, qword ptr [{b} + 8]",
+            "vfmadd231pd ymm3, ymm12, ymm15",
+            "vfmadd231pd ymm4, ymm13, ymm15",
+            "vfmadd231pd ymm5, ymm14, ymm15",
+            "vbroadcastsd ymm15, qword ptr [{b} + 16]",
+            "vfmadd231pd ymm6, ymm12, ymm15",
+            "vfmadd231pd ymm7, ymm13, ymm15",
+            "vfmadd231pd ymm8, ymm14, ymm15",
+            "vbroadcastsd ymm15, qword ptr [{b} + 24]",
+            "vfmadd231pd ymm9, ymm12, ymm15",
+            "vfmadd231pd ymm10, ymm13, ymm15",
+            "vfmadd231pd ymm11, ymm14, ymm15",
+            "vmovupd ymm12, [{a} + 192]",
+            "vmovupd ymm13, [{a} + 224]",
+            "vmovupd ymm14, [{a} + 256]",
+            "vbroadcastsd ymm15, qword ptr [{b} + 64]",
+            "vfmadd231pd ymm0, ymm12, ymm15",
+            "vfmadd231pd ymm1, ymm13, ymm15",
+            "vfmadd231pd ymm2, ymm14, ymm15",
+            "vbroadcastsd ymm15, qword ptr [{b} + 72]",
+            "vfmadd231pd ymm3, ymm12, ymm15",
+            "vfmadd231pd ymm4, ymm13, ymm15",
+            "vfmadd231pd ymm5, ymm14, ymm15",
+            "vbroadcastsd ymm15, qword ptr [{b} + 80]",
+            "vfmadd231pd ymm6, ymm12, ymm15",
+            "vfmadd231pd ymm7, ymm13, ymm15",
+            "vfmadd231pd ymm8, ymm14, ymm15",
+            "vbroadcastsd ymm15, qword ptr [{b} + 88]",
+            "vfmadd231pd ymm9, ymm12, ymm15",
+            "vfmadd231pd ymm10, ymm13, ymm15",
+            "vfmadd231pd ymm11, ymm14, ymm15",
+            "vmovupd ymm12, [{a} + 384]",
+            "vmovupd ymm13, [{a} + 416]",
+            "vmovupd ymm14, [{a} + 448]",
+            "vbroadcastsd ymm15, qword ptr [{b} + 128]",
+            "vfmadd231pd ymm0, ymm12, ymm15",
+            "vfmadd231pd ymm1, ymm13, ymm15",
+            "vfmadd231pd ymm2, ymm14, ymm15",
+            "vbroadcastsd ymm15, qword ptr [{b} + 136]",
+            "vfmadd231pd ymm3, ymm12, ymm15",
+            "vfmadd231pd ymm4, ymm13, ymm15",
+            "vfmadd231pd ymm5, ymm14, ymm15",
+            "vbroadcastsd ymm15, qword ptr [{b} + 144]",
+            "vfmadd231pd ymm6, ymm12, ymm15",
+            "vfmadd231pd ymm7, ymm13, ymm15",
+            "vfmadd231pd ymm8, ymm14, ymm15",
+            "vbroadcastsd ymm15, qword ptr [{b} + 152]",
+            "vfmadd231pd ymm9, ymm12, ymm15",
+            "vfmadd231pd ymm10, ymm13, ymm15",
+            "vfmadd231pd ymm11, ymm14, ymm15",
+            "vmovupd ymm12, [{a} + 576]",
+            "vmovupd ymm13, [{a} + 608]",
+            "vmovupd ymm14, [{a} + 640]",
+            "vbroadcastsd ymm15, qword ptr [{b} + 192]",
+            "vfmadd231pd ymm0, ymm12, ymm15",
+            "vfmadd231pd ymm1, ymm13, ymm15",
+            "vfmadd231pd ymm2, ymm14, ymm15",
+            "vbroadcastsd ymm15, qword ptr [{b} + 200]",
+            "vfmadd231pd ymm3, ymm12, ymm15",
+            "vfmadd231pd ymm4, ymm13, ymm15",
+            "vfmadd231pd ymm5, ymm14, ymm15",
+            "vbroadcastsd ymm15, qword ptr [{b} + 208]",
+            "vfmadd231pd ymm6, ymm12, ymm15",
+            "vfmadd231pd ymm7, ymm13, ymm15",
+            "vfmadd231pd ymm8, ymm14, ymm15",
+            "vbroadcastsd ymm15, qword ptr [{b} + 216]",
+            "vfmadd231pd ymm9, ymm12, ymm15",
+            "vfmadd231pd ymm10, ymm13, ymm15",
+            "vfmadd231pd ymm11, ymm14, ymm15",
+            "add {a}, {a_step4}",
+            "add {b}, {b_step4}",
+            "sub {k}, 4",
+            "cmp {k}, 4",
+            "jae 2b",
+            "3:",
+            "test {k}, {k}",
+            "jz 5f",
+            "4:",
+            "vmovupd ymm12, [{a} + 0]",
+            "vmovupd ymm13, [{a} + 32]",
+            "vmovupd ymm14, [{a} + 64]",
+            "vbroadcastsd ymm15, qword ptr [{b} + 0]",
+            "vfmadd231pd ymm0, ymm12, ymm15",
+            "vfmadd231pd ymm1, ymm13, ymm15",
+            "vfmadd231pd ymm2, ymm14, ymm15",
+            "vbroadcastsd ymm15, qword ptr [{b} + 8]",
+            "vfmadd231pd ymm3, ymm12, ymm15",
+            "vfmadd231pd ymm4, ymm13, ymm15",
+            "vfmadd231pd ymm5, ymm14, ymm15",
+            "vbroadcastsd ymm15, qword ptr [{b} + 16]",
+            "vfmadd231pd ymm6, ymm12, ymm15",
+            "vfmadd231pd ymm7, ymm13, ymm15",
+            "vfmadd231pd ymm8, ymm14, ymm15",
+            "vbroadcastsd ymm15, qword ptr [{b} + 24]",
+            "vfmadd231pd ymm9, ymm12, ymm15",
+            "vfmadd231pd ymm10, ymm13, ymm15",
+            "vfmadd231pd ymm11, ymm14, ymm15",
+            "add {a}, {a_step}",
+            "add {b}, {b_step}",
+            "dec {k}",
+            "jnz 4b",
+            "5:",
+            a = inout(reg) a => _,
+            b = inout(reg) b => _,
+            k = inout(reg) kc => _,
+            a_step = const MR * 8,
+            b_step = const NR * 8,
+            a_step4 = const 4 * MR * 8,
+            b_step4 = const 4 * NR * 8,
+            inout("ymm0") c00,
+            inout("ymm1") c01,
+            inout("ymm2") c02,
+            inout("ymm3") c10,
+            inout("ymm4") c11,
+            inout("ymm5") c12,
+            inout("ymm6") c20,
+            inout("ymm7") c21,
+            inout("ymm8") c22,
+            inout("ymm9") c30,
+            inout("ymm10") c31,
+            inout("ymm11") c32,
+            out("ymm12") _,
+            out("ymm13") _,
+            out("ymm14") _,
+            out("ymm15") _,
+            options(nostack, readonly),
+        );
+    }
+    [
+        [c00, c01, c02],
+        [c10, c11, c12],
+        [c20, c21, c22],
+        [c30, c31, c32],
+    ]
+}
+
+/// Rows and columns of the AVX2 kernel's register block.
+#[cfg(target_arch = "x86_64")]
+const MR_AVX2: usize = 12;
+#[cfg(target_arch = "x86_64")]
+const NR_AVX2: usize = 4;
+
+/// As `kernel_avx512`, over the same packed block and slice, as four 12×4 register blocks:
+/// per step of k three 4-double loads of L21 (half of a 24-row block's step), four values of
+/// U12, twelve FMAs.
+///
+/// # Safety
+/// As `kernel`; the CPU has AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn kernel_avx2(
+    kc: usize,
+    a: &[f64],
+    b: &[f64],
+    c: *mut f64,
+    ld: usize,
+    mr: usize,
+    nr: usize,
+) {
+    use std::arch::x86_64::*;
+    debug_assert!(a.len() >= MR * kc && b.len() >= NR * kc);
+    for j in 0..nr {
+        let cj = c.add(j * ld).cast::<i8>();
+        for off in (0..8 * mr).step_by(64).chain([8 * mr - 1]) {
+            _mm_prefetch::<_MM_HINT_T0>(cj.add(off));
+        }
+    }
+    for h in (0..mr).step_by(MR_AVX2) {
+        let rows = MR_AVX2.min(mr - h);
+        for g in (0..nr).step_by(NR_AVX2) {
+            let cols = NR_AVX2.min(nr - g);
+            let acc = block_12x4(kc, a.as_ptr().add(h), b.as_ptr().add(g));
+            let c0 = c.add(g * ld + h);
+            if rows == MR_AVX2 {
+                for (j, accj) in acc.iter().enumerate().take(cols) {
+                    let cj = c0.add(j * ld);
+                    for (v, &s) in accj.iter().enumerate() {
+                        let p = cj.add(4 * v);
+                        _mm256_storeu_pd(p, _mm256_sub_pd(_mm256_loadu_pd(p), s));
+                    }
+                }
+            } else {
+                let mut block = [0.0f64; MR_AVX2];
+                for (j, accj) in acc.iter().enumerate().take(cols) {
+                    for (v, &s) in accj.iter().enumerate() {
+                        _mm256_storeu_pd(block.as_mut_ptr().add(4 * v), s);
+                    }
+                    let cj = std::slice::from_raw_parts_mut(c0.add(j * ld), rows);
+                    for (ci, s) in cj.iter_mut().zip(&block) {
+                        *ci -= s;
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -797,16 +1173,38 @@ mod tests {
         );
     }
 
+    /// The result names `Kernel::chosen()` (`Product::name`): every packing a run makes is
+    /// multiplied by that kernel.
+    #[test]
+    fn a_run_s_packings_use_the_kernel_its_result_names() {
+        match Kernel::chosen() {
+            Some(k) => {
+                assert_eq!(PackedL21::default().kernel, k);
+                assert!(Product::Packed.name().contains(k.name()));
+            }
+            None => assert!(!available()),
+        }
+    }
+
     #[test]
     fn packed_products_match_the_plain_sum_at_every_edge() {
-        if !available() {
-            eprintln!("no AVX-512F on this CPU: the packed product is not offered here");
+        let kernels: Vec<Kernel> = Kernel::ALL.into_iter().filter(|k| k.available()).collect();
+        if kernels.is_empty() {
+            eprintln!("no AVX-512F and no AVX2: the packed product is not offered here");
             return;
         }
+        for kernel in kernels {
+            every_edge(kernel);
+        }
+    }
+
+    fn every_edge(kernel: Kernel) {
         // Rows, k and widths that end mid-block, mid-slice, and k past one KC pass.
         for &(rows, k, width, threads) in &[
             (1, 1, 1, 1),
             (23, 5, 7, 2),
+            // k past whole groups of four steps by three (the AVX2 kernel's unrolling).
+            (40, 7, 9, 1),
             (24, 128, 8, 1),
             (500, 128, 37, 2),
             (97, 130, 17, 3),
@@ -822,7 +1220,7 @@ mod tests {
             let mut want = start.clone();
             reference(rows, k, width, &l, ld, &mut want, ldb);
             // The buffer first holds a larger packing, as a panel before this one left it.
-            let mut packed = PackedL21::default();
+            let mut packed = PackedL21::for_kernel(kernel);
             let (big_rows, big_k) = (rows + 30, k + 3);
             let big = values((big_rows + 1) * big_k, 3);
             pack_and_update(
@@ -893,14 +1291,14 @@ mod tests {
                         .copy_from_slice(&c[j * ldc..j * ldc + rows]);
                     assert!(
                         c[j * ldc + rows..(j + 1) * ldc].iter().all(|&v| v == 9.0),
-                        "{rows}x{k}x{width}: C's padding touched in column {j}"
+                        "{kernel:?} {rows}x{k}x{width}: C's padding touched in column {j}"
                     );
                 }
                 apart.push(out);
             }
             assert_eq!(
                 u, u_before,
-                "{rows}x{k}x{width}: U12 held apart was written"
+                "{kernel:?} {rows}x{k}x{width}: U12 held apart was written"
             );
             let cases = [
                 (&got, &want),
@@ -915,12 +1313,12 @@ mod tests {
                         assert_eq!(
                             g.to_bits(),
                             w.to_bits(),
-                            "{rows}x{k}x{width}: B or padding touched at {r},{j}"
+                            "{kernel:?} {rows}x{k}x{width}: B or padding touched at {r},{j}"
                         );
                     } else {
                         assert!(
                             (g - w).abs() <= 1e-12 * k as f64,
-                            "{rows}x{k}x{width} pass {case}: {g} against {w} at {r},{j}"
+                            "{kernel:?} {rows}x{k}x{width} pass {case}: {g} against {w} at {r},{j}"
                         );
                     }
                 }

@@ -265,7 +265,7 @@ fn one_rank_factors_each_panel_beside_the_update_on_several_threads() {
 #[test]
 fn the_packed_product_reaches_the_blas_x_on_every_grid_and_depth() {
     if !packed_product::available() {
-        eprintln!("no AVX-512F on this CPU: the packed product is not offered here");
+        eprintln!("no AVX-512F and no AVX2 on this CPU: the packed product is not offered here");
         return;
     }
     for (n, nb) in [(300, 16), (150, 13)] {

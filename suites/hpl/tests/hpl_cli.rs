@@ -555,9 +555,10 @@ fn the_u12_solver_can_be_chosen_and_a_bad_choice_is_refused() {
 }
 
 /// TBBENCH_HPL_PRODUCT picks the trailing update's product (the packed one only where the CPU
-/// has AVX-512: elsewhere the BLAS's, and the result says so), on one rank with several
-/// threads (chunks), on two ranks and at DEPTH 0 (one call per panel); without a BLAS the
-/// packed one is taken unasked; a value that is neither is refused in one line.
+/// has AVX-512 or AVX2: elsewhere the BLAS's, and the result says so), on one rank with
+/// several threads (chunks), on two ranks and at DEPTH 0 (one call per panel); without a BLAS
+/// the packed one is taken unasked; TBBENCH_HPL_KERNEL holds it to the AVX2 kernel; a value
+/// of either that names nothing, or a kernel the CPU lacks, is refused in one line.
 #[test]
 fn the_update_product_can_be_chosen_and_is_recorded() {
     let dir = tmpdir("hpl-product");
@@ -576,6 +577,7 @@ fn the_update_product_can_be_chosen_and_is_recorded() {
         ])
         .args(["--no-dgemm-probe", "--out", out.to_str().unwrap()])
         .env_remove("TBBENCH_HPL_PRODUCT")
+        .env_remove("TBBENCH_HPL_KERNEL")
         .env_remove("TBBENCH_BLAS")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
@@ -590,15 +592,34 @@ fn the_update_product_can_be_chosen_and_is_recorded() {
         }
         finish(cmd.spawn().unwrap(), Duration::from_secs(60)).0
     };
-    let avx512 = std::fs::read_to_string("/proc/cpuinfo")
-        .map(|c| c.contains(" avx512f"))
-        .unwrap_or(false);
-    let packed = "tbbench avx512 24x8 (L21 packed once per panel)";
+    #[cfg(target_arch = "x86_64")]
+    let (avx512, avx2) = (
+        std::arch::is_x86_feature_detected!("avx512f"),
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma"),
+    );
+    #[cfg(not(target_arch = "x86_64"))]
+    let (avx512, avx2) = (false, false);
+    let avx2_packed = "tbbench avx2 12x4 (L21 packed once per panel)";
+    let (kernel, packed) = match (avx512, avx2) {
+        (true, _) => (true, "tbbench avx512 24x8 (L21 packed once per panel)"),
+        (false, true) => (true, avx2_packed),
+        _ => (false, ""),
+    };
     for (case, env) in [
         ("packed", vec![("TBBENCH_HPL_PRODUCT", "packed")]),
         ("blas", vec![("TBBENCH_HPL_PRODUCT", "blas")]),
         ("no-blas", vec![("TBBENCH_BLAS", "rust")]),
+        (
+            "avx2",
+            vec![
+                ("TBBENCH_HPL_PRODUCT", "packed"),
+                ("TBBENCH_HPL_KERNEL", "avx2"),
+            ],
+        ),
     ] {
+        if case == "avx2" && !avx2 {
+            continue;
+        }
         let out = dir.join(format!("{case}.json"));
         let o = hpl(&out, "1", &env);
         assert!(o.status.success(), "{case}: {}", text(&o.stderr));
@@ -612,7 +633,8 @@ fn the_update_product_can_be_chosen_and_is_recorded() {
         };
         let want = match case {
             "blas" => without_blas,
-            _ if avx512 => packed,
+            "avx2" => avx2_packed,
+            _ if kernel => packed,
             _ => without_blas,
         };
         assert_eq!(run["product"], want, "{case}");
@@ -634,7 +656,7 @@ fn the_update_product_can_be_chosen_and_is_recorded() {
         let run = &r["results"]["runs"][0];
         assert_eq!(run["passed"], true);
         assert_eq!(run["depth"], depth.parse::<u64>().unwrap(), "{run}");
-        let want = if told == "packed" && avx512 {
+        let want = if told == "packed" && kernel {
             packed
         } else if r["hosts"][0]["blas"]["name"] == "rust-fallback" {
             "tbbench loops (no BLAS)"
@@ -651,6 +673,20 @@ fn the_update_product_can_be_chosen_and_is_recorded() {
         &out,
         "TBBENCH_HPL_PRODUCT=\"fast\": expected packed or blas",
     );
+    let o = hpl(&out, "1", &[("TBBENCH_HPL_KERNEL", "sse2")]);
+    assert_refused(
+        &o,
+        &out,
+        "TBBENCH_HPL_KERNEL=\"sse2\": expected avx512 or avx2",
+    );
+    if !avx512 {
+        let o = hpl(&out, "1", &[("TBBENCH_HPL_KERNEL", "avx512")]);
+        assert_refused(
+            &o,
+            &out,
+            "TBBENCH_HPL_KERNEL=avx512: this CPU lacks that kernel",
+        );
+    }
 }
 
 /// Without --n, the output names the limit that chose N: memory or the time budget.
