@@ -27,8 +27,9 @@
 //!
 //! The AVX2 kernel runs the same 24×8 block as four 12×4 ones (`block_12x4`). On the same
 //! core with `TBBENCH_HPL_KERNEL=avx2` against OpenBLAS's Haswell kernel
-//! (`OPENBLAS_CORETYPE=Haswell`), the stand-in for an AVX2-only CPU: chunks 51.0 against
-//! 49.8 Gflops, a whole update 50.1 against 49.7.
+//! (`OPENBLAS_CORETYPE=Haswell`), the stand-in for an AVX2-only CPU, one thread: chunks
+//! 1.00-1.05x OpenBLAS's rate over six criterion runs of an hour, a whole update with the
+//! packing 0.94-1.01x over three; the run-time measurement keeps the BLAS where it is ahead.
 //!
 //! Which product runs is measured once per NB and shape of call (`finding`), as the U12
 //! solver is, and agreed by the ranks: a vendor BLAS may beat these kernels, and without
@@ -733,7 +734,17 @@ unsafe fn product_rows(
                         let r0 = p * MR;
                         let ap = &a[(p - blocks.start) * MR * k + k0 * MR..][..MR * kc];
                         let c = ops.c.add(j0 * ops.ldc + r0);
-                        kernel(kern, kc, ap, bq, c, ops.ldc, MR.min(rows - r0), nr);
+                        let mr = MR.min(rows - r0);
+                        let blk = Block {
+                            kc,
+                            a: ap,
+                            b: bq,
+                            c,
+                            ld: ops.ldc,
+                            mr,
+                            nr,
+                        };
+                        kernel(kern, &blk);
                     }
                 }
             }
@@ -766,33 +777,133 @@ unsafe fn pack_b(out: &mut [f64], b: *const f64, ld: usize, k0: usize, kc: usize
     }
 }
 
-/// C[mr×nr] (at `c`, leading dimension `ld`) −= A·B over `kc` steps, A one packed block
-/// (`MR` values per step), B one packed slice (`NR` per step).
-///
-/// # Safety
-/// `c` valid for `nr` columns of `mr` values at stride `ld`; the CPU runs `kern`.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn kernel(
-    kern: Kernel,
+/// One call of a register kernel: C[mr×nr] (at `c`, leading dimension `ld`) −= A·B over `kc`
+/// steps, A one packed block (`MR` values per step), B one packed slice (`NR` per step).
+#[derive(Clone, Copy)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+struct Block<'a> {
     kc: usize,
-    a: &[f64],
-    b: &[f64],
+    a: &'a [f64],
+    b: &'a [f64],
     c: *mut f64,
     ld: usize,
     mr: usize,
     nr: usize,
-) {
+}
+
+impl Block<'_> {
+    /// Every cache line the block's columns of C span: each column's first byte, each 64
+    /// bytes on that are still in it, and its last byte (pointers formed only inside the
+    /// column), so that C arrives while its sum is computed.
+    ///
+    /// # Safety
+    /// As `kernel`.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn prefetch_c(&self) {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        debug_assert!(self.a.len() >= MR * self.kc && self.b.len() >= NR * self.kc);
+        for j in 0..self.nr {
+            let cj = self.c.add(j * self.ld).cast::<i8>();
+            for off in (0..8 * self.mr).step_by(64).chain([8 * self.mr - 1]) {
+                _mm_prefetch::<_MM_HINT_T0>(cj.add(off));
+            }
+        }
+    }
+}
+
+/// Runs `blk` on `kern`.
+///
+/// # Safety
+/// `blk.c` valid for `nr` columns of `mr` values at stride `ld`; the CPU runs `kern`.
+#[inline(always)]
+unsafe fn kernel(kern: Kernel, blk: &Block) {
     #[cfg(target_arch = "x86_64")]
     match kern {
-        Kernel::Avx512 => kernel_avx512(kc, a, b, c, ld, mr, nr),
-        Kernel::Avx2 => kernel_avx2(kc, a, b, c, ld, mr, nr),
+        Kernel::Avx512 => kernel_avx512(blk),
+        Kernel::Avx2 => kernel_avx2(blk),
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (kern, kc, a, b, c, ld, mr, nr);
+        let _ = (kern, blk);
         unreachable!("the packed product runs only where `available()`");
     }
+}
+
+#[cfg(target_arch = "x86_64")]
+/// A kernel's block of C (`rows` × `cols` at `c`, leading dimension `ld`) −= its sums,
+/// `acc[j]` column j's vectors of `lanes` doubles (`full` rows in all). A whole block is
+/// read, subtracted from and written back in the kernel's own vectors, straight from the
+/// registers; a block cut short (the last rows of L21) goes through memory, row by row.
+macro_rules! subtract_from_c {
+    ($acc:expr, $c:expr, $ld:expr, $rows:expr, $cols:expr, $full:expr, $lanes:expr,
+     $load:ident, $sub:ident, $store:ident) => {
+        if $rows == $full {
+            for (j, accj) in $acc.iter().enumerate().take($cols) {
+                let cj = $c.add(j * $ld);
+                for (v, &s) in accj.iter().enumerate() {
+                    let p = cj.add($lanes * v);
+                    $store(p, $sub($load(p), s));
+                }
+            }
+        } else {
+            let mut sums = [0.0f64; $full];
+            for (j, accj) in $acc.iter().enumerate().take($cols) {
+                for (v, &s) in accj.iter().enumerate() {
+                    $store(sums.as_mut_ptr().add($lanes * v), s);
+                }
+                let cj = std::slice::from_raw_parts_mut($c.add(j * $ld), $rows);
+                for (ci, s) in cj.iter_mut().zip(&sums) {
+                    *ci -= s;
+                }
+            }
+        }
+    };
+}
+
+/// One step of k of `block_12x4`, in assembly: L21's 12 values `$a` bytes past `{a}` into
+/// ymm12-14, and for each of U12's 4 values (`$b` bytes past `{b}`), broadcast into ymm15,
+/// three FMAs into that column's sums (ymm0-2, 3-5, 6-8, 9-11). `$a` and `$b` are the step's
+/// offsets within an unrolled pass (`MR` and `NR` doubles a step).
+#[cfg(target_arch = "x86_64")]
+macro_rules! step_12x4 {
+    ($a:literal, $b:literal) => {
+        concat!(
+            "vmovupd ymm12, [{a} + ",
+            $a,
+            "]\n",
+            "vmovupd ymm13, [{a} + ",
+            $a,
+            " + 32]\n",
+            "vmovupd ymm14, [{a} + ",
+            $a,
+            " + 64]\n",
+            "vbroadcastsd ymm15, qword ptr [{b} + ",
+            $b,
+            "]\n",
+            "vfmadd231pd ymm0, ymm12, ymm15\n",
+            "vfmadd231pd ymm1, ymm13, ymm15\n",
+            "vfmadd231pd ymm2, ymm14, ymm15\n",
+            "vbroadcastsd ymm15, qword ptr [{b} + ",
+            $b,
+            " + 8]\n",
+            "vfmadd231pd ymm3, ymm12, ymm15\n",
+            "vfmadd231pd ymm4, ymm13, ymm15\n",
+            "vfmadd231pd ymm5, ymm14, ymm15\n",
+            "vbroadcastsd ymm15, qword ptr [{b} + ",
+            $b,
+            " + 16]\n",
+            "vfmadd231pd ymm6, ymm12, ymm15\n",
+            "vfmadd231pd ymm7, ymm13, ymm15\n",
+            "vfmadd231pd ymm8, ymm14, ymm15\n",
+            "vbroadcastsd ymm15, qword ptr [{b} + ",
+            $b,
+            " + 24]\n",
+            "vfmadd231pd ymm9, ymm12, ymm15\n",
+            "vfmadd231pd ymm10, ymm13, ymm15\n",
+            "vfmadd231pd ymm11, ymm14, ymm15",
+        )
+    };
 }
 
 /// The 12×4 sum over `kc` steps of k, L21's values at `a` (12 per step, `MR` apart), U12's
@@ -824,82 +935,10 @@ unsafe fn block_12x4(
             "cmp {k}, 4",
             "jb 3f",
             "2:",
-            "vmovupd ymm12, [{a} + 0]",
-            "vmovupd ymm13, [{a} + 32]",
-            "vmovupd ymm14, [{a} + 64]",
-            "vbroadcastsd ymm15, qword ptr [{b} + 0]",
-            "vfmadd231pd ymm0, ymm12, ymm15",
-            "vfmadd231pd ymm1, ymm13, ymm15",
-            "vfmadd231pd ymm2, ymm14, ymm15",
-            "vbroadcastsd ymm15, qword ptr [{b} + 8]",
-            "vfmadd231pd ymm3, ymm12, ymm15",
-            "vfmadd231pd ymm4, ymm13, ymm15",
-            "vfmadd231pd ymm5, ymm14, ymm15",
-            "vbroadcastsd ymm15, qword ptr [{b} + 16]",
-            "vfmadd231pd ymm6, ymm12, ymm15",
-            "vfmadd231pd ymm7, ymm13, ymm15",
-            "vfmadd231pd ymm8, ymm14, ymm15",
-            "vbroadcastsd ymm15, qword ptr [{b} + 24]",
-            "vfmadd231pd ymm9, ymm12, ymm15",
-            "vfmadd231pd ymm10, ymm13, ymm15",
-            "vfmadd231pd ymm11, ymm14, ymm15",
-            "vmovupd ymm12, [{a} + 192]",
-            "vmovupd ymm13, [{a} + 224]",
-            "vmovupd ymm14, [{a} + 256]",
-            "vbroadcastsd ymm15, qword ptr [{b} + 64]",
-            "vfmadd231pd ymm0, ymm12, ymm15",
-            "vfmadd231pd ymm1, ymm13, ymm15",
-            "vfmadd231pd ymm2, ymm14, ymm15",
-            "vbroadcastsd ymm15, qword ptr [{b} + 72]",
-            "vfmadd231pd ymm3, ymm12, ymm15",
-            "vfmadd231pd ymm4, ymm13, ymm15",
-            "vfmadd231pd ymm5, ymm14, ymm15",
-            "vbroadcastsd ymm15, qword ptr [{b} + 80]",
-            "vfmadd231pd ymm6, ymm12, ymm15",
-            "vfmadd231pd ymm7, ymm13, ymm15",
-            "vfmadd231pd ymm8, ymm14, ymm15",
-            "vbroadcastsd ymm15, qword ptr [{b} + 88]",
-            "vfmadd231pd ymm9, ymm12, ymm15",
-            "vfmadd231pd ymm10, ymm13, ymm15",
-            "vfmadd231pd ymm11, ymm14, ymm15",
-            "vmovupd ymm12, [{a} + 384]",
-            "vmovupd ymm13, [{a} + 416]",
-            "vmovupd ymm14, [{a} + 448]",
-            "vbroadcastsd ymm15, qword ptr [{b} + 128]",
-            "vfmadd231pd ymm0, ymm12, ymm15",
-            "vfmadd231pd ymm1, ymm13, ymm15",
-            "vfmadd231pd ymm2, ymm14, ymm15",
-            "vbroadcastsd ymm15, qword ptr [{b} + 136]",
-            "vfmadd231pd ymm3, ymm12, ymm15",
-            "vfmadd231pd ymm4, ymm13, ymm15",
-            "vfmadd231pd ymm5, ymm14, ymm15",
-            "vbroadcastsd ymm15, qword ptr [{b} + 144]",
-            "vfmadd231pd ymm6, ymm12, ymm15",
-            "vfmadd231pd ymm7, ymm13, ymm15",
-            "vfmadd231pd ymm8, ymm14, ymm15",
-            "vbroadcastsd ymm15, qword ptr [{b} + 152]",
-            "vfmadd231pd ymm9, ymm12, ymm15",
-            "vfmadd231pd ymm10, ymm13, ymm15",
-            "vfmadd231pd ymm11, ymm14, ymm15",
-            "vmovupd ymm12, [{a} + 576]",
-            "vmovupd ymm13, [{a} + 608]",
-            "vmovupd ymm14, [{a} + 640]",
-            "vbroadcastsd ymm15, qword ptr [{b} + 192]",
-            "vfmadd231pd ymm0, ymm12, ymm15",
-            "vfmadd231pd ymm1, ymm13, ymm15",
-            "vfmadd231pd ymm2, ymm14, ymm15",
-            "vbroadcastsd ymm15, qword ptr [{b} + 200]",
-            "vfmadd231pd ymm3, ymm12, ymm15",
-            "vfmadd231pd ymm4, ymm13, ymm15",
-            "vfmadd231pd ymm5, ymm14, ymm15",
-            "vbroadcastsd ymm15, qword ptr [{b} + 208]",
-            "vfmadd231pd ymm6, ymm12, ymm15",
-            "vfmadd231pd ymm7, ymm13, ymm15",
-            "vfmadd231pd ymm8, ymm14, ymm15",
-            "vbroadcastsd ymm15, qword ptr [{b} + 216]",
-            "vfmadd231pd ymm9, ymm12, ymm15",
-            "vfmadd231pd ymm10, ymm13, ymm15",
-            "vfmadd231pd ymm11, ymm14, ymm15",
+            step_12x4!(0, 0),
+            step_12x4!(192, 64),
+            step_12x4!(384, 128),
+            step_12x4!(576, 192),
             "add {a}, {a_step4}",
             "add {b}, {b_step4}",
             "sub {k}, 4",
@@ -909,25 +948,7 @@ unsafe fn block_12x4(
             "test {k}, {k}",
             "jz 5f",
             "4:",
-            "vmovupd ymm12, [{a} + 0]",
-            "vmovupd ymm13, [{a} + 32]",
-            "vmovupd ymm14, [{a} + 64]",
-            "vbroadcastsd ymm15, qword ptr [{b} + 0]",
-            "vfmadd231pd ymm0, ymm12, ymm15",
-            "vfmadd231pd ymm1, ymm13, ymm15",
-            "vfmadd231pd ymm2, ymm14, ymm15",
-            "vbroadcastsd ymm15, qword ptr [{b} + 8]",
-            "vfmadd231pd ymm3, ymm12, ymm15",
-            "vfmadd231pd ymm4, ymm13, ymm15",
-            "vfmadd231pd ymm5, ymm14, ymm15",
-            "vbroadcastsd ymm15, qword ptr [{b} + 16]",
-            "vfmadd231pd ymm6, ymm12, ymm15",
-            "vfmadd231pd ymm7, ymm13, ymm15",
-            "vfmadd231pd ymm8, ymm14, ymm15",
-            "vbroadcastsd ymm15, qword ptr [{b} + 24]",
-            "vfmadd231pd ymm9, ymm12, ymm15",
-            "vfmadd231pd ymm10, ymm13, ymm15",
-            "vfmadd231pd ymm11, ymm14, ymm15",
+            step_12x4!(0, 0),
             "add {a}, {a_step}",
             "add {b}, {b_step}",
             "dec {k}",
@@ -981,74 +1002,29 @@ const NR_AVX2: usize = 4;
 /// As `kernel`; the CPU has AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn kernel_avx2(
-    kc: usize,
-    a: &[f64],
-    b: &[f64],
-    c: *mut f64,
-    ld: usize,
-    mr: usize,
-    nr: usize,
-) {
+unsafe fn kernel_avx2(blk: &Block) {
     use std::arch::x86_64::*;
-    debug_assert!(a.len() >= MR * kc && b.len() >= NR * kc);
-    for j in 0..nr {
-        let cj = c.add(j * ld).cast::<i8>();
-        for off in (0..8 * mr).step_by(64).chain([8 * mr - 1]) {
-            _mm_prefetch::<_MM_HINT_T0>(cj.add(off));
-        }
-    }
+    blk.prefetch_c();
+    let (kc, a, b, c, ld) = (blk.kc, blk.a, blk.b, blk.c, blk.ld);
+    let (mr, nr) = (blk.mr, blk.nr);
     for h in (0..mr).step_by(MR_AVX2) {
         let rows = MR_AVX2.min(mr - h);
         for g in (0..nr).step_by(NR_AVX2) {
             let cols = NR_AVX2.min(nr - g);
             let acc = block_12x4(kc, a.as_ptr().add(h), b.as_ptr().add(g));
             let c0 = c.add(g * ld + h);
-            if rows == MR_AVX2 {
-                for (j, accj) in acc.iter().enumerate().take(cols) {
-                    let cj = c0.add(j * ld);
-                    for (v, &s) in accj.iter().enumerate() {
-                        let p = cj.add(4 * v);
-                        _mm256_storeu_pd(p, _mm256_sub_pd(_mm256_loadu_pd(p), s));
-                    }
-                }
-            } else {
-                let mut block = [0.0f64; MR_AVX2];
-                for (j, accj) in acc.iter().enumerate().take(cols) {
-                    for (v, &s) in accj.iter().enumerate() {
-                        _mm256_storeu_pd(block.as_mut_ptr().add(4 * v), s);
-                    }
-                    let cj = std::slice::from_raw_parts_mut(c0.add(j * ld), rows);
-                    for (ci, s) in cj.iter_mut().zip(&block) {
-                        *ci -= s;
-                    }
-                }
-            }
+            let (load, sub, store) = (_mm256_loadu_pd, _mm256_sub_pd, _mm256_storeu_pd);
+            subtract_from_c!(acc, c0, ld, rows, cols, MR_AVX2, 4, load, sub, store);
         }
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn kernel_avx512(
-    kc: usize,
-    a: &[f64],
-    b: &[f64],
-    c: *mut f64,
-    ld: usize,
-    mr: usize,
-    nr: usize,
-) {
+unsafe fn kernel_avx512(blk: &Block) {
     use std::arch::x86_64::*;
-    debug_assert!(a.len() >= MR * kc && b.len() >= NR * kc);
-    // Every cache line the block's column spans: its first byte, each 64 bytes on that are
-    // still in it, and its last byte (pointers formed only inside the column).
-    for j in 0..nr {
-        let cj = c.add(j * ld).cast::<i8>();
-        for off in (0..8 * mr).step_by(64).chain([8 * mr - 1]) {
-            _mm_prefetch::<_MM_HINT_T0>(cj.add(off));
-        }
-    }
+    blk.prefetch_c();
+    let (kc, a, b, c, ld, mr, nr) = (blk.kc, blk.a, blk.b, blk.c, blk.ld, blk.mr, blk.nr);
     let mut acc = [[_mm512_setzero_pd(); 3]; NR];
     let (mut ap, mut bp) = (a.as_ptr(), b.as_ptr());
     for _ in 0..kc {
@@ -1064,26 +1040,8 @@ unsafe fn kernel_avx512(
         ap = ap.add(MR);
         bp = bp.add(NR);
     }
-    if mr == MR {
-        for (j, accj) in acc.iter().enumerate().take(nr) {
-            let cj = c.add(j * ld);
-            for (v, &s) in accj.iter().enumerate() {
-                let p = cj.add(8 * v);
-                _mm512_storeu_pd(p, _mm512_sub_pd(_mm512_loadu_pd(p), s));
-            }
-        }
-    } else {
-        let mut block = [0.0f64; MR];
-        for (j, accj) in acc.iter().enumerate().take(nr) {
-            for (v, &s) in accj.iter().enumerate() {
-                _mm512_storeu_pd(block.as_mut_ptr().add(8 * v), s);
-            }
-            let cj = std::slice::from_raw_parts_mut(c.add(j * ld), mr);
-            for (ci, s) in cj.iter_mut().zip(&block) {
-                *ci -= s;
-            }
-        }
-    }
+    let (load, sub, store) = (_mm512_loadu_pd, _mm512_sub_pd, _mm512_storeu_pd);
+    subtract_from_c!(acc, c, ld, mr, nr, MR, 8, load, sub, store);
 }
 
 #[cfg(test)]
