@@ -13,9 +13,9 @@
 //! copy. Elsewhere (several ranks, one thread, DEPTH 0) a rank updates a panel's columns in
 //! one or two calls; the packing is made on the first and read by the second.
 //!
-//! The AVX-512 kernel holds a 24×8 block of the product in 24 registers (three 8-double vectors per
-//! column) while 24 rows of L21 and 8 values of U12 stream per step of k; each C block's
-//! cache lines are prefetched as its sum starts, so they arrive while it is computed. Loops
+//! The AVX-512 kernel holds a 24×8 block of the product in 24 registers (three 8-double
+//! vectors per column) while 24 rows of L21 and 8 values of U12 stream per step of k; each C
+//! block's cache lines are prefetched as its sum starts, so they arrive while it is computed. Loops
 //! as BLIS orders them: U12's chunk packed per pass of up to `KC` rows of k, L21 taken
 //! `MC_BYTES` at a time (in L2), each 8-column slice of U12 (in L1) run against those rows.
 //! The packing starts on a cache line: vector loads that straddle two cost a tenth of the
