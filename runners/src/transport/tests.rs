@@ -158,21 +158,27 @@ fn tcp_names_a_size_mismatch() {
     );
 }
 
-fn shm_pair(token: [u8; 16], body: fn(&mut ShmTransport, usize)) {
+fn shm_pair<T: Send + 'static>(token: [u8; 16], body: fn(&mut ShmTransport, usize) -> T) -> Vec<T> {
+    shm_pair_timing_out(token, Duration::from_secs(20), body)
+}
+
+/// Two shm ranks, each running `body` on its own thread, their waits giving up after
+/// `timeout`; returns their results.
+fn shm_pair_timing_out<T: Send + 'static>(
+    token: [u8; 16],
+    timeout: Duration,
+    body: fn(&mut ShmTransport, usize) -> T,
+) -> Vec<T> {
     create_segment(&token, 2).unwrap();
     let handles: Vec<_> = (0..2)
         .map(|rank| {
             std::thread::spawn(move || {
-                let mut t =
-                    ShmTransport::attach(rank, 2, &token, names(2), Duration::from_secs(20))
-                        .unwrap();
-                body(&mut t, 1 - rank);
+                let mut t = ShmTransport::attach(rank, 2, &token, names(2), timeout).unwrap();
+                body(&mut t, 1 - rank)
             })
         })
         .collect();
-    for h in handles {
-        h.join().unwrap();
-    }
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
 }
 
 #[test]
@@ -379,18 +385,9 @@ fn tcp_waits_beside_a_computation_move_every_size_and_time_out() {
 
 #[test]
 fn shm_waits_beside_a_computation_move_every_size_and_time_out() {
-    create_segment(&[8u8; 16], 2).unwrap();
-    let handles: Vec<_> = (0..2)
-        .map(|rank| {
-            std::thread::spawn(move || {
-                let mut t =
-                    ShmTransport::attach(rank, 2, &[8u8; 16], names(2), Duration::from_secs(1))
-                        .unwrap();
-                beside_a_computation(&mut t, 1 - rank)
-            })
-        })
-        .collect();
-    let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let results = shm_pair_timing_out([8u8; 16], Duration::from_secs(1), |t, peer| {
+        beside_a_computation(t, peer)
+    });
     let err = results[1].clone().unwrap();
     assert!(err.contains("timed out") && err.contains("rank 0"), "{err}");
 }

@@ -1409,8 +1409,8 @@ const SPIN_POLLS: u32 = 2048;
 /// RDMA comes within microseconds), then yields the core, and after a millisecond without
 /// progress (a peer computing, or gone) sleeps briefly between polls, so a rank that waits
 /// uses a fraction of a core instead of all of it, and the threads of a software device
-/// sharing the cores get to run.
-/// Beside a computation it naps from the first idle poll.
+/// sharing the cores get to run. Beside a computation ([`Waiting::Beside`]) it naps from the
+/// first idle poll.
 fn idle_wait(idle_polls: u32, last_progress: Instant, waiting: Waiting) {
     let beside = waiting == Waiting::Beside;
     if idle_polls < SPIN_POLLS && !beside {
@@ -1440,13 +1440,13 @@ impl Transport for VerbsTransport {
     fn timeout(&self) -> Duration {
         self.timeout
     }
-    fn set_waiting(&mut self, waiting: Waiting) {
-        self.waiting = waiting;
-    }
-
     fn set_timeout(&mut self, timeout: Duration) -> Result<()> {
         self.timeout = timeout;
         Ok(())
+    }
+
+    fn set_waiting(&mut self, waiting: Waiting) {
+        self.waiting = waiting;
     }
 
     /// Registers the memory once, here, so the timed path never registers.
