@@ -46,8 +46,9 @@ pub struct RunArgs {
     pub over: Option<Networks>,
     /// Parallel TCP connections per pair of ranks (large messages are striped over them, as
     /// jaccl-ring stripes over several cables); default 1, or 2 where the connections run a
-    /// congestion control that paces every segment (bbr), so two pacers run at once (link and
-    /// doctor: 1, as iperf3 measures).
+    /// congestion control that paces every segment (bbr), so two pacers run at once, with
+    /// broadcast and reduce sending each message on one (link and doctor: 1, as iperf3
+    /// measures).
     #[arg(long, visible_alias = "conns", value_parser = clap::value_parser!(u16).range(1..=64))]
     pub streams: Option<u16>,
     /// TCP socket buffer size (e.g. 4MiB); default leaves the OS's autotuning on.

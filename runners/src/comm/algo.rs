@@ -21,7 +21,7 @@
 
 use super::element::{as_bytes, as_bytes_mut, as_elements_mut, Element};
 use super::{Comm, Group, ReduceOp};
-use crate::transport::{Buffer, RecvOp, SendOp};
+use crate::transport::{Buffer, RecvOp, SendOp, Traffic};
 use anyhow::{bail, Result};
 use smallvec::SmallVec;
 use std::ops::Range;
@@ -889,8 +889,27 @@ impl Comm {
 
     // ---- broadcast and reduce ----------------------------------------------------------
 
+    /// Runs a rooted collective (broadcast, reduce) with the transport told its messages go
+    /// one way ([`Traffic::OneWay`]), and both ways again after, error or not.
+    fn one_way<R>(&mut self, f: impl FnOnce(&mut Self) -> Result<R>) -> Result<R> {
+        self.t.set_traffic(Traffic::OneWay);
+        let result = f(self);
+        self.t.set_traffic(Traffic::Both);
+        result
+    }
+
     /// Broadcast of `data` from `root` (a world rank in `group`).
     pub fn broadcast_in<T: Element>(
+        &mut self,
+        group: Group,
+        root: usize,
+        data: &mut [T],
+        algo: Algo,
+    ) -> Result<Algo> {
+        self.one_way(|c| c.broadcast_with(group, root, data, algo))
+    }
+
+    fn broadcast_with<T: Element>(
         &mut self,
         group: Group,
         root: usize,
@@ -951,7 +970,7 @@ impl Comm {
         op: ReduceOp,
         algo: Algo,
     ) -> Result<Algo> {
-        self.reduce_with(group, root, None, data, op, algo)
+        self.one_way(|c| c.reduce_with(group, root, None, data, op, algo))
     }
 
     /// Reduce out of place: the root's `data` ends holding `input` reduced over `group` (the
@@ -967,7 +986,7 @@ impl Comm {
         algo: Algo,
     ) -> Result<Algo> {
         same_length("reduce", input, data)?;
-        self.reduce_with(group, root, Some(input), data, op, algo)
+        self.one_way(|c| c.reduce_with(group, root, Some(input), data, op, algo))
     }
 
     fn reduce_with<T: Element>(

@@ -61,6 +61,20 @@ pub enum Waiting {
     Beside,
 }
 
+/// Which way the next exchanges' messages go, for a transport that carries one-way traffic
+/// differently (tcp: whether a pair's connections share a message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Traffic {
+    /// Ranks send and receive at once (all-reduce, all-gather, all-to-all, and anything not
+    /// said otherwise).
+    #[default]
+    Both,
+    /// Between each pair data flows one way: broadcast and reduce, from or towards a root.
+    /// Both ends of a message must cut it alike, so every rank of a collective sets this
+    /// around the same calls.
+    OneWay,
+}
+
 pub trait Transport: Send {
     /// "tcp", "shm", "verbs".
     fn name(&self) -> &'static str;
@@ -90,6 +104,10 @@ pub trait Transport: Send {
     /// How this rank's waits spend the core while nothing arrives (the default
     /// [`Waiting::Spin`]); see [`Waiting`].
     fn set_waiting(&mut self, waiting: Waiting);
+
+    /// Which way the next exchanges' messages go (the default [`Traffic::Both`]); see
+    /// [`Traffic`]. Transports that carry both kinds alike ignore it.
+    fn set_traffic(&mut self, _traffic: Traffic) {}
 
     /// The size in bytes a reduction step receives and adds at a time, where this transport
     /// gains by it; None: one message per step. A transport that buffers in the kernel (tcp)

@@ -9,7 +9,9 @@
 //! the congestion control paces every segment (bbr) each write moves at most 120 KiB
 //! (`PACED_SLICE_BYTES`); only the sender's side depends on it.
 
-use super::{OpenPlan, Opened, Opening, PeerName, Peers, RecvOp, SendOp, Transport, Waiting};
+use super::{
+    OpenPlan, Opened, Opening, PeerName, Peers, RecvOp, SendOp, Traffic, Transport, Waiting,
+};
 use crate::gate::{same_secret, Gate, Verdict};
 use crate::netinfo;
 use crate::rendezvous::RankInfo;
@@ -38,8 +40,9 @@ pub const AUTO_STREAMS_PACED: usize = 2;
 /// slices, interleaved launches, medians of 5, one connection against two (OpenMPI): 4-rank
 /// 1 MiB all-reduce 703 -> 603 us (1093), 2-rank 16 MiB all-reduce 5.48 -> 4.71 ms (9.36),
 /// 4-rank 16 MiB all-gather 10.7 -> 9.9 ms (9.8); the 2-rank 1 MiB all-reduce 232 -> 261 us
-/// (391) and 1 MiB broadcasts lose 10-25%, still ahead of OpenMPI. Under cubic a second
-/// connection only adds work (2-rank 1 MiB all-gather 151 -> 195 us).
+/// (391) and 1 MiB broadcasts lose 10-25%, so one-way collectives send each message on one
+/// of the two ([`TcpOptions::stripe_one_way`]). Under cubic a second connection only adds
+/// work (2-rank 1 MiB all-gather 151 -> 195 us).
 const PACING_CONGESTION: &[&str] = &["bbr", "bbr2", "bbr3"];
 
 /// `--streams` left to the run: `paced` (the suite's [`crate::suite::Suite::STREAMS_WHEN_PACED`])
@@ -96,6 +99,11 @@ pub struct TcpOptions {
     /// a syscall between tries that delays seeing the data (2-rank 8 B broadcast and
     /// all-reduce over loopback 5-20% faster without it).
     pub yield_while_spinning: bool,
+    /// Whether one-way messages ([`Traffic::OneWay`]) are striped over the pair's connections
+    /// too: where the user chose the count (`--streams`). Where tbbench chose two because
+    /// the congestion control paces each, those carry a one-way message on one, as `link`
+    /// opens one: see [`PACING_CONGESTION`].
+    pub stripe_one_way: bool,
 }
 
 /// The data listener, bound before the rendezvous so its port can be advertised.
@@ -176,6 +184,7 @@ impl Opening for TcpOpening {
                     SPIN_BEFORE_POLL
                 },
                 yield_while_spinning: oversubscribed,
+                stripe_one_way: p.opts.streams.is_some(),
             },
         )?;
         // The label comes from the interface the data really left by, whatever was asked.
@@ -232,6 +241,8 @@ pub struct TcpTransport {
     paced_slice: Option<usize>,
     /// Whether a wait spins for `opts.spin` first or sleeps in poll at once.
     waiting: Waiting,
+    /// Whether the next exchanges' messages go one way (see `opts.stripe_one_way`).
+    traffic: Traffic,
     /// Reused by every exchange, so the latency path allocates nothing. Empty between calls.
     scratch: Scratch,
 }
@@ -332,6 +343,7 @@ pub fn connect_mesh(
         opts,
         paced_slice: None,
         waiting: Waiting::Spin,
+        traffic: Traffic::Both,
         scratch: Scratch::default(),
     };
     t.paced_slice = t.paced_slice();
@@ -524,6 +536,13 @@ enum Io {
 }
 
 impl TcpTransport {
+    /// The descriptors of the connections to `peer`, in stream order (tests read their
+    /// kernel counters).
+    #[cfg(test)]
+    pub(super) fn stream_fds(&self, peer: usize) -> Vec<i32> {
+        self.conns[peer].iter().map(|c| c.as_raw_fd()).collect()
+    }
+
     /// The local address of this rank's first data connection: the interface the data really
     /// uses, whatever was (or was not) asked for.
     pub fn local_ip(&self) -> Option<IpAddr> {
@@ -693,6 +712,10 @@ impl Transport for TcpTransport {
         self.waiting = waiting;
     }
 
+    fn set_traffic(&mut self, traffic: Traffic) {
+        self.traffic = traffic;
+    }
+
     fn exchange(&mut self, sends: &[SendOp], recvs: &mut [RecvOp]) -> Result<()> {
         let mut scratch = std::mem::take(&mut self.scratch);
         let result = self.exchange_with(&mut scratch, sends, recvs);
@@ -714,6 +737,11 @@ impl TcpTransport {
         recvs: &mut [RecvOp],
     ) -> Result<()> {
         let k = self.opts.streams.max(1);
+        // The connections a message is striped over; both ends compute the same.
+        let parts = match self.traffic {
+            Traffic::OneWay if !self.opts.stripe_one_way => 1,
+            _ => k,
+        };
         let Scratch {
             channels,
             busy,
@@ -725,7 +753,7 @@ impl TcpTransport {
                 bail!("rank {} cannot send to rank {}", self.rank, op.peer);
             }
             let total = op.buf.len() as u64;
-            for (s, off, len) in stripes(op.buf.len(), k) {
+            for (s, off, len) in stripes(op.buf.len(), parts) {
                 channels[op.peer * k + s].sends.push_back(Piece {
                     data: op.buf[off..].as_ptr() as *mut u8,
                     len,
@@ -740,7 +768,7 @@ impl TcpTransport {
                 bail!("rank {} cannot receive from rank {}", self.rank, op.peer);
             }
             let total = op.buf.len() as u64;
-            for (s, off, len) in stripes(op.buf.len(), k) {
+            for (s, off, len) in stripes(op.buf.len(), parts) {
                 channels[op.peer * k + s].recvs.push_back(Piece {
                     data: op.buf[off..].as_mut_ptr(),
                     len,

@@ -4,8 +4,8 @@
 //! (mailbox slot, ring, process_vm_readv, mapped shared buffer).
 
 use super::shm::{create_segment, ShmTransport};
-use super::tcp::{bind_listener, connect_mesh, TcpOptions};
-use super::{Buffer, PeerName, RecvOp, SendOp, Transport, Waiting};
+use super::tcp::{bind_listener, connect_mesh, TcpOptions, TcpTransport};
+use super::{Buffer, PeerName, RecvOp, SendOp, Traffic, Transport, Waiting};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
@@ -93,6 +93,25 @@ fn tcp_pair_spinning<T: Send + 'static>(
     spin: Duration,
     body: fn(&mut dyn Transport, usize) -> T,
 ) -> Vec<T> {
+    let opts = TcpOptions {
+        streams,
+        timeout,
+        sockbuf: None,
+        congestion: None,
+        spin,
+        // Test threads may outnumber the cores.
+        yield_while_spinning: true,
+        stripe_one_way: false,
+    };
+    tcp_pair_with(opts, move |t, peer| body(t, peer))
+}
+
+/// Two tcp ranks on loopback with these options, each running `body` on its own thread.
+fn tcp_pair_with<T, F>(opts: TcpOptions, body: F) -> Vec<T>
+where
+    T: Send + 'static,
+    F: Fn(&mut TcpTransport, usize) -> T + Send + Clone + 'static,
+{
     let listeners: Vec<_> = (0..2)
         .map(|_| bind_listener(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap())
         .collect();
@@ -101,17 +120,8 @@ fn tcp_pair_spinning<T: Send + 'static>(
         .into_iter()
         .enumerate()
         .map(|(rank, l)| {
-            let addrs = addrs.clone();
+            let (addrs, opts, body) = (addrs.clone(), opts.clone(), body.clone());
             std::thread::spawn(move || {
-                let opts = TcpOptions {
-                    streams,
-                    timeout,
-                    sockbuf: None,
-                    congestion: None,
-                    spin,
-                    // Test threads may outnumber the cores.
-                    yield_while_spinning: true,
-                };
                 let mut t = connect_mesh(
                     rank,
                     l,
@@ -135,6 +145,97 @@ fn tcp_moves_every_size_both_ways_with_one_and_three_streams() {
         tcp_pair(streams, Duration::from_secs(20), |t, peer| {
             swap_all_sizes(t, peer)
         });
+    }
+}
+
+/// Bytes the kernel has taken in on a connection: tcp_info's tcpi_bytes_received (Linux 4.1+),
+/// read at its offset in the kernel's struct, since the C library's ends before it.
+#[cfg(target_os = "linux")]
+fn bytes_received(fd: i32) -> u64 {
+    let mut info = [0u8; 256];
+    let mut len = info.len() as libc::socklen_t;
+    // SAFETY: the buffer and its length are valid for the kernel to fill.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    assert!(rc == 0 && len >= 136, "TCP_INFO: rc {rc}, {len} bytes");
+    u64::from_ne_bytes(info[128..136].try_into().unwrap())
+}
+
+/// Three connections per pair: a one-way message ([`Traffic::OneWay`]) crosses on the first
+/// alone unless striping one-way messages was asked for, a message in the default mode on all
+/// three; every size still arrives whole both ways in each mode and after each switch (the
+/// kernel's byte counts of the receiving rank's connections).
+#[cfg(target_os = "linux")]
+#[test]
+fn tcp_carries_one_way_messages_on_one_connection_unless_asked_to_stripe() {
+    const LEN: usize = 4 << 20;
+    for stripe_one_way in [false, true] {
+        let opts = TcpOptions {
+            streams: 3,
+            timeout: Duration::from_secs(20),
+            sockbuf: None,
+            congestion: None,
+            spin: super::tcp::SPIN_OVERSUBSCRIBED,
+            yield_while_spinning: true,
+            stripe_one_way,
+        };
+        let results = tcp_pair_with(opts, |t, peer| {
+            let mut per_mode = Vec::new();
+            let modes = [Traffic::OneWay, Traffic::Both, Traffic::OneWay];
+            for (i, traffic) in modes.into_iter().enumerate() {
+                t.set_traffic(traffic);
+                let message = pattern(LEN, 0, i);
+                if t.rank() == 0 {
+                    // Sent once rank 1 has read its counters.
+                    t.recv(peer, &mut [0u8; 1]).unwrap();
+                    t.send(peer, &message).unwrap();
+                } else {
+                    let counts = |t: &TcpTransport| -> Vec<u64> {
+                        t.stream_fds(peer).into_iter().map(bytes_received).collect()
+                    };
+                    let before = counts(t);
+                    t.send(peer, &[1u8]).unwrap();
+                    let mut got = vec![0u8; LEN];
+                    t.recv(peer, &mut got).unwrap();
+                    assert!(got == message, "{traffic:?}: the message arrived wrong");
+                    let after = counts(t);
+                    per_mode.push(
+                        after
+                            .iter()
+                            .zip(&before)
+                            .map(|(a, b)| a - b)
+                            .collect::<Vec<u64>>(),
+                    );
+                }
+                swap_all_sizes(t, peer);
+            }
+            per_mode
+        });
+        let got = &results[1];
+        let striped = |bytes: &[u64]| bytes.iter().all(|&b| b >= (LEN / 4) as u64);
+        let alone = |bytes: &[u64]| bytes[0] >= LEN as u64 && bytes[1..].iter().all(|&b| b == 0);
+        assert!(
+            striped(&got[1]),
+            "both ways: bytes per connection {:?}",
+            got[1]
+        );
+        for one_way in [&got[0], &got[2]] {
+            assert!(
+                if stripe_one_way {
+                    striped(one_way)
+                } else {
+                    alone(one_way)
+                },
+                "one way (striping asked for: {stripe_one_way}): bytes per connection {one_way:?}"
+            );
+        }
     }
 }
 
