@@ -51,8 +51,9 @@ pub struct RunArgs {
     /// measures).
     #[arg(long, visible_alias = "conns", value_parser = clap::value_parser!(u16).range(1..=64))]
     pub streams: Option<u16>,
-    /// TCP socket buffer size (e.g. 4MiB); default leaves the OS's autotuning on.
-    #[arg(long, value_parser = parse_size)]
+    /// TCP socket buffer size (e.g. 4MiB); default leaves the OS's autotuning on, except on
+    /// a host running more ranks than it has cores (512KiB there); 0 keeps autotuning.
+    #[arg(long, value_parser = parse_sockbuf)]
     pub sockbuf: Option<u64>,
     /// TCP congestion control for the data connections (cubic, bbr, reno; Linux), as iperf3's
     /// -C; default: the system's (the result records which ran).
@@ -82,6 +83,13 @@ pub struct Networks(pub Vec<NetSpec>);
 // from the units module.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     units::parse_size(s).map_err(|e| e.to_string())
+}
+/// A socket buffer size, or 0: keep the OS's autotuning.
+fn parse_sockbuf(s: &str) -> Result<u64, String> {
+    if s.trim() == "0" {
+        return Ok(0);
+    }
+    parse_size(s)
 }
 pub fn parse_size_list(s: &str) -> Result<Vec<u64>, String> {
     units::parse_size_list(s).map_err(|e| e.to_string())

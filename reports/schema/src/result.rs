@@ -148,6 +148,15 @@ pub struct Network {
     /// it for them (tcp, where the OS has a per-connection setting).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub congestion: Option<String>,
+    /// The socket buffer size the data connections asked for (SO_SNDBUF and SO_RCVBUF, tcp;
+    /// Linux doubles it for its bookkeeping and turns autotuning off); None: the OS's
+    /// autotuning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sockbuf_bytes: Option<u64>,
+    /// Whether the run chose `sockbuf_bytes` (no --sockbuf given): fixed buffers on a host
+    /// running more ranks than it has cores.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sockbuf_auto: bool,
     /// A short label for tables and charts: "tcp/lo (loopback)".
     pub label: String,
 }
@@ -172,6 +181,19 @@ impl Network {
                 _ => " (auto)".into(),
             };
             parts.push(format!("{k} connection{plural} per peer{why}"));
+        }
+        if let Some(b) = self.sockbuf_bytes {
+            let size = match b {
+                _ if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+                _ if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+                _ => format!("{b} B"),
+            };
+            let why = if self.sockbuf_auto {
+                " (auto: more ranks than cores)"
+            } else {
+                ""
+            };
+            parts.push(format!("socket buffers {size}{why}"));
         }
         (!parts.is_empty()).then(|| parts.join(", "))
     }
@@ -249,5 +271,23 @@ mod tests {
             Some("4 connections per peer")
         );
         assert_eq!(says(net(None, None, false)), None);
+        // Fixed socket buffers, chosen by the run or asked for.
+        let fixed = |bytes, auto| Network {
+            sockbuf_bytes: Some(bytes),
+            sockbuf_auto: auto,
+            ..net(Some("bbr"), Some(2), true)
+        };
+        assert_eq!(
+            says(fixed(512 << 10, true)).as_deref(),
+            Some("congestion control bbr, 2 connections per peer (auto: bbr paces each), socket buffers 512 KiB (auto: more ranks than cores)")
+        );
+        assert_eq!(
+            says(fixed(4 << 20, false)).as_deref(),
+            Some("congestion control bbr, 2 connections per peer (auto: bbr paces each), socket buffers 4 MiB")
+        );
+        assert_eq!(
+            says(fixed(1000, false)).as_deref(),
+            Some("congestion control bbr, 2 connections per peer (auto: bbr paces each), socket buffers 1000 B")
+        );
     }
 }

@@ -5,7 +5,9 @@
 
 use super::shm::{create_segment, ShmTransport};
 use super::tcp::{bind_listener, connect_mesh, TcpOptions, TcpTransport};
-use super::{Buffer, PeerName, RecvOp, SendOp, Traffic, Transport, Waiting};
+#[cfg(target_os = "linux")]
+use super::Traffic;
+use super::{Buffer, PeerName, RecvOp, SendOp, Transport, Waiting};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
@@ -236,6 +238,49 @@ fn tcp_carries_one_way_messages_on_one_connection_unless_asked_to_stripe() {
                 "one way (striping asked for: {stripe_one_way}): bytes per connection {one_way:?}"
             );
         }
+    }
+}
+
+/// A socket buffer size reaches every data connection in both directions (Linux reports
+/// twice the size asked for: its bookkeeping's share), and messages larger than it still
+/// arrive whole.
+#[cfg(target_os = "linux")]
+#[test]
+fn tcp_fixed_socket_buffers_reach_every_connection() {
+    let opts = TcpOptions {
+        streams: 2,
+        timeout: Duration::from_secs(20),
+        sockbuf: Some(256 << 10),
+        congestion: None,
+        spin: super::tcp::SPIN_OVERSUBSCRIBED,
+        yield_while_spinning: true,
+        stripe_one_way: false,
+    };
+    let results = tcp_pair_with(opts, |t, peer| {
+        swap_all_sizes(t, peer);
+        let option = |fd: i32, name: libc::c_int| {
+            let mut v: libc::c_int = 0;
+            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            // SAFETY: an int and its length for the kernel to fill.
+            let rc = unsafe {
+                libc::getsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    name,
+                    (&mut v as *mut libc::c_int).cast(),
+                    &mut len,
+                )
+            };
+            assert_eq!(rc, 0);
+            v as usize
+        };
+        t.stream_fds(peer)
+            .into_iter()
+            .map(|fd| (option(fd, libc::SO_SNDBUF), option(fd, libc::SO_RCVBUF)))
+            .collect::<Vec<_>>()
+    });
+    for per_rank in results {
+        assert_eq!(per_rank, vec![(512 << 10, 512 << 10); 2]);
     }
 }
 

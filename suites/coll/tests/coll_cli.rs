@@ -413,6 +413,17 @@ fn oversubscribed_ranks_are_bound_one_cpu_each_unless_already_placed() {
 
     // The same run confined to one CPU by taskset (the first this test may use): that
     // placement stands.
+    let out = dir.join("taskset.json");
+    let o = on_one_cpu(&args(&out));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let warnings = read_json(&out)["warnings"].to_string();
+    assert!(warnings.contains("oversubscribed"), "{warnings}");
+    assert!(!warnings.contains("bound one CPU each"), "{warnings}");
+}
+
+/// Runs tbbench with `args` confined by taskset to the first CPU this test may use, so that
+/// two ranks are more than the CPUs it has (Linux).
+fn on_one_cpu<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> std::process::Output {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let first_cpu: String = status
         .lines()
@@ -422,20 +433,84 @@ fn oversubscribed_ranks_are_bound_one_cpu_each_unless_already_placed() {
         .chars()
         .take_while(char::is_ascii_digit)
         .collect();
-    let out = dir.join("taskset.json");
     let child = std::process::Command::new("taskset")
         .args(["-c", &first_cpu, bin()])
-        .args(args(&out))
+        .args(args)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("taskset runs");
-    let (o, _) = finish(child, Duration::from_secs(120));
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    let warnings = read_json(&out)["warnings"].to_string();
-    assert!(warnings.contains("oversubscribed"), "{warnings}");
-    assert!(!warnings.contains("bound one CPU each"), "{warnings}");
+    finish(child, Duration::from_secs(120)).0
+}
+
+/// With more ranks than cores, the tcp connections set fixed socket buffers (512 KiB) rather
+/// than leave the OS's autotuning on; the result and the header say so. `--sockbuf` given
+/// wins, and `--sockbuf 0` keeps autotuning. Two ranks on one CPU (taskset), every row still
+/// exact.
+#[cfg(target_os = "linux")]
+#[test]
+fn oversubscribed_tcp_ranks_use_fixed_socket_buffers_unless_told() {
+    let dir = tmpdir("coll-sockbuf");
+    for (asked, want) in [
+        (None, Some(512 << 10)),
+        (Some("0"), None),
+        (Some("64KiB"), Some(65536)),
+    ] {
+        let out = dir.join(format!("{asked:?}.json"));
+        let mut args = vec![
+            "coll",
+            "--nodes",
+            "2",
+            "-t",
+            "tcp",
+            "--op",
+            "all-reduce,broadcast",
+            "--sizes",
+            "8,1MiB",
+            "--iters",
+            "2",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        if let Some(b) = asked {
+            args.extend_from_slice(&["--sockbuf", b]);
+        }
+        let o = on_one_cpu(&args);
+        assert!(o.status.success(), "{asked:?}: {}", text(&o.stderr));
+        let r = read_json(&out);
+        let net = &r["network"];
+        assert_eq!(net["sockbuf_bytes"].as_u64(), want, "{asked:?}: {net}");
+        let auto = net["sockbuf_auto"].as_bool().unwrap_or(false);
+        assert_eq!(auto, asked.is_none(), "{asked:?}: {net}");
+        let header = text(&o.stdout);
+        let says = match want {
+            Some(b) if auto => format!(
+                "socket buffers {} KiB (auto: more ranks than cores)",
+                b >> 10
+            ),
+            Some(b) => format!("socket buffers {} KiB\n", b >> 10),
+            None => "socket buffers".into(),
+        };
+        assert_eq!(
+            header.contains(&says),
+            want.is_some(),
+            "{asked:?}: {header}"
+        );
+        for row in r["results"]["rows"].as_array().unwrap() {
+            assert_eq!(row["wrong"], 0, "{asked:?}: {row}");
+        }
+    }
+    // With a CPU for each rank autotuning stays.
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    if cpus >= 2 {
+        let out = dir.join("free.json");
+        let (_, r) = coll(
+            &["--nodes", "2", "-t", "tcp", "--sizes", "8", "--iters", "2"],
+            &out,
+        );
+        assert!(r["network"]["sockbuf_bytes"].is_null(), "{}", r["network"]);
+    }
 }
 
 /// Mistakes a user can make end in one line naming the cause, before any rank starts where

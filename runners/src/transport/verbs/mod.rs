@@ -943,6 +943,8 @@ impl Opening for VerbsOpening {
             streams: None,
             streams_auto: false,
             congestion: None,
+            sockbuf_bytes: None,
+            sockbuf_auto: false,
         };
         Ok(Opened {
             transport: Box::new(t),
