@@ -150,11 +150,18 @@ def human(b):
         if b >= k and b % k == 0:
             return f"{b // k}{unit}"
     return f"{b}B"
-# What tbbench's TCP runs ran: the congestion control and connections per peer it chose.
-for f in sorted(glob.glob(os.path.join(tmp, "tb-*-tcp-*.json")))[:1]:
-    net = json.load(open(f))["network"]
-    auto = " (chosen by tbbench: its congestion control paces each connection)" if net.get("streams_auto") and net.get("streams", 1) > 1 else ""
-    print(f"# tbbench over tcp: congestion control {net.get('congestion', '?')}, {net.get('streams', 1)} connection(s) per peer{auto}")
+# What tbbench's TCP runs ran, per rank count: the congestion control, the connections per
+# peer and the socket buffers, and which of them tbbench chose.
+for n in ranks:
+    for f in sorted(glob.glob(os.path.join(tmp, f"tb-*-{n}-tcp-*.json")))[:1]:
+        net = json.load(open(f))["network"]
+        auto = " (chosen by tbbench: its congestion control paces each connection)" if net.get("streams_auto") and net.get("streams", 1) > 1 else ""
+        line = f"# tbbench over tcp, {n} ranks: congestion control {net.get('congestion', '?')}, {net.get('streams', 1)} connection(s) per peer{auto}"
+        if net.get("sockbuf_bytes"):
+            line += f", socket buffers {human(net['sockbuf_bytes'])}"
+            if net.get("sockbuf_auto"):
+                line += " (chosen by tbbench: more ranks than cores)"
+        print(line)
 print(f"{'op':<11}{'ranks':>5} {'net':<4}{'size':>8} {'OpenMPI us':>11} {'tb auto us':>11} {'algo':>5} {'time x':>7}"
       f" {'OMPI busbw':>10} {'tb busbw':>9} {'busbw x':>8} {'x per round':>12} {'tb best':>8} {'best busbw x':>12}")
 goal_misses, unsettled = [], []
