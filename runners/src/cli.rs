@@ -84,9 +84,10 @@ pub struct Networks(pub Vec<NetSpec>);
 pub fn parse_size(s: &str) -> Result<u64, String> {
     units::parse_size(s).map_err(|e| e.to_string())
 }
-/// A socket buffer size, or 0: keep the OS's autotuning.
+/// A socket buffer size, or 0 (in any unit): keep the OS's autotuning.
 fn parse_sockbuf(s: &str) -> Result<u64, String> {
-    if s.trim() == "0" {
+    let number = s.trim().trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    if number.contains('0') && number.trim().chars().all(|c| c == '0' || c == '.') {
         return Ok(0);
     }
     parse_size(s)

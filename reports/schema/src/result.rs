@@ -148,9 +148,9 @@ pub struct Network {
     /// it for them (tcp, where the OS has a per-connection setting).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub congestion: Option<String>,
-    /// The socket buffer size the data connections asked for (SO_SNDBUF and SO_RCVBUF, tcp;
-    /// Linux doubles it for its bookkeeping and turns autotuning off); None: the OS's
-    /// autotuning.
+    /// The socket buffer size the data connections set (SO_SNDBUF and SO_RCVBUF, tcp), as the
+    /// kernel granted it (Linux caps it at net.core.wmem_max and rmem_max, and turns
+    /// autotuning off); None: the OS's autotuning.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sockbuf_bytes: Option<u64>,
     /// Whether the run chose `sockbuf_bytes` (no --sockbuf given): fixed buffers on a host

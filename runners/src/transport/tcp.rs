@@ -156,7 +156,7 @@ impl Opening for TcpOpening {
             .data_ip
             .as_deref()
             .and_then(|a| a.parse().ok());
-        let oversubscribed = ranks_here(p) > cores();
+        let oversubscribed = ranks_here(p) > cores(p);
         let sockbuf = sockbuf_for(p.opts.sockbuf, oversubscribed);
         // Every rank derives the same count from the same table, so both ends of each pair
         // open the same connections.
@@ -207,7 +207,7 @@ impl Opening for TcpOpening {
             addresses: super::published_addresses(p.table),
             streams: Some(streams),
             streams_auto: p.opts.streams.is_none(),
-            sockbuf_bytes: sockbuf.map(|b| b as u64),
+            sockbuf_bytes: t.sockbuf_granted().map(|b| b as u64),
             sockbuf_auto: sockbuf.is_some() && p.opts.sockbuf.is_none(),
             congestion: t.congestion(),
             ..base
@@ -251,8 +251,13 @@ fn ranks_here(p: &Peers) -> usize {
         .count()
 }
 
-fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+/// This rank's host's online CPUs, as the run's oversubscription warning counts them: under
+/// mpirun each rank may be bound to one core while the host still has all of them.
+fn cores(p: &Peers) -> usize {
+    match p.table[p.rank].host.cores_logical {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
 }
 
 pub struct TcpTransport {
@@ -486,7 +491,8 @@ const SEND_FLAGS: libc::c_int = 0;
 struct Piece {
     data: *mut u8,
     len: usize,
-    total: u64,
+    /// The header this piece carries or must arrive with ([`header`]).
+    expect: u64,
     hdr: [u8; HDR],
     /// Bytes of header + payload moved so far.
     done: usize,
@@ -540,9 +546,26 @@ impl Piece {
     }
 }
 
+/// A piece's header: the message's length in the low 56 bits and how many pieces it was cut
+/// into in the top 8, so that two ends that cut a message differently fail in one line rather
+/// than read one piece's bytes as another's.
+fn header(total: usize, pieces: usize) -> u64 {
+    total as u64 | (pieces as u64) << 56
+}
+const HEADER_LEN_BITS: u64 = (1 << 56) - 1;
+
+/// How many pieces a `len`-byte message is cut into over `k` connections.
+fn pieces(len: usize, k: usize) -> usize {
+    if len < STRIPE_MIN {
+        1
+    } else {
+        k
+    }
+}
+
 /// The pieces of a `len`-byte message, as (stream, offset, length); both ends compute the same.
 fn stripes(len: usize, k: usize) -> impl Iterator<Item = (usize, usize, usize)> {
-    let parts = if len < STRIPE_MIN { 1 } else { k };
+    let parts = pieces(len, k);
     (0..parts).map(move |s| {
         let lo = s * len / parts;
         let hi = (s + 1) * len / parts;
@@ -592,6 +615,23 @@ impl TcpTransport {
         }
         #[cfg(not(target_os = "linux"))]
         None
+    }
+
+    /// The socket buffer size the first data connection got, where one was set: the kernel
+    /// caps what is asked at its limit (Linux: net.core.wmem_max and rmem_max) and reports
+    /// twice what it granted (the other half is its bookkeeping's share).
+    fn sockbuf_granted(&self) -> Option<usize> {
+        self.opts.sockbuf?;
+        let sock = socket2::SockRef::from(self.conns.iter().flatten().next()?);
+        let granted = sock
+            .send_buffer_size()
+            .ok()?
+            .min(sock.recv_buffer_size().ok()?);
+        Some(if cfg!(target_os = "linux") {
+            granted / 2
+        } else {
+            granted
+        })
     }
 
     /// [`PACED_SLICE_BYTES`] where the first data connection's congestion control paces every
@@ -694,12 +734,20 @@ impl TcpTransport {
 
     fn check_header(&self, peer: usize, piece: &Piece) -> Result<()> {
         let got = u64::from_le_bytes(piece.hdr);
-        if got != piece.total {
+        let (sent, wanted) = (got & HEADER_LEN_BITS, piece.expect & HEADER_LEN_BITS);
+        if sent != wanted {
             bail!(
-                "message size mismatch from {}: it sent {} bytes, {} were expected",
+                "message size mismatch from {}: it sent {sent} bytes, {wanted} were expected",
+                self.names[peer]
+            );
+        }
+        if got != piece.expect {
+            bail!(
+                "{} cut a message of {sent} bytes into {} piece(s) over the connections, rank {} into {}: both ends must stripe alike (the same --streams, and one-way traffic set on both)",
                 self.names[peer],
-                got,
-                piece.total
+                got >> 56,
+                self.rank,
+                piece.expect >> 56
             );
         }
         Ok(())
@@ -778,13 +826,13 @@ impl TcpTransport {
             if op.peer >= self.size || op.peer == self.rank {
                 bail!("rank {} cannot send to rank {}", self.rank, op.peer);
             }
-            let total = op.buf.len() as u64;
+            let expect = header(op.buf.len(), pieces(op.buf.len(), parts));
             for (s, off, len) in stripes(op.buf.len(), parts) {
                 channels[op.peer * k + s].sends.push_back(Piece {
                     data: op.buf[off..].as_ptr() as *mut u8,
                     len,
-                    total,
-                    hdr: total.to_le_bytes(),
+                    expect,
+                    hdr: expect.to_le_bytes(),
                     done: 0,
                 });
             }
@@ -793,12 +841,12 @@ impl TcpTransport {
             if op.peer >= self.size || op.peer == self.rank {
                 bail!("rank {} cannot receive from rank {}", self.rank, op.peer);
             }
-            let total = op.buf.len() as u64;
+            let expect = header(op.buf.len(), pieces(op.buf.len(), parts));
             for (s, off, len) in stripes(op.buf.len(), parts) {
                 channels[op.peer * k + s].recvs.push_back(Piece {
                     data: op.buf[off..].as_mut_ptr(),
                     len,
-                    total,
+                    expect,
                     hdr: [0; HDR],
                     done: 0,
                 });

@@ -241,9 +241,9 @@ fn tcp_carries_one_way_messages_on_one_connection_unless_asked_to_stripe() {
     }
 }
 
-/// A socket buffer size reaches every data connection in both directions (Linux reports
-/// twice the size asked for: its bookkeeping's share), and messages larger than it still
-/// arrive whole.
+/// A socket buffer size reaches every data connection in both directions (Linux caps it at
+/// net.core.wmem_max and rmem_max and reports twice what it granted: its bookkeeping's
+/// share), and messages larger than it still arrive whole.
 #[cfg(target_os = "linux")]
 #[test]
 fn tcp_fixed_socket_buffers_reach_every_connection() {
@@ -279,9 +279,43 @@ fn tcp_fixed_socket_buffers_reach_every_connection() {
             .map(|fd| (option(fd, libc::SO_SNDBUF), option(fd, libc::SO_RCVBUF)))
             .collect::<Vec<_>>()
     });
+    let limit = |name: &str| -> usize {
+        let path = format!("/proc/sys/net/core/{name}");
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let granted = |max: usize| 2 * max.min(256 << 10);
+    let want = (granted(limit("wmem_max")), granted(limit("rmem_max")));
     for per_rank in results {
-        assert_eq!(per_rank, vec![(512 << 10, 512 << 10); 2]);
+        assert_eq!(per_rank, vec![want; 2]);
     }
+}
+
+/// Two ends that cut a message differently over their connections (one told its traffic goes
+/// one way, the other not) fail in one line naming the peer, rather than read one piece's
+/// bytes as another's.
+#[cfg(target_os = "linux")]
+#[test]
+fn tcp_names_ends_that_stripe_a_message_differently() {
+    let results = tcp_pair(2, Duration::from_secs(5), |t, peer| {
+        let message = vec![7u8; 1 << 20];
+        if t.rank() == 0 {
+            t.set_traffic(Traffic::OneWay);
+            t.send(peer, &message).unwrap();
+            None
+        } else {
+            let mut got = vec![0u8; message.len()];
+            Some(t.recv(peer, &mut got).unwrap_err().to_string())
+        }
+    });
+    let err = results[1].clone().unwrap();
+    assert!(
+        err.contains("rank 0") && err.contains("into 1 piece(s)") && err.contains("into 2"),
+        "{err}"
+    );
 }
 
 #[test]
