@@ -620,7 +620,7 @@ impl TcpTransport {
     /// The socket buffer size the first data connection got, where one was set: the kernel
     /// caps what is asked at its limit (Linux: net.core.wmem_max and rmem_max) and reports
     /// twice what it granted (the other half is its bookkeeping's share).
-    fn sockbuf_granted(&self) -> Option<usize> {
+    pub(super) fn sockbuf_granted(&self) -> Option<usize> {
         self.opts.sockbuf?;
         let sock = socket2::SockRef::from(self.conns.iter().flatten().next()?);
         let granted = sock
