@@ -303,7 +303,9 @@ fn tcp_names_ends_that_stripe_a_message_differently() {
         let message = vec![7u8; 1 << 20];
         if t.rank() == 0 {
             t.set_traffic(Traffic::OneWay);
-            t.send(peer, &message).unwrap();
+            // Rank 1 stops at the first header and closes its connections, so this send may
+            // end either way.
+            let _ = t.send(peer, &message);
             None
         } else {
             let mut got = vec![0u8; message.len()];
