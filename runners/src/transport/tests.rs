@@ -96,16 +96,26 @@ fn tcp_pair_spinning<T: Send + 'static>(
     body: fn(&mut dyn Transport, usize) -> T,
 ) -> Vec<T> {
     let opts = TcpOptions {
-        streams,
         timeout,
+        spin,
+        ..test_options(streams)
+    };
+    tcp_pair_with(opts, move |t, peer| body(t, peer))
+}
+
+/// The options the tcp tests start from: `streams` connections per pair, a 20 s timeout, the
+/// OS's buffers and congestion control, one-way messages unstriped.
+fn test_options(streams: usize) -> TcpOptions {
+    TcpOptions {
+        streams,
+        timeout: Duration::from_secs(20),
         sockbuf: None,
         congestion: None,
-        spin,
+        spin: super::tcp::SPIN_OVERSUBSCRIBED,
         // Test threads may outnumber the cores.
         yield_while_spinning: true,
         stripe_one_way: false,
-    };
-    tcp_pair_with(opts, move |t, peer| body(t, peer))
+    }
 }
 
 /// Two tcp ranks on loopback with these options, each running `body` on its own thread.
@@ -180,13 +190,8 @@ fn tcp_carries_one_way_messages_on_one_connection_unless_asked_to_stripe() {
     const LEN: usize = 4 << 20;
     for stripe_one_way in [false, true] {
         let opts = TcpOptions {
-            streams: 3,
-            timeout: Duration::from_secs(20),
-            sockbuf: None,
-            congestion: None,
-            spin: super::tcp::SPIN_OVERSUBSCRIBED,
-            yield_while_spinning: true,
             stripe_one_way,
+            ..test_options(3)
         };
         let results = tcp_pair_with(opts, |t, peer| {
             let mut per_mode = Vec::new();
@@ -250,13 +255,8 @@ fn tcp_carries_one_way_messages_on_one_connection_unless_asked_to_stripe() {
 fn tcp_fixed_socket_buffers_reach_every_connection() {
     const ASKED: usize = 256 << 10;
     let opts = TcpOptions {
-        streams: 2,
-        timeout: Duration::from_secs(20),
         sockbuf: Some(ASKED),
-        congestion: None,
-        spin: super::tcp::SPIN_OVERSUBSCRIBED,
-        yield_while_spinning: true,
-        stripe_one_way: false,
+        ..test_options(2)
     };
     let results = tcp_pair_with(opts, |t, peer| {
         swap_all_sizes(t, peer);
