@@ -20,24 +20,18 @@ struct Env {
 }
 
 /// The problems a cluster owner would want pointed out, each as one line (the rules live in
-/// the runner, which `tbbench doctor` reads too; the BLAS kernel's age is the hpl suite's).
+/// the runner, which `tbbench doctor` reads too; the BLAS kernel's age, and whether tbbench works around it, is the hpl suite's).
 fn problems(
     interfaces: &[Interface],
     rdma: &Rdma,
     blas: &tbbench_schema::Blas,
-    cpu_vectors: Option<&str>,
     transparent_hugepages: Option<&str>,
 ) -> Vec<String> {
-    let blas_below_cpu = if blas.name == "openblas" {
-        tbbench_hpl::kernels::kernel_below_cpu(&blas.kernel, cpu_vectors)
-    } else {
-        None
-    };
     hostcheck::problems(&hostcheck::HostState {
         interfaces,
         rdma,
         blas,
-        blas_below_cpu,
+        blas_below_cpu: tbbench_hpl::kernels::kernel_problem(blas),
         transparent_hugepages,
     })
     .into_iter()
@@ -54,7 +48,6 @@ pub fn run(json: bool) -> Result<i32> {
         &interfaces,
         &rdma,
         &blas,
-        tbbench_hpl::kernels::cpu_vectors(),
         host.transparent_hugepages.as_deref(),
     );
     let energy = match tbbench_runners::energy::available() {
@@ -160,6 +153,9 @@ fn print_text(e: &Env) {
         format!(" [{}]", e.blas.env.join(" "))
     };
     println!("{}: {}{env}", e.blas.name, e.blas.kernel);
+    if let Some(note) = &e.blas.note {
+        println!("note: {note}");
+    }
     if let Some(thp) = &h.transparent_hugepages {
         println!("transparent huge pages: {thp}");
     }

@@ -160,10 +160,8 @@ fn main() {
     tbbench_runners::hostcheck::set_blas_probe(|| {
         use tbbench_hpl::kernels;
         let blas = kernels::record();
-        let below = (blas.name == "openblas")
-            .then(|| kernels::kernel_below_cpu(&blas.kernel, kernels::cpu_vectors()))
-            .flatten();
-        (blas, below)
+        let problem = kernels::kernel_problem(&blas);
+        (blas, problem)
     });
     // `--over` prints the networks side by side with the report's own key figures.
     tbbench_runners::launch::set_side_by_side(tbbench_reports::report::network_table);

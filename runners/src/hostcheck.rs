@@ -8,8 +8,8 @@ use crate::netinfo::{Interface, LinkKind};
 use crate::transport::verbs::devices::{self, DeviceInfo};
 use serde::Serialize;
 
-/// This host's BLAS and, where its kernel is older than the CPU's vector unit, the line
-/// saying so. Only the program that loads BLAS knows them (the hpl suite's kernels do), so it
+/// This host's BLAS and, where its kernel is older than the CPU's vector unit and tbbench
+/// cannot work around it, the line saying so. Only the program that loads BLAS knows them (the hpl suite's kernels do), so it
 /// installs this once at start ([`set_blas_probe`]); suites that report BLAS read it here
 /// without depending on the hpl suite.
 pub type BlasProbe = fn() -> (tbbench_schema::Blas, Option<String>);
@@ -31,6 +31,7 @@ pub fn blas() -> (tbbench_schema::Blas, Option<String>) {
                 name: "unknown".into(),
                 kernel: "not probed (no BLAS probe installed)".into(),
                 env: Vec::new(),
+                note: None,
             },
             None,
         ),
@@ -97,8 +98,10 @@ fn problem(kind: &str, detail: String) -> HostProblem {
 }
 
 /// What the problems are judged from. `blas_below_cpu` is the line the BLAS's owner gives
-/// when its kernel is older than the CPU (the hpl suite knows OpenBLAS's kernel names; the
-/// runner does not), None when it is not.
+/// when its kernel is older than the CPU and tbbench can neither correct it nor stand in for
+/// it (the hpl suite knows OpenBLAS's kernel names and its own kernels; the runner does not),
+/// None otherwise. A kernel forced by OPENBLAS_CORETYPE is no problem of itself: the results
+/// record the variable, and a forced kernel behind the CPU is judged as any other.
 pub struct HostState<'a> {
     pub interfaces: &'a [Interface],
     pub rdma: &'a Rdma,
@@ -173,21 +176,6 @@ pub fn problems(s: &HostState) -> Vec<HostProblem> {
     if let Some(line) = &s.blas_below_cpu {
         p.push(problem("blas-kernel-below-cpu", line.clone()));
     }
-    if blas.env.iter().any(|e| e.starts_with("OPENBLAS_CORETYPE=")) {
-        let kernel: Vec<&str> = blas
-            .env
-            .iter()
-            .filter(|e| e.starts_with("OPENBLAS_CORETYPE=") || e.starts_with("OPENBLAS_L2_SIZE="))
-            .map(String::as_str)
-            .collect();
-        p.push(problem(
-            "blas-kernel-forced",
-            format!(
-                "{}: OpenBLAS's kernel is forced (hpl Gflops follow it; results record it)",
-                kernel.join(" ")
-            ),
-        ));
-    }
     if s.transparent_hugepages == Some("never") {
         p.push(problem("no-huge-pages", "transparent huge pages are off (never): hpl's matrix lies in 4 KiB pages and runs slower (enable: echo madvise > /sys/kernel/mm/transparent_hugepage/enabled)".into()));
     }
@@ -242,6 +230,7 @@ mod tests {
             name: "rust-fallback".into(),
             kernel: String::new(),
             env: vec!["OPENBLAS_CORETYPE=Prescott".into()],
+            note: None,
         };
         let p = problems(&HostState {
             interfaces: &ifs,
@@ -263,7 +252,6 @@ mod tests {
                 "rdma-disabled",
                 "no-blas",
                 "blas-kernel-below-cpu",
-                "blas-kernel-forced",
                 "no-huge-pages"
             ]
         );
@@ -276,6 +264,7 @@ mod tests {
             name: "openblas".into(),
             kernel: "Haswell".into(),
             env: vec![],
+            note: None,
         };
         let none = problems(&HostState {
             interfaces: &ifs[3..],
@@ -307,14 +296,12 @@ mod tests {
             "a healthy interface is not a problem: {text:#?}"
         );
         assert!(text.iter().all(|l| !l.contains('\n')));
-        // A forced kernel is named with only the variables that force it.
+        // A kernel forced to the CPU's own is no problem: the result records the variable.
         let forced = tbbench_schema::Blas {
             name: "openblas".into(),
-            kernel: "Haswell".into(),
-            env: vec![
-                "OPENBLAS_CORETYPE=Haswell".into(),
-                "OPENBLAS_THREAD_TIMEOUT=18".into(),
-            ],
+            kernel: "SkylakeX".into(),
+            env: vec!["OPENBLAS_CORETYPE=SkylakeX".into()],
+            note: None,
         };
         let f = problems(&HostState {
             interfaces: &[],
@@ -323,12 +310,6 @@ mod tests {
             blas_below_cpu: None,
             transparent_hugepages: None,
         });
-        assert_eq!(f.len(), 1, "{f:#?}");
-        assert!(
-            f[0].detail
-                .starts_with("OPENBLAS_CORETYPE=Haswell: OpenBLAS's kernel is forced")
-                && !f[0].detail.contains("TIMEOUT"),
-            "{f:#?}"
-        );
+        assert!(f.is_empty(), "{f:#?}");
     }
 }

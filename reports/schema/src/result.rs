@@ -117,6 +117,11 @@ pub struct Blas {
     /// threads (OPENBLAS_NUM_THREADS, OPENBLAS_THREAD_TIMEOUT), as set.
     #[serde(default)]
     pub env: Vec<String>,
+    /// Where the kernel is not the one OpenBLAS picks on a CPU it knows: what happened and
+    /// what tbbench did (it set OPENBLAS_CORETYPE itself after OpenBLAS chose an older
+    /// kernel, or hpl times its own product against a kernel the user held back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// What the data travelled over.

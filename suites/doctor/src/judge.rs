@@ -393,6 +393,7 @@ mod tests {
                 name: "openblas".into(),
                 kernel: "Haswell (OpenBLAS 0.3.21 DYNAMIC_ARCH)".into(),
                 env: vec![],
+                note: None,
             },
             memory_available_bytes: 64 << 30,
             network: Network {

@@ -246,6 +246,40 @@ fn two_local_ranks_complete_and_write_a_result() {
     assert_eq!(r["verification"]["passed"], problems.is_empty());
 }
 
+/// A host whose OpenBLAS chose a kernel older than its CPU (the stand-in makes it choose
+/// Prescott) or was held to one by OPENBLAS_CORETYPE is no problem where tbbench corrects
+/// it or its packed product stands in: the doctor passes such a host, and each host's BLAS
+/// record names what happened.
+#[test]
+fn an_openblas_kernel_older_than_the_cpu_that_tbbench_works_around_is_no_problem() {
+    let dir = tmpdir("doctor-blas");
+    for (name, var, value) in [
+        ("detected", "TBBENCH_TEST_OPENBLAS_DETECTS", "Prescott"),
+        ("held", "OPENBLAS_CORETYPE", "Prescott"),
+    ] {
+        let out = dir.join(format!("{name}.json"));
+        let child = Command::new(bin())
+            .args(["doctor", "--nodes", "2", "--out", out.to_str().unwrap()])
+            .env_remove("OPENBLAS_CORETYPE")
+            .env_remove("TBBENCH_OPENBLAS_DETECTED")
+            .env_remove("TBBENCH_HPL_PRODUCT")
+            .env(var, value)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (o, _) = finish(child, Duration::from_secs(60));
+        let r = read_json(&out);
+        let k = kinds(&r);
+        assert!(
+            !k.iter().any(|k| k.starts_with("blas")),
+            "{name}: {k:?}\n{}",
+            text(&o.stderr)
+        );
+        assert_eq!(o.status.success(), k.is_empty(), "{name}: {k:?}");
+    }
+}
+
 /// A planned run larger than any host's memory: named per host, exit 1, the result written.
 #[test]
 fn a_planned_run_too_large_for_free_memory_is_named() {

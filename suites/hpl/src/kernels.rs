@@ -76,13 +76,74 @@ pub fn blas() -> Option<&'static Blas> {
 /// the whole run median 88.8–89.8 Gflops against 87.5–87.9 with the default and BLAS dtrsm.
 pub const OPENBLAS_THREAD_TIMEOUT: &str = "18";
 
+/// Set by tbbench on the process it starts again after OpenBLAS chose a kernel older than the
+/// CPU: the kernel OpenBLAS chose itself. Its presence says OPENBLAS_CORETYPE is tbbench's
+/// doing (the result records both), and that the check is not to be made again.
+pub const ENV_DETECTED: &str = "TBBENCH_OPENBLAS_DETECTED";
+
+/// For the tests only: the kernel OpenBLAS is made to choose for itself (it loads with
+/// OPENBLAS_CORETYPE set to this), standing in for a host whose OpenBLAS does not know its
+/// CPU (Debian 12's 0.3.21 picks Prescott on Emerald Rapids). Everything after the load runs
+/// as on such a host.
+pub const ENV_TEST_DETECTS: &str = "TBBENCH_TEST_OPENBLAS_DETECTS";
+
 /// Sets what the BLAS reads from the environment when it loads (OPENBLAS_THREAD_TIMEOUT,
-/// above), where the user has not. Called first thing in `main`, while the process has one
-/// thread: changing the environment while another thread reads it is undefined in C.
+/// above), where the user has not, and tells OpenBLAS the kernel this CPU runs where its own
+/// detection fell back to an older one ([`tell_openblas_the_cpu`]). Called first thing in
+/// `main`, while the process has one thread: changing the environment while another thread
+/// reads it is undefined in C.
 pub fn before_threads() {
     if std::env::var_os("OPENBLAS_THREAD_TIMEOUT").is_none() {
         std::env::set_var("OPENBLAS_THREAD_TIMEOUT", OPENBLAS_THREAD_TIMEOUT);
     }
+    tell_openblas_the_cpu();
+}
+
+/// Where OpenBLAS, left to itself, runs a kernel older than this CPU's vector units (a
+/// DYNAMIC_ARCH build that does not know the CPU), starts this program again with
+/// OPENBLAS_CORETYPE naming the newest kernel the CPU's features allow ([`kernel_for_cpu`]).
+/// OpenBLAS reads the variable once, when it loads, and only loading it tells what it chose,
+/// so the process loads it, and where the choice is behind, replaces itself (exec: same pid,
+/// arguments and descriptors) with the variable set. Ranks started from here inherit both
+/// variables; remote ranks make the check on their own host. Nothing happens where the user
+/// set OPENBLAS_CORETYPE (theirs is kept: some old builds need it), with TBBENCH_BLAS=rust,
+/// off x86, or where the exec fails (hpl's own packed product then stands in, timed against
+/// the BLAS at every NB: `packed_product::finding`).
+fn tell_openblas_the_cpu() {
+    let set = |v: &str| std::env::var_os(v).is_some();
+    if !cfg!(all(target_os = "linux", target_arch = "x86_64"))
+        || set("OPENBLAS_CORETYPE")
+        || set(ENV_DETECTED)
+        || std::env::var("TBBENCH_BLAS").as_deref() == Ok("rust")
+    {
+        return;
+    }
+    let test_detects = std::env::var(ENV_TEST_DETECTS).ok();
+    if let Some(k) = &test_detects {
+        std::env::set_var("OPENBLAS_CORETYPE", k);
+    }
+    let Some(core) = blas()
+        .filter(|b| b.name == "openblas")
+        .and_then(|b| b.kernel.split_whitespace().next())
+    else {
+        return;
+    };
+    let Some(wanted) = kernel_for_cpu(core, cpu_vectors()) else {
+        return;
+    };
+    let (Ok(exe), Some(arg0)) = (std::env::current_exe(), std::env::args_os().next()) else {
+        return;
+    };
+    use std::os::unix::process::CommandExt;
+    let e = std::process::Command::new(exe)
+        .arg0(arg0)
+        .args(std::env::args_os().skip(1))
+        .env("OPENBLAS_CORETYPE", wanted)
+        .env(ENV_DETECTED, core)
+        .env_remove(ENV_TEST_DETECTS)
+        .exec();
+    // Only reached when the exec failed: run on with the kernel OpenBLAS chose.
+    eprintln!("tbbench: note: could not start again with OPENBLAS_CORETYPE={wanted} ({e}); OpenBLAS runs its {core} kernel");
 }
 
 static THREADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
@@ -382,6 +443,41 @@ pub fn cpu_vectors() -> Option<&'static str> {
     None
 }
 
+/// The OpenBLAS kernel to ask for (OPENBLAS_CORETYPE) where `core`, the one it runs, is of an
+/// older x86 generation than `cpu` ([`cpu_vectors`]): SkylakeX on AVX-512 (its DGEMM is also
+/// Cooperlake's and Sapphire Rapids'), Haswell on AVX2 with FMA. None where `core` fits.
+pub fn kernel_for_cpu(core: &str, cpu: Option<&str>) -> Option<&'static str> {
+    kernel_below_cpu(core, cpu)?;
+    Some(match cpu {
+        Some("avx512") => "SkylakeX",
+        _ => "Haswell",
+    })
+}
+
+/// What the result and `tbbench env` say of this host's OpenBLAS kernel where it is not the
+/// one OpenBLAS would pick on a CPU it knows, and what tbbench did about it: None where there
+/// is nothing to say. `detected` is [`ENV_DETECTED`] (tbbench set OPENBLAS_CORETYPE); `below`
+/// is [`kernel_below_cpu`]'s line for the kernel that runs now; `packed` whether hpl's own
+/// product can stand in for the BLAS's DGEMM on this CPU.
+pub fn kernel_note(
+    kernel: &str,
+    detected: Option<&str>,
+    below: Option<&str>,
+    packed: bool,
+) -> Option<String> {
+    let core = kernel.split_whitespace().next().unwrap_or(kernel);
+    match (detected, below) {
+        (Some(d), None) => Some(format!(
+            "OpenBLAS chose its {d} kernel, older than this CPU; tbbench set OPENBLAS_CORETYPE={core} for its own processes"
+        )),
+        (_, Some(line)) if packed => Some(format!(
+            "{line}; hpl times tbbench's own packed product against it at every NB and runs the faster"
+        )),
+        (_, Some(line)) => Some(line.to_string()),
+        (None, None) => None,
+    }
+}
+
 /// One line when OpenBLAS runs a kernel of an older x86 generation than the CPU (its
 /// DYNAMIC_ARCH build did not recognise the CPU, common in VMs that hide the model, or
 /// OPENBLAS_CORETYPE forced it): DGEMM then runs at a fraction of what the CPU does. Seen on
@@ -439,13 +535,44 @@ pub fn record() -> tbbench_schema::Blas {
             name: b.name.clone(),
             kernel: b.kernel.clone(),
             env,
+            note: (b.name == "openblas")
+                .then(|| {
+                    let below = kernel_below_cpu(&b.kernel, cpu_vectors());
+                    let detected = std::env::var(ENV_DETECTED).ok();
+                    kernel_note(
+                        &b.kernel,
+                        detected.as_deref(),
+                        below.as_deref(),
+                        packed_stands_in(),
+                    )
+                })
+                .flatten(),
         },
         None => tbbench_schema::Blas {
             name: "rust-fallback".into(),
             kernel: "tbbench kernels (pure Rust, one thread): no BLAS found".into(),
             env,
+            note: None,
         },
     }
+}
+
+/// Whether hpl's own packed product may replace the BLAS's DGEMM here: the CPU runs one of its
+/// kernels and TBBENCH_HPL_PRODUCT does not hold hpl to the BLAS.
+fn packed_stands_in() -> bool {
+    crate::packed_product::available()
+        && crate::packed_product::forced() != Ok(Some(crate::packed_product::Product::Blas))
+}
+
+/// The line `tbbench env` and doctor count as a problem of this host's BLAS: a kernel older
+/// than the CPU that tbbench can neither correct (the user set OPENBLAS_CORETYPE, or the
+/// build has one kernel) nor stand in for (`packed_stands_in`). None where hpl runs at the
+/// CPU's rate either way; the record's `note` still names the gap.
+pub fn kernel_problem(blas: &tbbench_schema::Blas) -> Option<String> {
+    if blas.name != "openblas" || packed_stands_in() {
+        return None;
+    }
+    kernel_below_cpu(&blas.kernel, cpu_vectors())
 }
 
 #[cfg(test)]
@@ -474,6 +601,43 @@ mod kernel_tests {
         // No x86 vector unit known (Arm, old x86): nothing judged.
         assert_eq!(kernel_below_cpu("Prescott", None), None);
         assert_eq!(kernel_below_cpu("neoversen1", None), None);
+    }
+
+    #[test]
+    fn the_kernel_asked_for_is_the_newest_the_cpu_allows_and_only_where_openblas_fell_behind() {
+        use super::kernel_for_cpu;
+        assert_eq!(kernel_for_cpu("Prescott", Some("avx512")), Some("SkylakeX"));
+        assert_eq!(kernel_for_cpu("Sandybridge", Some("avx2")), Some("Haswell"));
+        assert_eq!(kernel_for_cpu("Nehalem", Some("avx512")), Some("SkylakeX"));
+        for (k, cpu) in [
+            ("Cooperlake", "avx512"),
+            ("Zen", "avx512"),
+            ("Haswell", "avx2"),
+        ] {
+            assert_eq!(kernel_for_cpu(k, Some(cpu)), None, "{k} on {cpu}");
+        }
+        assert_eq!(kernel_for_cpu("Prescott", None), None);
+    }
+
+    #[test]
+    fn the_note_says_what_tbbench_did_about_an_old_kernel() {
+        use super::kernel_note;
+        let corrected = kernel_note("SkylakeX (OpenBLAS 0.3.21)", Some("Prescott"), None, true);
+        assert_eq!(
+            corrected.as_deref(),
+            Some("OpenBLAS chose its Prescott kernel, older than this CPU; tbbench set OPENBLAS_CORETYPE=SkylakeX for its own processes")
+        );
+        let below = "OpenBLAS runs its Prescott kernel on a CPU with AVX-512: ...";
+        let stood_in = kernel_note("Prescott", None, Some(below), true).unwrap();
+        assert!(
+            stood_in.starts_with(below) && stood_in.contains("packed product"),
+            "{stood_in}"
+        );
+        assert_eq!(
+            kernel_note("Prescott", None, Some(below), false).as_deref(),
+            Some(below)
+        );
+        assert_eq!(kernel_note("Cooperlake", None, None, true), None);
     }
 }
 

@@ -331,14 +331,22 @@ fn faster(mine: f64, blas: f64) -> Product {
 /// What this process finds at block size `nb`, the product called as `shape` says: timed
 /// against the BLAS on an update of that depth and shape (3000 rows; 512 columns per chunk,
 /// two per thread, or one call over as many columns; the rank's threads at once), once per
-/// NB and shape, up to `MAX_MEASURED_K`; decided without timing otherwise (`choose`):
-/// `TBBENCH_HPL_PRODUCT=packed|blas`, no kernel for this CPU, no BLAS, a deeper NB.
+/// NB and shape, up to `MAX_MEASURED_K` (at every NB where the BLAS runs a kernel older than
+/// the CPU); decided without timing otherwise (`choose`): `TBBENCH_HPL_PRODUCT=packed|blas`,
+/// no kernel for this CPU, no BLAS, a deeper NB.
 pub fn finding(nb: usize, shape: Shape) -> Finding {
     type Found = Vec<(usize, Shape, Finding)>;
     static FOUND: std::sync::Mutex<Found> = std::sync::Mutex::new(Vec::new());
     // A bad value is refused before the ranks start (`forced`); here it only times both.
     let told = forced().ok().flatten();
-    if let Some(p) = choose(available(), told, kernels::blas().is_some(), nb) {
+    // A BLAS kernel older than the CPU (held there by OPENBLAS_CORETYPE, or a build with one
+    // kernel) is timed against at every NB: past MAX_MEASURED_K it is no longer the faster.
+    let behind = kernels::blas().is_some_and(|b| {
+        b.name == "openblas"
+            && kernels::kernel_below_cpu(&b.kernel, kernels::cpu_vectors()).is_some()
+    });
+    let nb_told = if behind { nb.min(MAX_MEASURED_K) } else { nb };
+    if let Some(p) = choose(available(), told, kernels::blas().is_some(), nb_told) {
         return Finding::Decided(p);
     }
     let mut found = FOUND.lock().unwrap_or_else(|e| e.into_inner());

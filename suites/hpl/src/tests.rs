@@ -143,7 +143,9 @@ fn run_ranks_with(
     handles.into_iter().map(|h| h.join().unwrap()).collect()
 }
 
-/// The largest relative difference from `want` over every rank's x.
+/// The largest relative difference from `want` over every rank's x (held to
+/// `reference::x_tolerance`, which follows from the system's conditioning: kernels that
+/// round differently, as FMA and wider vectors do, stay within it).
 fn worst_error(xs: &[Vec<f64>], want: &[f64]) -> f64 {
     xs.iter()
         .flat_map(|x| x.iter().zip(want))
@@ -173,7 +175,7 @@ fn every_grid_solves_to_the_reference_x_and_passes_at_every_lookahead_depth() {
                     let xs = distributed_x(n, nb, Grid { p, q, map }, o);
                     let worst = worst_error(&xs, &want);
                     assert!(
-                        worst < 1e-12,
+                        worst < reference::x_tolerance(n, HPL_SEED),
                         "{p}x{q} nb {nb} {map:?} depth {depth}: x off by {worst}"
                     );
                     let resid = reference::residual(n, HPL_SEED, &xs[0]);
@@ -206,7 +208,7 @@ fn both_u12_solvers_reach_the_reference_x_on_every_grid() {
                             .collect();
                     let worst = worst_error(&xs, &want);
                     assert!(
-                        worst < 1e-11,
+                        worst < reference::x_tolerance(n, HPL_SEED),
                         "{p}x{q} nb {nb} depth {depth} {u12:?}: x off by {worst}"
                     );
                 }
@@ -250,9 +252,15 @@ fn one_rank_factors_each_panel_beside_the_update_on_several_threads() {
                 let case = format!("n {n} nb {nb} {u12:?} {product:?} {threads} threads");
                 assert_eq!(events, order, "{case}");
                 let worst = worst_error(std::slice::from_ref(&x), &want);
-                assert!(worst < 1e-11, "{case}: x off the reference by {worst}");
+                assert!(
+                    worst < reference::x_tolerance(n, HPL_SEED),
+                    "{case}: x off the reference by {worst}"
+                );
                 let apart = worst_error(std::slice::from_ref(&x), &one[0].0);
-                assert!(apart < 1e-12, "{case}: x off one thread's by {apart}");
+                assert!(
+                    apart < reference::x_tolerance(n, HPL_SEED),
+                    "{case}: x off one thread's by {apart}"
+                );
             }
         }
     }
@@ -285,9 +293,15 @@ fn the_packed_product_reaches_the_blas_x_on_every_grid_and_depth() {
                     let case = format!("n {n} nb {nb} {p}x{q} depth {depth} {threads} threads");
                     assert_eq!(packed_order, blas_order, "{case}");
                     let worst = worst_error(&packed, &want);
-                    assert!(worst < 1e-10, "{case}: x off the reference by {worst}");
+                    assert!(
+                        worst < reference::x_tolerance(n, HPL_SEED),
+                        "{case}: x off the reference by {worst}"
+                    );
                     let apart = worst_error(&packed, &blas[0]);
-                    assert!(apart < 1e-11, "{case}: x off the BLAS's by {apart}");
+                    assert!(
+                        apart < reference::x_tolerance(n, HPL_SEED),
+                        "{case}: x off the BLAS's by {apart}"
+                    );
                 }
             }
         }
@@ -315,12 +329,12 @@ fn every_lookahead_depth_gives_the_same_x_as_none_on_larger_systems() {
             }
             let worst = worst_error(&with, &want).max(worst_error(&without, &want));
             assert!(
-                worst < 1e-10,
+                worst < reference::x_tolerance(n, HPL_SEED),
                 "{p}x{q} depth {depth}: x off the reference by {worst}"
             );
             let apart = worst_error(&with, &without[0]);
             assert!(
-                apart < 1e-12,
+                apart < reference::x_tolerance(n, HPL_SEED),
                 "{p}x{q}: depth 0 and {depth} differ by {apart}"
             );
         }
@@ -392,7 +406,7 @@ fn recursive_panels_of_every_shape_give_the_same_x() {
                 let xs = distributed_x(n, 16, grid(p, q), o);
                 let worst = worst_error(&xs[..1], &want);
                 assert!(
-                    worst < 1e-10,
+                    worst < reference::x_tolerance(n, HPL_SEED),
                     "NBMIN {nbmin} NDIV {ndiv} on {p}x{q} depth {depth}: x off by {worst}"
                 );
             }
@@ -424,7 +438,7 @@ fn every_broadcast_variant_gives_the_same_x() {
                 let xs = distributed_x(n, 64, grid(p, q), o);
                 let worst = worst_error(&xs[..1], &want);
                 assert!(
-                    worst < 1e-10,
+                    worst < reference::x_tolerance(n, HPL_SEED),
                     "{bcast:?} on {p}x{q} depth {depth}: x off by {worst}"
                 );
             }
@@ -475,7 +489,7 @@ fn every_pfact_and_rfact_solves_on_every_grid_at_depth_0_and_1() {
                             let xs = distributed_x(n, nb, Grid { p, q, map }, o);
                             let worst = worst_error(&xs, &want);
                             assert!(
-                                worst < 1e-12,
+                                worst < reference::x_tolerance(n, HPL_SEED),
                                 "PFACT {pfact:?} RFACT {rfact:?} {p}x{q} nb {nb} {map:?} depth {depth}: x off by {worst}"
                             );
                         }
@@ -512,7 +526,7 @@ fn every_pfact_rfact_and_swap_combination_matches_the_reference_across_process_r
                         assert!(xs.iter().all(|x| x == &xs[0]));
                         let worst = worst_error(&xs[..1], &want);
                         assert!(
-                            worst < 1e-10,
+                            worst < reference::x_tolerance(n, HPL_SEED),
                             "{swap:?} PFACT {pfact:?} RFACT {rfact:?} {p}x{q} depth {depth}: x off by {worst}"
                         );
                         let resid = reference::residual(n, HPL_SEED, &xs[0]);

@@ -799,3 +799,108 @@ fn nb_is_measured_when_not_given_and_the_result_says_so() {
     );
     assert_eq!(r["results"]["runs"][0]["nb"], 96);
 }
+
+/// Where OpenBLAS, left to itself, runs a kernel older than the CPU (here the stand-in makes
+/// it choose Prescott, as Debian 12's 0.3.21 does on Emerald Rapids), tbbench starts itself
+/// again with OPENBLAS_CORETYPE naming the CPU's kernel: the ranks run it, the result records
+/// both kernels, `tbbench env` names the gap and counts no problem (a kernel the user holds
+/// back: runners/tests/env_cli.rs).
+#[test]
+fn an_openblas_that_falls_behind_the_cpu_is_told_the_cpus_kernel() {
+    #[cfg(target_arch = "x86_64")]
+    let wanted = if std::arch::is_x86_feature_detected!("avx512f") {
+        Some("SkylakeX")
+    } else if std::arch::is_x86_feature_detected!("avx2")
+        && std::arch::is_x86_feature_detected!("fma")
+    {
+        Some("Haswell")
+    } else {
+        None
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let wanted: Option<&str> = None;
+    let Some(wanted) = wanted.filter(|_| cfg!(target_os = "linux")) else {
+        skipped("OpenBLAS's x86 kernels are judged on x86-64 Linux with AVX2 or AVX-512 only");
+        return;
+    };
+    let command = |args: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = std::process::Command::new(bin());
+        cmd.args(args)
+            .env_remove("OPENBLAS_CORETYPE")
+            .env_remove("TBBENCH_OPENBLAS_DETECTED")
+            .env_remove("TBBENCH_HPL_PRODUCT")
+            .env_remove("TBBENCH_BLAS")
+            .envs(env.iter().copied())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        finish(cmd.spawn().unwrap(), Duration::from_secs(60)).0
+    };
+    let env_json = |env: &[(&str, &str)]| -> serde_json::Value {
+        let o = command(&["env", "--json"], env);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    if env_json(&[])["blas"]["name"] != "openblas" {
+        skipped("no OpenBLAS on this host (apt install libopenblas0)");
+        return;
+    }
+    let stand_in = [("TBBENCH_TEST_OPENBLAS_DETECTS", "Prescott")];
+    let dir = tmpdir("hpl-openblas-kernel");
+    let out = dir.join("told.json");
+    let o = command(
+        &[
+            "hpl",
+            "--nodes",
+            "2",
+            "--n",
+            "300",
+            "--nb",
+            "32",
+            "--no-dgemm-probe",
+        ]
+        .into_iter()
+        .chain(["--out", out.to_str().unwrap()])
+        .collect::<Vec<_>>(),
+        &stand_in,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let r = read_json(&out);
+    let blas = &r["hosts"][0]["blas"];
+    assert!(
+        blas["kernel"].as_str().unwrap().starts_with(wanted),
+        "{blas}"
+    );
+    assert!(
+        blas["env"]
+            .as_array()
+            .unwrap()
+            .contains(&format!("OPENBLAS_CORETYPE={wanted}").into()),
+        "{blas}"
+    );
+    let note = blas["note"].as_str().unwrap();
+    assert!(
+        note.contains("chose its Prescott kernel")
+            && note.contains(&format!("tbbench set OPENBLAS_CORETYPE={wanted}")),
+        "{note}"
+    );
+    assert_eq!(r["results"]["runs"][0]["passed"], true);
+    // env: the gap named, no problem counted.
+    let e = env_json(&stand_in);
+    assert!(
+        e["blas"]["kernel"].as_str().unwrap().starts_with(wanted),
+        "{e}"
+    );
+    assert!(
+        e["blas"]["note"].as_str().unwrap().contains("Prescott"),
+        "{e}"
+    );
+    let blas_problem = |e: &serde_json::Value| {
+        e["problems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p.as_str().unwrap().contains("OpenBLAS runs its"))
+    };
+    assert!(!blas_problem(&e), "{e}");
+}
