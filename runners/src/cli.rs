@@ -148,6 +148,7 @@ impl RunArgs {
                 .map(absolute_lib),
             subnet: None,
             over: self.over.clone().map(|n| n.0).unwrap_or_default(),
+            links: false,
             network_index: None,
             streams: self.streams.map(usize::from),
             streams_when_paced: crate::transport::tcp::AUTO_STREAMS_PACED,

@@ -187,6 +187,9 @@ fn rank_main<S: Suite>(
         None => None,
     };
     let data_ip: Option<IpAddr> = match &opts.iface {
+        // Over links each peer is reached on its own cable: the data listener takes every
+        // address, and the connections pick theirs per peer (transport::tcp).
+        _ if opts.links => None,
         Some(iface) => Some(IpAddr::V4(netinfo::ipv4_of(iface)?)),
         // A subnet: this host's own address in it, whatever the interface is called here.
         None if opts.subnet.is_some() => Some(IpAddr::V4(netinfo::ipv4_in_subnet(
@@ -215,6 +218,11 @@ fn rank_main<S: Suite>(
         boot_id: boot_id(),
         host,
         rdma: None,
+        links: if opts.links {
+            Some(crate::links::LinkInfo::gather(control_ip, rdv.as_deref())?)
+        } else {
+            None
+        },
     };
     if let Ok(o) = &opening {
         o.advertise(&mut me);
@@ -331,13 +339,41 @@ fn run_suite<S: Suite>(
     opening: Result<Box<dyn Opening>>,
     launched: bool,
 ) -> Result<i32> {
-    let Opened { transport, network } = opening?.connect(&Peers {
+    // Over links: the cables every pair has, derived alike on every rank from the table; a
+    // suite that needs a pair with none ends here, before anything is opened.
+    let cabling = if opts.links {
+        let hosts: Vec<String> = names.iter().map(|n| n.host.clone()).collect();
+        let infos: Vec<crate::links::LinkInfo> = table
+            .iter()
+            .map(|i| i.links.clone().unwrap_or_default())
+            .collect();
+        let c = crate::links::derive(&hosts, &infos)?;
+        if !c.topology.unlinked.is_empty() && S::needs_every_pair(config) {
+            bail!(
+                "{} needs a cable between every pair of ranks, and these have none: {} (run it over one network, e.g. --over tcp:IFACE, or cable those hosts)",
+                S::NAME,
+                c.unlinked_line(&hosts)
+            );
+        }
+        Some(c)
+    } else {
+        None
+    };
+    let Opened {
+        transport,
+        mut network,
+    } = opening?.connect(&Peers {
         rank,
         table,
         names,
         token,
         opts,
+        cabling: cabling.as_ref(),
     })?;
+    if let Some(c) = cabling {
+        network.links = c.links;
+        network.topology = Some(c.topology);
+    }
     let hosts = group_hosts(table);
     let rank_hosts = table.iter().map(|i| i.hostname.clone()).collect();
     let progress = rank == 0 && std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -362,7 +398,16 @@ fn run_suite<S: Suite>(
     if let Some(w) = ctx.oversubscribed() {
         warnings.insert(0, w);
     }
-    let params = merge_params(serde_json::to_value(opts)?, serde_json::to_value(config)?)?;
+    let mut params = merge_params(serde_json::to_value(opts)?, serde_json::to_value(config)?)?;
+    // The hostfile's `envs` (MLX's object form), which the launcher set on every rank.
+    if let Ok(envs) = std::env::var(launch::ENV_HOSTFILE_ENVS) {
+        if let (Ok(list), Some(p)) = (
+            serde_json::from_str::<Vec<String>>(&envs),
+            params.as_object_mut(),
+        ) {
+            p.insert("hostfile_envs".into(), list.into());
+        }
+    }
     let result = ResultFile::finished(
         tool,
         started,

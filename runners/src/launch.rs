@@ -6,6 +6,7 @@
 //! closes and they exit, so nothing is orphaned on any host.
 
 use crate::hostfile::{place_ranks, read_hostfile, HostEntry};
+use crate::links::{HostCables, ENV_CABLES};
 use crate::options::RunOptions;
 use crate::rendezvous::{Token, LIVENESS};
 use anyhow::{anyhow, bail, Context, Result};
@@ -24,6 +25,8 @@ pub const ENV_RANK: &str = "TBBENCH_RANK";
 pub const ENV_SIZE: &str = "TBBENCH_SIZE";
 pub const ENV_LABEL: &str = "TBBENCH_LABEL";
 pub const ENV_ADDR: &str = "TBBENCH_ADDR";
+/// The hostfile's `envs` as a JSON list, for the result's `params.hostfile_envs`.
+pub const ENV_HOSTFILE_ENVS: &str = "TBBENCH_HOSTFILE_ENVS";
 pub const ENV_RDV: &str = "TBBENCH_RDV";
 /// Set when the token arrives on stdin (and stdin closing means the launcher is gone).
 pub const ENV_LAUNCHED: &str = "TBBENCH_LAUNCHED";
@@ -44,6 +47,10 @@ struct Placement {
     host: Option<HostEntry>,
     label: String,
     addr: Option<String>,
+    /// Its host's index in the hostfile and the cables the file names ([`ENV_CABLES`]).
+    cables: Option<HostCables>,
+    /// The hostfile's `envs` (MLX's object form), set on the rank and recorded.
+    envs: Vec<String>,
 }
 
 /// A rank's host as the ranks' own lines name it: a local rank by this machine's name, a
@@ -142,12 +149,18 @@ fn plan(opts: &RunOptions) -> Result<Vec<Placement>> {
                 host: None,
                 label: "localhost".into(),
                 addr: addr.clone(),
+                cables: None,
+                envs: vec![],
             })
             .collect());
     };
-    let hosts = read_hostfile(path)?;
+    let file = read_hostfile(path)?;
+    for note in &file.notes {
+        eprintln!("tbbench: note: hostfile {}: {note}", path.display());
+    }
+    let hosts = &file.hosts;
     let placed =
-        place_ranks(&hosts, opts.nodes).with_context(|| format!("hostfile {}", path.display()))?;
+        place_ranks(hosts, opts.nodes).with_context(|| format!("hostfile {}", path.display()))?;
     let all_local = placed.iter().all(|i| is_local(&hosts[*i].name));
     check_local_ranks(
         placed.iter().filter(|i| is_local(&hosts[**i].name)).count(),
@@ -168,6 +181,11 @@ fn plan(opts: &RunOptions) -> Result<Vec<Placement>> {
             });
             Placement {
                 label: h.name.clone(),
+                cables: Some(HostCables {
+                    host: i,
+                    hints: h.cables.clone(),
+                }),
+                envs: file.envs.clone(),
                 host: if local { None } else { Some(h) },
                 addr,
             }
@@ -210,6 +228,12 @@ fn rank_command(
     if let Some(a) = &p.addr {
         env.push((ENV_ADDR, a.clone()));
     }
+    if let Some(c) = &p.cables {
+        env.push((ENV_CABLES, serde_json::to_string(c)?));
+    }
+    if !p.envs.is_empty() {
+        env.push((ENV_HOSTFILE_ENVS, serde_json::to_string(&p.envs)?));
+    }
     if let Some(r) = rdv {
         env.push((ENV_RDV, r.to_string()));
     }
@@ -224,9 +248,20 @@ fn rank_command(
             lib.to_string_lossy().into_owned(),
         ));
     }
+    // The hostfile's own variables (MLX_METAL_FAST_SYNCH=1 and the like), as mlx.launch sets
+    // them; parse_hostfile checked each is KEY=VALUE.
+    let file_envs: Vec<(String, String)> = p
+        .envs
+        .iter()
+        .filter_map(|e| e.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     let Some(host) = &p.host else {
         let mut c = Command::new(exe);
         c.args(&args);
+        for (k, v) in &file_envs {
+            c.env(k, v);
+        }
         for (k, v) in env {
             c.env(k, v);
         }
@@ -237,6 +272,7 @@ fn rank_command(
         bail!("--rsh is empty");
     };
     let mut argv: Vec<String> = vec!["env".into()];
+    argv.extend(file_envs.iter().map(|(k, v)| format!("{k}={v}")));
     argv.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
     argv.push(exe.to_string_lossy().into_owned());
     argv.extend(args);

@@ -10,6 +10,7 @@ pub mod gate;
 pub mod hostcheck;
 pub mod hostfile;
 pub mod launch;
+pub mod links;
 pub mod mpi_boot;
 pub mod netinfo;
 pub mod options;

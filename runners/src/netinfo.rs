@@ -249,6 +249,38 @@ fn raw_interfaces() -> anyhow::Result<Vec<RawIf>> {
     Ok(merge_entries(entries))
 }
 
+/// Every IPv4 address on this host with its interface and prefix length, in the order the OS
+/// lists them: what two hosts compare to find the cable between them (`crate::links`).
+pub fn ipv4_prefixes() -> anyhow::Result<Vec<(String, Ipv4Addr, u8)>> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: on success getifaddrs stores the head of a list we free below.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("getifaddrs: listing interfaces");
+    }
+    let mut out = Vec::new();
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a non-null node of the list getifaddrs returned, not yet freed.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_addr and ifa_netmask are null or point to sockaddrs of their family.
+        let (addr, mask) = unsafe { (sockaddr_ip(ifa.ifa_addr), sockaddr_ip(ifa.ifa_netmask)) };
+        if let (Some(IpAddr::V4(ip)), Some(IpAddr::V4(m))) = (addr, mask) {
+            // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+            let name = unsafe { CStr::from_ptr(ifa.ifa_name) }
+                .to_string_lossy()
+                .into_owned();
+            out.push((name, ip, u32::from(m).count_ones() as u8));
+        }
+    }
+    // SAFETY: `head` came from getifaddrs, is freed once, and nothing borrowed from it remains.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
+}
+
 /// The IP address in a sockaddr, for AF_INET and AF_INET6; None for other families
 /// (AF_PACKET, AF_LINK), which only tell that the interface exists.
 ///

@@ -60,6 +60,9 @@ pub struct RunOptions {
     pub subnet: Option<(Ipv4Addr, u8)>,
     /// Networks to run the suite over, one after another (`--over`); empty: just once.
     pub over: Vec<NetSpec>,
+    /// Each pair of ranks over its own cable(s) (`--over tcp:links`), not one network for all.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub links: bool,
     /// Which of `over` this run is (set by the launcher for its ranks).
     pub network_index: Option<usize>,
     /// Parallel TCP connections per pair of ranks; None: chosen when the ranks meet
@@ -110,6 +113,9 @@ pub enum NetTarget {
     Subnet(Ipv4Addr, u8),
     /// An RDMA device (`verbs:rdma_en3`, `verbs:mlx5_0`).
     Device(String),
+    /// Each pair of ranks over its own cable(s) (`tcp:links`), from the hostfile or found by
+    /// subnet (`crate::links`).
+    Links,
 }
 
 impl NetSpec {
@@ -126,7 +132,12 @@ impl NetSpec {
             None => NetTarget::Default,
             Some("") => anyhow::bail!("network '{s}': nothing after ':'"),
             Some(w) => {
-                if let Some((ip, bits)) = w.split_once('/') {
+                if w == "links" {
+                    if transport != TransportKind::Tcp {
+                        anyhow::bail!("network '{s}': links per pair run over tcp only so far (tcp:links); verbs uses one device per rank (verbs:rdma_en3)");
+                    }
+                    NetTarget::Links
+                } else if let Some((ip, bits)) = w.split_once('/') {
                     let ip: Ipv4Addr = ip.parse().map_err(|_| {
                         anyhow::anyhow!("network '{s}': '{ip}' is not an IPv4 address")
                     })?;
@@ -247,12 +258,14 @@ impl RunOptions {
         o.addr = None;
         o.subnet = None;
         o.rdma_device = None;
+        o.links = false;
         match &spec.target {
             NetTarget::Default => {}
             NetTarget::Interface(i) => o.iface = Some(i.clone()),
             NetTarget::Address(a) => o.addr = Some(*a),
             NetTarget::Subnet(n, b) => o.subnet = Some((*n, *b)),
             NetTarget::Device(d) => o.rdma_device = Some(d.clone()),
+            NetTarget::Links => o.links = true,
         }
         o
     }
@@ -274,6 +287,7 @@ impl Default for RunOptions {
             iface: None,
             subnet: None,
             over: Vec::new(),
+            links: false,
             network_index: None,
             rdma_device: None,
             verbs_lib: None,

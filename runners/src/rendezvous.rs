@@ -148,6 +148,10 @@ pub struct RankInfo {
     /// hex-encoded; None when its device did not open or another transport runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rdma: Option<String>,
+    /// A run over links (`--over tcp:links`): this rank's addresses and the cables its
+    /// hostfile entry names, from which every rank derives the same links.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub links: Option<crate::links::LinkInfo>,
 }
 
 /// What a joining rank says after the token, in its first frame.
@@ -638,6 +642,7 @@ mod tests {
             boot_id: String::new(),
             host: Default::default(),
             rdma: None,
+            links: None,
         }
     }
 

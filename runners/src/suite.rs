@@ -19,6 +19,14 @@ pub trait Suite {
 
     /// Runs on every rank. Rank 0 returns Some(output); the others return None.
     fn run(config: &Self::Config, ctx: &mut Context) -> Result<Option<SuiteOutput>>;
+
+    /// Whether a run over links (`--over tcp:links`) needs a cable between every pair of
+    /// ranks: collectives, hpl and the decode exchange with any rank. A suite that measures
+    /// only the pairs it finds linked (`network.links`) says no. Where one is needed and
+    /// missing, the run ends before it starts, naming the pairs.
+    fn needs_every_pair(_config: &Self::Config) -> bool {
+        true
+    }
 }
 
 /// What a suite sees of the run.

@@ -370,10 +370,14 @@ fn hostfiles_answer_ok_or_one_line() {
     let hostfiles = seeds(&[
         "# cluster\nmac1 slots=2\nmac2   # second\n\nuser@mac3 slots=1 max_slots=4\n",
         r#"[{"ssh": "mac1", "ips": ["10.0.0.1", "192.168.1.5"]}, {"ssh": "mac2", "ips": [], "slots": 2}]"#,
+        r#"{"backend": "jaccl", "envs": ["A=1"], "hosts": [{"ssh": "m0", "rdma": [null, "rdma_en3"]}, {"ssh": "m1", "rdma": [["rdma_en3"], null]}]}"#,
+        r#"{"backend": "ring", "hosts": [{"ssh": "m0", "ips": ["192.168.0.2"]}, {"ssh": "m1", "ips": ["192.168.0.1"]}]}"#,
         "10.72.0.1 slots=1\n10.72.0.2 slots=1\n",
     ]);
     fuzz("hostfile", &hostfiles, 3000, &|b| {
-        let hosts = parse_hostfile(&text(b)).map_err(|e| format!("{e:#}"))?;
+        let hosts = parse_hostfile(&text(b))
+            .map_err(|e| format!("{e:#}"))?
+            .hosts;
         for nodes in [1, 4, 1024] {
             if let Ok(p) = place_ranks(&hosts, nodes) {
                 assert_eq!(p.len(), nodes);
@@ -559,7 +563,9 @@ fn found_cases_stay_fixed() {
             .map(|_| ())
             .map_err(|e| format!("{e:#}")),
     );
-    let h = hostfile::parse_hostfile("a slots=18446744073709551615\nb slots=3\n").unwrap();
+    let h = hostfile::parse_hostfile("a slots=18446744073709551615\nb slots=3\n")
+        .unwrap()
+        .hosts;
     assert_eq!(hostfile::place_ranks(&h, 2).unwrap(), vec![0, 0]);
     let dat = std::fs::read_to_string(root().join("fixtures/netlib-HPL.dat")).unwrap();
     let with = |line: usize, text: &str| {

@@ -164,6 +164,57 @@ pub struct Network {
     pub sockbuf_auto: bool,
     /// A short label for tables and charts: "tcp/lo (loopback)".
     pub label: String,
+    /// A run over links (`--over tcp:links`): every cable between two ranks, as each end
+    /// reports it. Empty for a run over one network.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<Link>,
+    /// The shape the links make, and the pairs of ranks with no cable; None for a run over
+    /// one network.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<Topology>,
+}
+
+/// One cable between two ranks' hosts (or, for two ranks on one host, the loopback they share).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Link {
+    /// The two ranks, lower first.
+    pub ranks: [usize; 2],
+    /// Their hosts, as the run names them.
+    pub hosts: [String; 2],
+    /// Which of the pair's cables this is (0 where the pair has one).
+    pub cable: usize,
+    /// Each end, in the order of `ranks`.
+    pub ends: [LinkEnd; 2],
+}
+
+/// One end of a cable, as its host reports it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LinkEnd {
+    pub interface: String,
+    pub address: String,
+    /// The RDMA device on this interface (`rdma_en3`), where the hostfile or the host names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rdma_device: Option<String>,
+    /// ethernet | thunderbolt-ip | loopback | ... (as `network.link_kind`).
+    pub link_kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speed_gbit_per_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
+}
+
+/// What the cables make of the hosts.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Topology {
+    /// "full-mesh" (every pair of hosts has a cable), "ring" (each host cabled to exactly
+    /// two others, in one cycle), "partial" (anything else), "single" (one host).
+    pub shape: String,
+    /// The hosts in ring order, where the shape is a ring.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ring: Vec<String>,
+    /// Pairs of ranks with no cable between them, lower rank first.
+    #[serde(default)]
+    pub unlinked: Vec<[usize; 2]>,
 }
 
 impl Network {

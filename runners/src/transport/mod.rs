@@ -144,6 +144,8 @@ pub struct Peers<'a> {
     pub names: Vec<PeerName>,
     pub token: &'a Token,
     pub opts: &'a RunOptions,
+    /// Over links: the cables each pair has (None: one network for every pair).
+    pub cabling: Option<&'a crate::links::Cabling>,
 }
 
 /// A transport connected, and the network it runs on as the result file records it.

@@ -156,22 +156,30 @@ impl Opening for TcpOpening {
             .data_ip
             .as_deref()
             .and_then(|a| a.parse().ok());
+        let routes = match p.cabling {
+            None => one_network(p.rank, &addrs, bind_ip),
+            Some(c) => links_routes(p, c, &addrs)?,
+        };
         let oversubscribed = ranks_here(p) > cores(p);
         let sockbuf = sockbuf_for(p.opts.sockbuf, oversubscribed);
         // Every rank derives the same count from the same table, so both ends of each pair
         // open the same connections.
+        // Over links a pair with several cables gets a connection on each at least.
+        let most_cables = p.cabling.map_or(1, |c| {
+            c.links.iter().map(|l| l.cable + 1).max().unwrap_or(1)
+        });
         let streams = p.opts.streams.unwrap_or_else(|| {
             auto_streams(
                 p.table,
                 p.opts.congestion.as_deref(),
                 p.opts.streams_when_paced,
             )
+            .max(most_cables)
         });
         let t = connect_mesh(
             p.rank,
             self.listener,
-            &addrs,
-            bind_ip,
+            &routes,
             &p.token.0,
             p.names.clone(),
             TcpOptions {
@@ -196,7 +204,10 @@ impl Opening for TcpOpening {
                 .or(bind_ip)
                 .and_then(netinfo::interface_for_addr),
         };
-        let base = netinfo::network_of(iface.as_ref());
+        let base = match p.cabling {
+            None => netinfo::network_of(iface.as_ref()),
+            Some(c) => links_network(c),
+        };
         let network = tbbench_schema::Network {
             transport: "tcp".into(),
             label: format!(
@@ -216,6 +227,76 @@ impl Opening for TcpOpening {
             transport: Box::new(t),
             network,
         })
+    }
+}
+
+/// Each peer's connections over links: from this rank's end of each cable to the far end's
+/// address, at the port the peer's listener (bound to every address) published; a peer with
+/// no cable over the control network (the address rank 0 saw it at).
+fn links_routes(
+    p: &Peers,
+    c: &crate::links::Cabling,
+    addrs: &[SocketAddr],
+) -> Result<Vec<Vec<Route>>> {
+    let parse = |a: &str| -> Result<IpAddr> {
+        a.parse()
+            .map_err(|_| anyhow!("a cable end's address '{a}' is not an IP address"))
+    };
+    (0..p.table.len())
+        .map(|peer| {
+            if peer == p.rank {
+                return Ok(vec![]);
+            }
+            let cables = c.between(p.rank, peer);
+            if cables.is_empty() {
+                // No cable: a connection over the control network, for the suite's own small
+                // exchanges (barriers, gathering results to rank 0). Suites that move data
+                // between every pair are refused before they start (driver), and the link
+                // suite measures only cabled pairs, so no measured data travels here.
+                return Ok(vec![Route {
+                    bind: None,
+                    to: addrs[peer],
+                }]);
+            }
+            cables
+                .into_iter()
+                .map(|l| {
+                    let (mine, theirs) = crate::links::Cabling::ends(l, p.rank);
+                    Ok(Route {
+                        bind: Some(parse(&mine.address)?),
+                        to: SocketAddr::new(parse(&theirs.address)?, addrs[peer].port()),
+                    })
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// A run over links as one network record: "links" for the interface, the cables' kind where
+/// they share one ("mixed" otherwise), and their speed and MTU where every cable reports the
+/// same.
+fn links_network(c: &crate::links::Cabling) -> tbbench_schema::Network {
+    let ends = || c.links.iter().flat_map(|l| l.ends.iter());
+    let same = |v: Vec<String>| -> Option<String> {
+        let first = v.first()?.clone();
+        v.iter().all(|x| *x == first).then_some(first)
+    };
+    let kind =
+        same(ends().map(|e| e.link_kind.clone()).collect()).unwrap_or_else(|| "mixed".into());
+    let speed = same(
+        ends()
+            .map(|e| format!("{:?}", e.speed_gbit_per_s))
+            .collect(),
+    )
+    .and_then(|_| c.links.first().and_then(|l| l.ends[0].speed_gbit_per_s));
+    let mtu = same(ends().map(|e| format!("{:?}", e.mtu)).collect())
+        .and_then(|_| c.links.first().and_then(|l| l.ends[0].mtu));
+    tbbench_schema::Network {
+        interface: Some("links".into()),
+        link_kind: kind,
+        nominal_gbit_per_s: speed,
+        mtu,
+        ..tbbench_schema::Network::default()
     }
 }
 
@@ -290,6 +371,29 @@ struct Scratch {
 // returns); the sockets themselves are Send.
 unsafe impl Send for TcpTransport {}
 
+/// Where one data connection to a peer goes: the peer's address, and this rank's own address
+/// to leave from (the cable's, over links).
+#[derive(Debug, Clone, Copy)]
+pub struct Route {
+    pub bind: Option<IpAddr>,
+    pub to: SocketAddr,
+}
+
+/// Every peer reached the same way, on one network: `addrs[peer]` from `bind`.
+pub fn one_network(rank: usize, addrs: &[SocketAddr], bind: Option<IpAddr>) -> Vec<Vec<Route>> {
+    addrs
+        .iter()
+        .enumerate()
+        .map(|(p, &to)| {
+            if p == rank {
+                vec![]
+            } else {
+                vec![Route { bind, to }]
+            }
+        })
+        .collect()
+}
+
 /// Connects every pair of ranks: each rank dials the ranks below it and accepts the ranks above
 /// it (dialling first cannot deadlock: the kernel completes a connect from the listen backlog).
 /// Every connection opens with the session token; one that does not, or not soon enough, is
@@ -298,19 +402,24 @@ unsafe impl Send for TcpTransport {}
 pub fn connect_mesh(
     rank: usize,
     listener: TcpListener,
-    peer_addrs: &[SocketAddr],
-    bind_ip: Option<IpAddr>,
+    routes: &[Vec<Route>],
     token: &[u8; 16],
     names: Vec<PeerName>,
     opts: TcpOptions,
 ) -> Result<TcpTransport> {
-    let size = peer_addrs.len();
+    let size = routes.len();
     let k = opts.streams.max(1);
+    let linked: Vec<bool> = routes.iter().map(|r| !r.is_empty()).collect();
     let mut conns: Vec<Vec<Option<TcpStream>>> =
         (0..size).map(|_| (0..k).map(|_| None).collect()).collect();
-    for (peer, addr) in peer_addrs.iter().enumerate().take(rank) {
+    for (peer, cables) in routes.iter().enumerate().take(rank) {
+        if cables.is_empty() {
+            continue;
+        }
         for (s, slot) in conns[peer].iter_mut().enumerate() {
-            let stream = dial(*addr, bind_ip, opts.timeout)
+            // Stream s rides cable s mod the pair's cables: several cables share the streams.
+            let Route { bind, to: addr } = cables[s % cables.len()];
+            let stream = dial(addr, bind, opts.timeout)
                 .with_context(|| format!("cannot reach {} at {addr}", names[peer]))?;
             let mut hello = Vec::with_capacity(HELLO_LEN);
             hello.extend_from_slice(HELLO_MAGIC);
@@ -324,7 +433,7 @@ pub fn connect_mesh(
             *slot = Some(stream);
         }
     }
-    let mut expected = (size - rank - 1) * k;
+    let mut expected = (rank + 1..size).filter(|p| linked[*p]).count() * k;
     let deadline = Instant::now() + opts.timeout;
     listener.set_nonblocking(true)?;
     // The port is open to anyone who finds it; strangers are read only as their bytes come.
@@ -333,7 +442,7 @@ pub fn connect_mesh(
         if Instant::now() > deadline {
             gate.flush();
             let missing: Vec<String> = (rank + 1..size)
-                .filter(|p| conns[*p].iter().any(|c| c.is_none()))
+                .filter(|p| linked[*p] && conns[*p].iter().any(|c| c.is_none()))
                 .map(|p| names[p].to_string())
                 .collect();
             bail!(
@@ -343,7 +452,7 @@ pub fn connect_mesh(
             );
         }
         gate.wait(&listener, Duration::from_millis(50));
-        let judge = |got: &[u8]| judge_hello(got, token, rank, size, k);
+        let judge = |got: &[u8]| judge_hello(got, token, rank, &linked, k);
         for (stream, from, (peer, s)) in gate.step(&listener, judge) {
             if conns[peer][s].is_some() {
                 gate.refuse(
@@ -387,9 +496,10 @@ fn judge_hello(
     got: &[u8],
     token: &[u8; 16],
     rank: usize,
-    size: usize,
+    linked: &[bool],
     streams: usize,
 ) -> Verdict<(usize, usize)> {
+    let size = linked.len();
     if got.len() < 20 {
         return Verdict::Need(20);
     }
@@ -404,6 +514,11 @@ fn judge_hello(
     let theirs = u32::from_le_bytes(got[28..32].try_into().expect("4 bytes")) as usize;
     if peer <= rank || peer >= size || s >= streams {
         return Verdict::Refuse(format!("rank {peer}'s stream {s} does not fit this run"));
+    }
+    if !linked[peer] {
+        return Verdict::Refuse(format!(
+            "rank {peer} has no cable to rank {rank} in this run"
+        ));
     }
     if theirs != streams {
         return Verdict::Refuse(format!(
@@ -804,6 +919,19 @@ impl Transport for TcpTransport {
 }
 
 impl TcpTransport {
+    /// Over links, a pair with no cable has no connection: a suite that sends there anyway
+    /// gets one line, not an index out of range.
+    fn linked_to(&self, peer: usize) -> Result<()> {
+        if self.conns[peer].is_empty() {
+            bail!(
+                "{} has no cable to {} (network.topology.unlinked)",
+                self.names[self.rank],
+                self.names[peer]
+            );
+        }
+        Ok(())
+    }
+
     fn exchange_with(
         &mut self,
         scratch: &mut Scratch,
@@ -826,6 +954,7 @@ impl TcpTransport {
             if op.peer >= self.size || op.peer == self.rank {
                 bail!("rank {} cannot send to rank {}", self.rank, op.peer);
             }
+            self.linked_to(op.peer)?;
             let expect = header(op.buf.len(), pieces(op.buf.len(), parts));
             for (s, off, len) in stripes(op.buf.len(), parts) {
                 channels[op.peer * k + s].sends.push_back(Piece {
@@ -841,6 +970,7 @@ impl TcpTransport {
             if op.peer >= self.size || op.peer == self.rank {
                 bail!("rank {} cannot receive from rank {}", self.rank, op.peer);
             }
+            self.linked_to(op.peer)?;
             let expect = header(op.buf.len(), pieces(op.buf.len(), parts));
             for (s, off, len) in stripes(op.buf.len(), parts) {
                 channels[op.peer * k + s].recvs.push_back(Piece {

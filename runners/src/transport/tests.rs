@@ -4,7 +4,7 @@
 //! (mailbox slot, ring, process_vm_readv, mapped shared buffer).
 
 use super::shm::{create_segment, ShmTransport};
-use super::tcp::{bind_listener, connect_mesh, TcpOptions, TcpTransport};
+use super::tcp::{bind_listener, connect_mesh, one_network, TcpOptions, TcpTransport};
 #[cfg(target_os = "linux")]
 use super::Traffic;
 use super::{Buffer, PeerName, RecvOp, SendOp, Transport, Waiting};
@@ -137,8 +137,7 @@ where
                 let mut t = connect_mesh(
                     rank,
                     l,
-                    &addrs,
-                    Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+                    &one_network(rank, &addrs, Some(IpAddr::V4(Ipv4Addr::LOCALHOST))),
                     &[9u8; 16],
                     names(2),
                     opts,
@@ -517,6 +516,7 @@ fn auto_streams_follow_the_congestion_control_the_connections_will_run() {
                     ..Default::default()
                 },
                 rdma: None,
+                links: None,
             })
             .collect()
     };

@@ -43,6 +43,10 @@ pub struct LinkArgs {
     /// interface's reported speed, where the OS reports one.
     #[arg(long, value_parser = parse_rate)]
     pub ceiling: Option<f64>,
+    /// The pairs to measure, e.g. `0-1,2-3` (default: every pair of ranks with a cable
+    /// between them; on one network, every pair).
+    #[arg(long, value_parser = parse_pairs)]
+    pub pairs: Option<PairList>,
 }
 
 /// `--sizes`' value: one flag value that is a list.
@@ -51,6 +55,36 @@ pub struct SizeList(pub Vec<u64>);
 /// `--mode`'s value.
 #[derive(Debug, Clone)]
 pub struct Modes(pub Vec<Pattern>);
+
+#[derive(Debug, Clone)]
+pub struct PairList(pub Vec<[usize; 2]>);
+
+/// `0-1,2-3`: pairs of ranks, each two different ranks, lower first once read.
+fn parse_pairs(s: &str) -> Result<PairList, String> {
+    let mut out: Vec<[usize; 2]> = Vec::new();
+    for w in s.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+        let (a, b) = w
+            .split_once('-')
+            .ok_or_else(|| format!("'{w}' is not a pair of ranks like 0-1"))?;
+        let parse = |x: &str| {
+            x.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("'{w}': '{x}' is not a rank number"))
+        };
+        let (a, b) = (parse(a)?, parse(b)?);
+        if a == b {
+            return Err(format!("'{w}' pairs rank {a} with itself"));
+        }
+        let pair = [a.min(b), a.max(b)];
+        if !out.contains(&pair) {
+            out.push(pair);
+        }
+    }
+    if out.is_empty() {
+        return Err("--pairs names no pair (e.g. --pairs 0-1,2-3)".into());
+    }
+    Ok(PairList(out))
+}
 
 fn parse_sizes(s: &str) -> Result<SizeList, String> {
     parse_size_list(s).map(SizeList)
@@ -73,6 +107,7 @@ impl LinkArgs {
             warmup: self.warmup.map(|w| w as usize),
             window: self.window as usize,
             ceiling_bits_per_s: self.ceiling,
+            pairs: self.pairs.clone().map(|p| p.0),
         }
     }
 }

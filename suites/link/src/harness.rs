@@ -8,17 +8,20 @@ use std::time::Instant;
 use tbbench_runners::suite::Context;
 use tbbench_schema::{Check, Percentiles, Summary};
 
+/// Measures one pair, `pair[0]` leading (its rows go into `results`; rank 0 prints its own
+/// tables as they come, and the others' once they reach it).
 pub fn measure_pair(
     config: &LinkConfig,
     ctx: &mut Context,
-    peer: usize,
+    pair: [usize; 2],
     ceiling: Option<f64>,
     memcpy_ceiling: bool,
     results: &mut LinkResults,
 ) -> Result<()> {
     let me = ctx.rank();
-    let other = if me == 0 { peer } else { 0 };
-    let role = if me == 0 {
+    let [lead, follow] = pair;
+    let other = if me == lead { follow } else { lead };
+    let role = if me == lead {
         Role::Initiator
     } else {
         Role::Responder
@@ -32,7 +35,7 @@ pub fn measure_pair(
                 )
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
             );
-            b.set_prefix(format!("{} 0<->{peer}", pattern.name()));
+            b.set_prefix(format!("{} {lead}<->{follow}", pattern.name()));
             b
         });
         let first_lat = results.latency.len();
@@ -88,10 +91,10 @@ pub fn measure_pair(
                 match pattern {
                     Pattern::Latency => results
                         .latency
-                        .push(latency_row(peer, size, iters, warmup, &times_ns, wrong)),
+                        .push(latency_row(pair, size, iters, warmup, &times_ns, wrong)),
                     _ => results.bandwidth.push(bandwidth_row(
                         pattern,
-                        peer,
+                        pair,
                         size,
                         window,
                         iters,
@@ -109,10 +112,10 @@ pub fn measure_pair(
         if let Some(b) = bar {
             b.finish_and_clear();
         }
-        if role == Role::Initiator {
+        if role == Role::Initiator && me == 0 {
             match pattern {
-                Pattern::Latency => table::print_latency(peer, &results.latency[first_lat..]),
-                _ => table::print_bandwidth(pattern, peer, ceiling, &results.bandwidth[first_bw..]),
+                Pattern::Latency => table::print_latency(pair, &results.latency[first_lat..]),
+                _ => table::print_bandwidth(pattern, pair, ceiling, &results.bandwidth[first_bw..]),
             }
         }
     }
@@ -120,7 +123,7 @@ pub fn measure_pair(
 }
 
 fn latency_row(
-    peer: usize,
+    pair: [usize; 2],
     size: u64,
     iters: usize,
     warmup: usize,
@@ -131,7 +134,7 @@ fn latency_row(
     let us: Vec<f64> = samples_ns.iter().map(|&ns| ns as f64 / 1e3).collect();
     let one_way_us = Summary::of(&us, Percentiles::P999);
     LatencyRow {
-        pair: [0, peer],
+        pair,
         size_bytes: size,
         iters,
         warmup,
@@ -144,7 +147,7 @@ fn latency_row(
 #[allow(clippy::too_many_arguments)]
 fn bandwidth_row(
     pattern: Pattern,
-    peer: usize,
+    pair: [usize; 2],
     size: u64,
     window: usize,
     iters: usize,
@@ -165,7 +168,7 @@ fn bandwidth_row(
     let msgs =
         window as f64 * times_ns.len() as f64 * if pattern == Pattern::Bibw { 2.0 } else { 1.0 };
     BandwidthRow {
-        pair: [0, peer],
+        pair,
         mode: pattern,
         size_bytes: size,
         window,
@@ -232,21 +235,104 @@ pub fn noise_warnings(r: &LinkResults) -> Vec<String> {
     for x in &r.bandwidth {
         let s = &x.iteration_gbit_per_s;
         if s.n >= 3 && s.mean > 0.0 && s.stdev / s.mean > 0.10 {
-            w.push(format!("noisy: {} at {} B between ranks 0 and {} varied {:.0}% (stdev/mean) across iterations", x.mode.name(), x.size_bytes, x.pair[1], 100.0 * s.stdev / s.mean));
+            w.push(format!("noisy: {} at {} B between ranks {} and {} varied {:.0}% (stdev/mean) across iterations", x.mode.name(), x.size_bytes, x.pair[0], x.pair[1], 100.0 * s.stdev / s.mean));
         }
     }
     for x in &r.latency {
         let s = &x.one_way_us;
         if s.n >= 100 && s.median > 0.0 && s.p99 > 10.0 * s.median {
             w.push(format!(
-                "noisy: latency at {} B between ranks 0 and {} has p99 {:.1}x its median",
+                "noisy: latency at {} B between ranks {} and {} has p99 {:.1}x its median",
                 x.size_bytes,
+                x.pair[0],
                 x.pair[1],
                 s.p99 / s.median
             ));
         }
     }
     w
+}
+
+/// Every rank sends to, and receives from, each rank it has a cable to (every other rank on
+/// one network) at once, `iters` times: the aggregate the cluster moves. The message is the
+/// largest size of the sweep, at most 16 MiB (a rank holds one per neighbour each way).
+pub fn concurrent(config: &LinkConfig, ctx: &mut Context) -> Result<crate::Concurrent> {
+    use tbbench_runners::transport::{RecvOp, SendOp};
+    let size = config
+        .sizes
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(1 << 20)
+        .min(16 << 20);
+    let len = usize::try_from(size).context("message size does not fit in memory")?;
+    let me = ctx.rank();
+    let unlinked = ctx
+        .network
+        .topology
+        .as_ref()
+        .map(|t| t.unlinked.clone())
+        .unwrap_or_default();
+    let peers: Vec<usize> = (0..ctx.size())
+        .filter(|&p| p != me && !unlinked.contains(&[me.min(p), me.max(p)]))
+        .collect();
+    let iters = config
+        .iters
+        .unwrap_or_else(|| Pattern::Bw.default_iters(size, 1))
+        .clamp(1, 50);
+    let mut send = ctx.comm.alloc(len)?;
+    payload::fill(&mut send, size, me);
+    let mut recv: Vec<tbbench_runners::transport::Buffer> = peers
+        .iter()
+        .map(|_| ctx.comm.alloc(len))
+        .collect::<Result<_>>()?;
+    let once = |ctx: &mut Context, recv: &mut [tbbench_runners::transport::Buffer]| {
+        let sends: Vec<SendOp> = peers
+            .iter()
+            .map(|&peer| SendOp { peer, buf: &send })
+            .collect();
+        let mut recvs: Vec<RecvOp> = peers
+            .iter()
+            .zip(recv.iter_mut())
+            .map(|(&peer, b)| RecvOp { peer, buf: b })
+            .collect();
+        ctx.comm.transport().exchange(&sends, &mut recvs)
+    };
+    for _ in 0..2 {
+        once(ctx, &mut recv)?;
+    }
+    ctx.comm.barrier()?;
+    let t0 = Instant::now();
+    for _ in 0..iters {
+        once(ctx, &mut recv)?;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let wrong: u64 = peers
+        .iter()
+        .zip(&recv)
+        .map(|(&p, b)| payload::wrong_bytes(b, size, p))
+        .sum();
+    // Bytes every rank sent, the slowest rank's time, the wrong bytes anywhere.
+    let mut sums = [
+        (peers.len() * len * iters) as f64,
+        wrong as f64,
+        peers.len() as f64,
+    ];
+    ctx.comm
+        .allreduce_f64(&mut sums, tbbench_runners::comm::ReduceOp::Sum)?;
+    let mut slowest = [secs];
+    ctx.comm
+        .allreduce_f64(&mut slowest, tbbench_runners::comm::ReduceOp::Max)?;
+    let aggregate = sums[0] * 8.0 / slowest[0].max(1e-12) / 1e9;
+    let directions = sums[2] as usize;
+    Ok(crate::Concurrent {
+        size_bytes: size,
+        iters,
+        directions,
+        aggregate_gbit_per_s: aggregate,
+        per_direction_gbit_per_s: aggregate / directions.max(1) as f64,
+        wrong_bytes: sums[1] as u64,
+    })
 }
 
 /// One core's memcpy rate for `size` bytes (at least 1 MiB), in Gbit/s: the median of five

@@ -10,7 +10,7 @@ mod table;
 pub mod view;
 
 use anyhow::{bail, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tbbench_runners::suite::{Context, Suite, SuiteOutput};
 use tbbench_schema::Summary;
 
@@ -29,6 +29,9 @@ pub struct LinkConfig {
     pub window: usize,
     /// The link's ceiling in bit/s, when given on the command line.
     pub ceiling_bits_per_s: Option<f64>,
+    /// The pairs to measure (`--pairs`); None: every pair with a cable (every pair on one
+    /// network), or ranks 0 and 1 alone where there are two.
+    pub pairs: Option<Vec<[usize; 2]>>,
 }
 
 impl Default for LinkConfig {
@@ -40,6 +43,7 @@ impl Default for LinkConfig {
             warmup: None,
             window: 64,
             ceiling_bits_per_s: None,
+            pairs: None,
         }
     }
 }
@@ -70,7 +74,7 @@ pub fn parse_mode(s: &str) -> Result<Vec<Pattern>> {
     Ok(patterns)
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LatencyRow {
     pub pair: [usize; 2],
     pub size_bytes: u64,
@@ -83,13 +87,13 @@ pub struct LatencyRow {
     pub wrong_bytes: u64,
 }
 
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct AvgPeak {
     pub avg: f64,
     pub peak: f64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BandwidthRow {
     pub pair: [usize; 2],
     pub mode: Pattern,
@@ -122,9 +126,47 @@ pub struct LinkResults {
     pub ceiling_source: Option<&'static str>,
     pub latency: Vec<LatencyRow>,
     pub bandwidth: Vec<BandwidthRow>,
+    /// More than two ranks: each measured pair's key figures, in the order measured (the
+    /// rows above carry every size; `pair` names their pair).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pairs: Vec<PairSummary>,
+    /// More than two ranks, bandwidth measured: every rank sending to each rank it has a cable
+    /// to (every other rank on one network) at once: what the cluster moves in aggregate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub concurrent: Option<Concurrent>,
     /// The hosts' energy over the whole sweep, or why there is none (reports/README.md).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub energy: Option<serde_json::Value>,
+}
+
+/// One pair's key figures: p50 one-way latency at the smallest size measured and the best
+/// average bandwidth (`bw`) over the sizes, for the N×N matrix.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PairSummary {
+    pub ranks: [usize; 2],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_p50_us: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_size_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub best_gbit_per_s: Option<f64>,
+    /// The pair's ceiling: its cable's speed (several cables added), or the run's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ceiling_gbit_per_s: Option<f64>,
+}
+
+/// Every cable busy at once, both ways.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Concurrent {
+    pub size_bytes: u64,
+    pub iters: usize,
+    /// Directed (sender, receiver) pairs that moved data at once: twice the linked pairs.
+    pub directions: usize,
+    /// All bytes every rank sent over the slowest rank's time, 10^9 bit/s.
+    pub aggregate_gbit_per_s: f64,
+    /// The same divided by `directions`: what each direction of each cable got.
+    pub per_direction_gbit_per_s: f64,
+    pub wrong_bytes: u64,
 }
 
 pub struct LinkSuite;
@@ -176,6 +218,171 @@ fn check_memory(config: &LinkConfig, ctx: &Context) -> Result<()> {
     Ok(())
 }
 
+/// The pairs a run measures: `--pairs` (each with a cable, where the run is over links), else
+/// ranks 0 and 1 alone on two ranks, else every pair with a cable (every pair on one network).
+fn pairs_to_measure(config: &LinkConfig, ctx: &Context) -> Result<Vec<[usize; 2]>> {
+    let size = ctx.size();
+    let unlinked: &[[usize; 2]] = ctx
+        .network
+        .topology
+        .as_ref()
+        .map_or(&[], |t| t.unlinked.as_slice());
+    let pairs: Vec<[usize; 2]> = match &config.pairs {
+        Some(asked) => {
+            for &[a, b] in asked {
+                if b >= size {
+                    bail!("--pairs {a}-{b}: this run has ranks 0 to {}", size - 1);
+                }
+                if unlinked.contains(&[a, b]) {
+                    bail!(
+                        "--pairs {a}-{b}: ranks {a} ({}) and {b} ({}) have no cable between them (network.topology.unlinked)",
+                        ctx.rank_hosts[a], ctx.rank_hosts[b]
+                    );
+                }
+            }
+            asked.clone()
+        }
+        None if size == 2 => vec![[0, 1]],
+        None => (0..size)
+            .flat_map(|a| (a + 1..size).map(move |b| [a, b]))
+            .filter(|p| !unlinked.contains(p))
+            .collect(),
+    };
+    if pairs.is_empty() {
+        bail!("no two ranks of this run have a cable between them: nothing to measure");
+    }
+    Ok(pairs)
+}
+
+/// A pair's ceiling over links: the speed its cables report (added up where it has several);
+/// None where any cable reports none.
+fn pair_ceiling(ctx: &Context, pair: [usize; 2]) -> Option<f64> {
+    let cables: Vec<&tbbench_schema::Link> = ctx
+        .network
+        .links
+        .iter()
+        .filter(|l| l.ranks == pair)
+        .collect();
+    if cables.is_empty() {
+        return None;
+    }
+    cables
+        .iter()
+        .map(|l| {
+            let [x, y] = &l.ends;
+            match (x.speed_gbit_per_s, y.speed_gbit_per_s) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
+        })
+        .sum()
+}
+
+/// The ceiling a pair's rows are held to: `--ceiling` or shm's memcpy as given, else the pair's
+/// own cables over links, else the run's interface.
+fn ceiling_of(
+    ctx: &Context,
+    pair: [usize; 2],
+    ceiling: Option<f64>,
+    source: Option<&str>,
+) -> Option<f64> {
+    match source {
+        Some("flag") | Some("memcpy") => ceiling,
+        _ => pair_ceiling(ctx, pair).or(ceiling),
+    }
+}
+
+/// "links: ring of 4 hosts (m0 m1 m2 m3), 4 cables; measuring 4 pairs; unlinked 0-2, 1-3".
+fn topology_line(ctx: &Context, t: &tbbench_schema::Topology, pairs: &[[usize; 2]]) -> String {
+    let mut line = format!("links: {}", t.shape);
+    if !t.ring.is_empty() {
+        line += &format!(" ({})", t.ring.join(" "));
+    }
+    let cables = ctx
+        .network
+        .links
+        .iter()
+        .filter(|l| l.ends[0].link_kind != "loopback")
+        .count();
+    line += &format!(
+        ", {cables} cable(s); measuring {} pair(s) one at a time",
+        pairs.len()
+    );
+    if !t.unlinked.is_empty() {
+        let u: Vec<String> = t.unlinked.iter().map(|[a, b]| format!("{a}-{b}")).collect();
+        line += &format!("; no cable: {}", u.join(", "));
+    }
+    line
+}
+
+/// Brings the rows of pairs other ranks led to rank 0, which prints their tables in the
+/// order measured (its own it printed as they came).
+fn gather_rows(
+    ctx: &mut Context,
+    results: &mut LinkResults,
+    pairs: &[[usize; 2]],
+    ceiling: Option<f64>,
+    source: Option<&str>,
+) -> Result<()> {
+    let mine = serde_json::to_vec(&(&results.latency, &results.bandwidth))?;
+    let Some(all) = ctx.comm.gather(0, &mine)? else {
+        return Ok(());
+    };
+    for bytes in all.iter().skip(1) {
+        let (lat, bw): (Vec<LatencyRow>, Vec<BandwidthRow>) = serde_json::from_slice(bytes)?;
+        results.latency.extend(lat);
+        results.bandwidth.extend(bw);
+    }
+    let order = |p: [usize; 2]| pairs.iter().position(|x| *x == p).unwrap_or(usize::MAX);
+    results.latency.sort_by_key(|r| order(r.pair));
+    results.bandwidth.sort_by_key(|r| order(r.pair));
+    for &pair in pairs.iter().filter(|p| p[0] != 0) {
+        let lat: Vec<LatencyRow> = results
+            .latency
+            .iter()
+            .filter(|r| r.pair == pair)
+            .cloned()
+            .collect();
+        if !lat.is_empty() {
+            table::print_latency(pair, &lat);
+        }
+        for mode in [Pattern::Bw, Pattern::Bibw] {
+            let bw: Vec<BandwidthRow> = results
+                .bandwidth
+                .iter()
+                .filter(|r| r.pair == pair && r.mode == mode)
+                .cloned()
+                .collect();
+            if !bw.is_empty() {
+                let c = ceiling_of(ctx, pair, ceiling, source);
+                table::print_bandwidth(mode, pair, c, &bw);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn summarize(results: &LinkResults, pair: [usize; 2], ctx: &Context) -> PairSummary {
+    let lat = results
+        .latency
+        .iter()
+        .filter(|r| r.pair == pair)
+        .min_by_key(|r| r.size_bytes);
+    let best = results
+        .bandwidth
+        .iter()
+        .filter(|r| r.pair == pair && r.mode == Pattern::Bw)
+        .map(|r| r.gbit_per_s.avg)
+        .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+    PairSummary {
+        ranks: pair,
+        latency_p50_us: lat.map(|r| r.one_way_us.median),
+        latency_size_bytes: lat.map(|r| r.size_bytes),
+        best_gbit_per_s: best,
+        ceiling_gbit_per_s: pair_ceiling(ctx, pair).or(results.ceiling_gbit_per_s),
+    }
+}
+
 impl Suite for LinkSuite {
     const NAME: &'static str = "link";
     type Config = LinkConfig;
@@ -185,6 +392,11 @@ impl Suite for LinkSuite {
     /// 31-32; `--mode bibw` goes the other way (39-42 against 65-68 at 1 MiB), where
     /// `--streams 2` is the like for like of iperf3's `--bidir` (a connection each way).
     const STREAMS_WHEN_PACED: usize = 1;
+
+    /// Measures the pairs it finds linked: a ring's diagonals are named, not needed.
+    fn needs_every_pair(_config: &LinkConfig) -> bool {
+        false
+    }
 
     fn run(config: &LinkConfig, ctx: &mut Context) -> Result<Option<SuiteOutput>> {
         if ctx.size() < 2 {
@@ -206,19 +418,26 @@ impl Suite for LinkSuite {
             ceiling_source: source,
             latency: Vec::new(),
             bandwidth: Vec::new(),
+            pairs: Vec::new(),
+            concurrent: None,
             energy: None,
         };
+        let pairs = pairs_to_measure(config, ctx)?;
         if let (0, Some(tcp)) = (ctx.rank(), ctx.network.tcp_setup()) {
             // TCP's rates follow these (BBR paces even loopback): said before any table.
             println!("# {}, {tcp}", ctx.network.label);
         }
+        if let (0, Some(t)) = (ctx.rank(), &ctx.network.topology) {
+            println!("# {}", topology_line(ctx, t, &pairs));
+        }
         let energy = tbbench_runners::energy::Span::begin(ctx);
-        for peer in 1..ctx.size() {
-            if ctx.rank() == 0 || ctx.rank() == peer {
+        for &pair in &pairs {
+            if ctx.rank() == pair[0] || ctx.rank() == pair[1] {
+                let ceiling = ceiling_of(ctx, pair, ceiling, source);
                 harness::measure_pair(
                     config,
                     ctx,
-                    peer,
+                    pair,
                     ceiling,
                     source == Some("memcpy"),
                     &mut results,
@@ -226,6 +445,19 @@ impl Suite for LinkSuite {
             }
             // The ranks outside this pair wait here for its whole sweep.
             ctx.comm.barrier_patient()?;
+        }
+        if ctx.size() > 2 {
+            gather_rows(ctx, &mut results, &pairs, ceiling, source)?;
+            if config.patterns.iter().any(|p| *p != Pattern::Latency) {
+                results.concurrent = Some(harness::concurrent(config, ctx)?);
+            }
+            if ctx.rank() == 0 {
+                results.pairs = pairs
+                    .iter()
+                    .map(|&pair| summarize(&results, pair, ctx))
+                    .collect();
+                table::print_matrix(ctx.size(), &results.pairs, results.concurrent.as_ref());
+            }
         }
         results.energy = energy.end(ctx)?;
         if ctx.rank() != 0 {

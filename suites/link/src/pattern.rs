@@ -6,7 +6,7 @@ use anyhow::Result;
 use tbbench_runners::comm::Comm;
 use tbbench_runners::transport::{RecvOp, SendOp};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Pattern {
     /// Ping-pong: one message there, one back; one-way latency = RTT/2.

@@ -4,8 +4,9 @@ use crate::pattern::Pattern;
 use crate::{BandwidthRow, LatencyRow};
 use tbbench_runners::units::format_size;
 
-pub fn print_latency(peer: usize, rows: &[LatencyRow]) {
-    println!("# one-way latency (RTT/2), rank 0 <-> rank {peer}, microseconds");
+pub fn print_latency(pair: [usize; 2], rows: &[LatencyRow]) {
+    let [a, b] = pair;
+    println!("# one-way latency (RTT/2), rank {a} <-> rank {b}, microseconds");
     println!(
         "{:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}",
         "bytes",
@@ -38,17 +39,23 @@ pub fn print_latency(peer: usize, rows: &[LatencyRow]) {
     println!();
 }
 
-pub fn print_bandwidth(pattern: Pattern, peer: usize, ceiling: Option<f64>, rows: &[BandwidthRow]) {
+pub fn print_bandwidth(
+    pattern: Pattern,
+    pair: [usize; 2],
+    ceiling: Option<f64>,
+    rows: &[BandwidthRow],
+) {
+    let [a, b] = pair;
     let what = if pattern == Pattern::Bibw {
         "bidirectional bandwidth"
     } else {
         "bandwidth"
     };
     match ceiling {
-        Some(c) => println!("# {what}, rank 0 -> rank {peer}, ceiling {c:.1} Gbit/s"),
-        None => println!(
-            "# {what}, rank 0 -> rank {peer} (no ceiling known: --ceiling 80Gbit sets one)"
-        ),
+        Some(c) => println!("# {what}, rank {a} -> rank {b}, ceiling {c:.1} Gbit/s"),
+        None => {
+            println!("# {what}, rank {a} -> rank {b} (no ceiling known: --ceiling 80Gbit sets one)")
+        }
     }
     println!(
         "{:>9} {:>6} {:>6} {:>10} {:>10} {:>9} {:>9} {:>10} {:>8} {:>7}",
@@ -83,4 +90,66 @@ pub fn print_bandwidth(pattern: Pattern, peer: usize, ceiling: Option<f64>, rows
         );
     }
     println!();
+}
+
+/// The N×N matrix of a run over more than two ranks: p50 one-way latency (µs, at the smallest
+/// size) above the diagonal's mirror, best bandwidth (Gbit/s) below it; `-` where a pair has
+/// no cable or was not measured. Then what every cable moved at once.
+pub fn print_matrix(
+    size: usize,
+    pairs: &[crate::PairSummary],
+    concurrent: Option<&crate::Concurrent>,
+) {
+    let find = |a: usize, b: usize| pairs.iter().find(|p| p.ranks == [a.min(b), a.max(b)]);
+    let lat_size = pairs.iter().find_map(|p| p.latency_size_bytes);
+    for (title, value) in [
+        (
+            format!(
+                "# p50 one-way latency{}, microseconds",
+                lat_size
+                    .map(|s| format!(" at {}", format_size(s)))
+                    .unwrap_or_default()
+            ),
+            (|p: &crate::PairSummary| p.latency_p50_us.map(|v| format!("{v:.2}")))
+                as fn(&crate::PairSummary) -> Option<String>,
+        ),
+        (
+            "# best bandwidth (bw, average), Gbit/s".to_string(),
+            |p: &crate::PairSummary| p.best_gbit_per_s.map(|v| format!("{v:.2}")),
+        ),
+    ] {
+        if pairs.iter().all(|p| value(p).is_none()) {
+            continue;
+        }
+        println!("{title}");
+        print!("{:>6}", "rank");
+        for b in 0..size {
+            print!(" {b:>9}");
+        }
+        println!();
+        for a in 0..size {
+            print!("{a:>6}");
+            for b in 0..size {
+                let cell = match (a == b, find(a, b).and_then(value)) {
+                    (true, _) => ".".to_string(),
+                    (false, Some(v)) => v,
+                    (false, None) => "-".to_string(),
+                };
+                print!(" {cell:>9}");
+            }
+            println!();
+        }
+        println!();
+    }
+    if let Some(c) = concurrent {
+        println!(
+            "# every cable at once, both ways, {} messages: {:.2} Gbit/s in all over {} directions ({:.2} each), #wrong {}",
+            format_size(c.size_bytes),
+            c.aggregate_gbit_per_s,
+            c.directions,
+            c.per_direction_gbit_per_s,
+            c.wrong_bytes
+        );
+        println!();
+    }
 }

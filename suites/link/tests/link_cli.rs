@@ -170,16 +170,29 @@ fn four_ranks_over_shm_measure_every_pair() {
         .iter()
         .map(|x| x["pair"].clone())
         .collect();
+    // Every pair, each at both sizes, in order; rows of pairs rank 0 is not in reach it too.
+    let every: Vec<Value> = [[0, 1], [0, 2], [0, 3], [1, 2], [1, 3], [2, 3]]
+        .iter()
+        .flat_map(|p| [serde_json::json!(p), serde_json::json!(p)])
+        .collect();
+    assert_eq!(pairs, every);
+    let summary = r["results"]["pairs"].as_array().unwrap();
+    assert_eq!(summary.len(), 6);
+    assert!(summary
+        .iter()
+        .all(|p| p["latency_p50_us"].as_f64().unwrap() > 0.0
+            && p["best_gbit_per_s"].as_f64().unwrap() > 0.0));
+    let c = &r["results"]["concurrent"];
     assert_eq!(
-        pairs,
-        [
-            serde_json::json!([0, 1]),
-            serde_json::json!([0, 1]),
-            serde_json::json!([0, 2]),
-            serde_json::json!([0, 2]),
-            serde_json::json!([0, 3]),
-            serde_json::json!([0, 3])
-        ]
+        (c["directions"].as_u64(), c["wrong_bytes"].as_u64()),
+        (Some(12), Some(0))
+    );
+    assert!(c["aggregate_gbit_per_s"].as_f64().unwrap() > 0.0);
+    let stdout = text(&o.stdout);
+    assert!(
+        stdout.contains("rank 2 <-> rank 3")
+            && stdout.contains("# best bandwidth (bw, average), Gbit/s"),
+        "{stdout}"
     );
     assert_eq!(r["verification"]["passed"], true);
     // 4 ranks on a 2-core machine is oversubscribed, and the file must say so.
@@ -218,6 +231,8 @@ fn four_ranks_over_tcp_with_two_streams() {
             "bibw",
             "--iters",
             "5",
+            "--window",
+            "8",
             "--addr",
             "127.0.0.1",
             "--out",
@@ -232,7 +247,8 @@ fn four_ranks_over_tcp_with_two_streams() {
         r["network"]["streams_auto"].is_null(),
         "asked for, not chosen"
     );
-    assert_eq!(r["results"]["bandwidth"].as_array().unwrap().len(), 6);
+    // Six pairs, two sizes each.
+    assert_eq!(r["results"]["bandwidth"].as_array().unwrap().len(), 12);
     assert_eq!(
         r["verification"]["passed"], true,
         "striped messages must arrive intact"

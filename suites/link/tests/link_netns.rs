@@ -225,3 +225,263 @@ fn over_runs_each_shaped_network_and_the_report_shows_both() {
         );
     }
 }
+
+/// `tbbench link --over tcp:links` with the hostfile a form of MLX's writes: every cabled
+/// pair, one at a time, on its own cable.
+fn link_over_links(
+    lab: &netlab::CabledLab,
+    dir: &std::path::Path,
+    form: &str,
+    extra: &[&str],
+) -> (std::process::Output, serde_json::Value) {
+    let hosts = lab.hostfile(dir, form);
+    let out = dir.join(format!("{}-{form}.json", lab.shape));
+    let mut args = vec![
+        "link",
+        "--hostfile",
+        hosts.to_str().unwrap(),
+        "--rsh",
+        "ip netns exec",
+        "--nodes",
+        if lab.shape == "pair2" { "2" } else { "4" },
+        "--over",
+        "tcp:links",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let o = run(&args, Duration::from_secs(300));
+    assert!(
+        o.status.success(),
+        "{form}: {}\n{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    (o, read_json(&out))
+}
+
+/// Cable k's rate in Gbit/s, as `rates` gives it to scripts/netlab.sh (the last repeats).
+fn rate_of(rates: &[&str], k: usize) -> f64 {
+    let r = rates[k.min(rates.len() - 1)];
+    r.trim_end_matches("mbit").parse::<f64>().unwrap() / 1000.0
+}
+
+/// The 4-mesh with cables of three rates and the 4-ring: every cabled pair is measured on its
+/// own cable within 10% of that cable's rate, the ring's diagonals named unlinked and not
+/// measured, every cable at once moves at least 90% of their rates added up both ways, and the
+/// management network carries only control traffic.
+#[test]
+fn every_cable_of_a_mesh_and_a_ring_is_measured_at_its_own_rate() {
+    let dir = tmpdir("links");
+    let bw = [
+        "--mode", "bw", "--sizes", "1MiB", "--window", "16", "--iters", "10",
+    ];
+    for (shape, prefix, rates) in [
+        (
+            "mesh4",
+            "tbq",
+            &[
+                "600mbit", "800mbit", "1000mbit", "600mbit", "800mbit", "1000mbit",
+            ][..],
+        ),
+        (
+            "ring4",
+            "tbr",
+            &["800mbit", "1000mbit", "800mbit", "1000mbit"][..],
+        ),
+    ] {
+        let Some(lab) = netlab::CabledLab::up(shape, prefix, rates) else {
+            return;
+        };
+        let before: Vec<_> = (0..4).map(|h| lab.tx_bytes(h)).collect();
+        let (_, r) = link_over_links(&lab, &dir, "jaccl", &bw);
+        let after: Vec<_> = (0..4).map(|h| lab.tx_bytes(h)).collect();
+        let topo = &r["network"]["topology"];
+        let links = r["network"]["links"].as_array().unwrap();
+        let cables: Vec<(usize, usize)> = match shape {
+            "mesh4" => vec![(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)],
+            _ => vec![(0, 1), (1, 2), (2, 3), (0, 3)],
+        };
+        assert_eq!(links.len(), cables.len(), "{shape}: {links:#?}");
+        if shape == "mesh4" {
+            assert_eq!(topo["shape"], "full-mesh");
+            assert_eq!(topo["unlinked"], serde_json::json!([]));
+        } else {
+            assert_eq!(topo["shape"], "ring");
+            assert_eq!(topo["unlinked"], serde_json::json!([[0, 2], [1, 3]]));
+        }
+        let pairs = r["results"]["pairs"].as_array().unwrap();
+        assert_eq!(pairs.len(), cables.len(), "{shape}: {pairs:#?}");
+        for (k, &(a, b)) in cables.iter().enumerate() {
+            // netlab numbers a ring's last cable 3-0; the pair is 0-3.
+            let want = rate_of(rates, k);
+            let p = pairs
+                .iter()
+                .find(|p| p["ranks"] == serde_json::json!([a, b]))
+                .unwrap_or_else(|| panic!("{shape}: pair {a}-{b} not measured"));
+            let got = p["best_gbit_per_s"].as_f64().unwrap();
+            assert!(
+                (got - want).abs() / want < 0.10,
+                "{shape}: pair {a}-{b} moved {got:.3} Gbit/s over a cable shaped to {want}"
+            );
+            let link = links
+                .iter()
+                .find(|l| l["ranks"] == serde_json::json!([a, b]))
+                .unwrap();
+            assert_eq!(link["ends"][0]["interface"], format!("en{b}"), "{link}");
+            assert_eq!(link["ends"][1]["interface"], format!("en{a}"), "{link}");
+        }
+        let c = &r["results"]["concurrent"];
+        let all: f64 = 2.0 * (0..cables.len()).map(|k| rate_of(rates, k)).sum::<f64>();
+        let got = c["aggregate_gbit_per_s"].as_f64().unwrap();
+        assert_eq!(c["directions"], 2 * cables.len());
+        assert_eq!(c["wrong_bytes"], 0);
+        assert!(
+            got >= 0.9 * all,
+            "{shape}: every cable at once moved {got:.2} Gbit/s of {all:.2}"
+        );
+        // The data went over the cables; the management network carried the rest.
+        let sent = |h: usize, pick: &dyn Fn(&str) -> bool| -> u64 {
+            after[h]
+                .iter()
+                .filter(|(n, _)| pick(n))
+                .map(|(n, b)| b - before[h].iter().find(|(m, _)| m == n).map_or(0, |x| x.1))
+                .sum()
+        };
+        let cable_bytes: u64 = (0..4).map(|h| sent(h, &|n| n.starts_with("en"))).sum();
+        let mgmt_bytes: u64 = (0..4).map(|h| sent(h, &|n| n == "mgmt")).sum();
+        assert!(
+            cable_bytes > 100 << 20 && mgmt_bytes < cable_bytes / 100,
+            "{shape}: {cable_bytes} bytes on the cables, {mgmt_bytes} on the management network"
+        );
+    }
+}
+
+/// Every hostfile form MLX 0.32 writes (its list, jaccl, jaccl-ring, ring) and OpenMPI's give
+/// the run the links discovery finds on the 4-ring; jaccl's devices are recorded per end.
+#[test]
+fn every_hostfile_form_gives_the_links_discovery_finds() {
+    let Some(lab) = netlab::CabledLab::up("ring4", "tbh", &["1000mbit"]) else {
+        return;
+    };
+    let dir = tmpdir("links-forms");
+    let quick = ["--mode", "latency", "--sizes", "8", "--iters", "20"];
+    let ends = |r: &serde_json::Value| -> Vec<String> {
+        r["network"]["links"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                format!(
+                    "{} {}-{} {}-{}",
+                    l["ranks"],
+                    l["ends"][0]["interface"],
+                    l["ends"][1]["interface"],
+                    l["ends"][0]["address"],
+                    l["ends"][1]["address"]
+                )
+            })
+            .collect()
+    };
+    let (_, found) = link_over_links(&lab, &dir, "list", &quick);
+    assert_eq!(found["network"]["topology"]["shape"], "ring");
+    for form in ["jaccl", "jaccl-ring", "ring", "openmpi"] {
+        let (_, r) = link_over_links(&lab, &dir, form, &quick);
+        assert_eq!(ends(&r), ends(&found), "{form}");
+        assert_eq!(
+            r["network"]["topology"], found["network"]["topology"],
+            "{form}"
+        );
+        assert_eq!(r["results"]["pairs"].as_array().unwrap().len(), 4, "{form}");
+        let device = &r["network"]["links"][0]["ends"][0]["rdma_device"];
+        if form.starts_with("jaccl") {
+            assert_eq!(device, "rdma_en1", "{form}");
+        } else {
+            assert!(device.is_null(), "{form}: {device}");
+        }
+    }
+}
+
+/// On the ring a suite that moves data between every pair (coll) is refused before it starts,
+/// naming the pairs with no cable; `link --pairs` naming one is refused too; two cables
+/// between a pair carry one message striped over both, at least 1.8 times one cable's rate.
+#[test]
+fn unlinked_pairs_are_named_and_two_cables_carry_twice_one() {
+    let dir = tmpdir("links-refused");
+    {
+        let Some(lab) = netlab::CabledLab::up("ring4", "tbu", &["1000mbit"]) else {
+            return;
+        };
+        let hosts = lab.hostfile(&dir, "jaccl");
+        let o = run(
+            &[
+                "coll",
+                "--hostfile",
+                hosts.to_str().unwrap(),
+                "--rsh",
+                "ip netns exec",
+                "--nodes",
+                "4",
+                "--over",
+                "tcp:links",
+                "--sizes",
+                "8",
+            ],
+            Duration::from_secs(60),
+        );
+        let err = text(&o.stderr);
+        assert!(!o.status.success());
+        assert!(
+            err.contains("coll needs a cable between every pair of ranks")
+                && err.contains("0-2 (tbu0-tbu2), 1-3 (tbu1-tbu3)"),
+            "{err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        let o = run(
+            &[
+                "link",
+                "--hostfile",
+                hosts.to_str().unwrap(),
+                "--rsh",
+                "ip netns exec",
+                "--nodes",
+                "4",
+                "--over",
+                "tcp:links",
+                "--pairs",
+                "0-2",
+            ],
+            Duration::from_secs(60),
+        );
+        assert!(!o.status.success());
+        assert!(
+            text(&o.stderr).contains("have no cable between them"),
+            "{}",
+            text(&o.stderr)
+        );
+    }
+    let Some(lab) = netlab::CabledLab::up("pair2", "tbp", &["500mbit"]) else {
+        return;
+    };
+    let (_, r) = link_over_links(
+        &lab,
+        &dir,
+        "jaccl-ring",
+        &[
+            "--mode", "bw", "--sizes", "1MiB", "--window", "16", "--iters", "10",
+        ],
+    );
+    let links = r["network"]["links"].as_array().unwrap();
+    assert_eq!(links.len(), 2, "{links:#?}");
+    assert_eq!(
+        (links[0]["cable"].as_u64(), links[1]["cable"].as_u64()),
+        (Some(0), Some(1))
+    );
+    let got = r["results"]["bandwidth"][0]["gbit_per_s"]["avg"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        got >= 1.8 * 0.5,
+        "two 0.5 Gbit/s cables moved {got:.3} Gbit/s"
+    );
+}

@@ -945,6 +945,8 @@ impl Opening for VerbsOpening {
             congestion: None,
             sockbuf_bytes: None,
             sockbuf_auto: false,
+            links: vec![],
+            topology: None,
         };
         Ok(Opened {
             transport: Box::new(t),

@@ -1,0 +1,520 @@
+//! A link per pair of ranks: which cables join two ranks' hosts, for a cluster cabled without a
+//! switch (Thunderbolt: each cable its own interface, subnet and RDMA device). The hostfile may
+//! name them ([`CableHint`]s: MLX's `rdma` devices per peer, a ring file's addresses); where it
+//! does not, two hosts are linked where they hold addresses in one subnet on interfaces other
+//! than the one their control traffic uses. Every rank publishes its [`LinkInfo`] at the
+//! rendezvous and derives the same [`Cabling`] from the table ([`derive`]), so both ends of
+//! every pair agree on its cables without another exchange.
+
+use crate::netinfo;
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::net::{IpAddr, Ipv4Addr};
+use tbbench_schema::{Link, LinkEnd, Topology};
+
+/// The launcher's word to a rank about its host's cables: a JSON [`HostCables`].
+pub const ENV_CABLES: &str = "TBBENCH_CABLES";
+
+/// How a hostfile names one end of a cable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Via {
+    /// An RDMA device on the cable's interface (`rdma_en3` is on `en3`, as macOS names them).
+    Device(String),
+    /// The host's address on the cable (a ring hostfile's `ips`).
+    Address(Ipv4Addr),
+}
+
+/// One cable a hostfile gives a host: to which other host of the file, and by what.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CableHint {
+    pub peer_host: usize,
+    pub via: Via,
+}
+
+/// What the launcher hands each rank: its host's index in the hostfile and its cables.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostCables {
+    pub host: usize,
+    pub hints: Vec<CableHint>,
+}
+
+/// One IPv4 address of an interface, with what the OS says of the interface.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IfAddr {
+    pub name: String,
+    pub ip: Ipv4Addr,
+    pub prefix: u8,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speed_gbit_per_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
+}
+
+impl IfAddr {
+    fn same_subnet(&self, other: &IfAddr) -> bool {
+        self.prefix == other.prefix
+            && crate::options::mask(self.ip, self.prefix)
+                == crate::options::mask(other.ip, other.prefix)
+            && self.ip != other.ip
+    }
+}
+
+/// What a rank publishes at the rendezvous of a run over links.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LinkInfo {
+    /// Its host's index in the hostfile; None where no hostfile placed it.
+    pub host_index: Option<usize>,
+    /// Every IPv4 address of its host, loopback left out.
+    pub interfaces: Vec<IfAddr>,
+    /// The cables the hostfile names, resolved on this host: (the peer host's index, this
+    /// host's interface), in the file's order.
+    pub named: Vec<(usize, String)>,
+    /// The RDMA device the hostfile names for each of `named`, in the same order.
+    #[serde(default)]
+    pub devices: Vec<Option<String>>,
+    /// The interface its control traffic (ssh, rendezvous) uses: never a cable.
+    pub control_iface: Option<String>,
+}
+
+impl LinkInfo {
+    /// This host's side: its addresses, its cables as the launcher passed them
+    /// ([`ENV_CABLES`]), and its control interface (the one holding `control_ip`, or the one
+    /// the route to rank 0's rendezvous `rdv` leaves by).
+    pub fn gather(control_ip: Option<IpAddr>, rdv: Option<&str>) -> Result<LinkInfo> {
+        let ifs = netinfo::interfaces().unwrap_or_default();
+        let interfaces: Vec<IfAddr> = netinfo::ipv4_prefixes()?
+            .into_iter()
+            .filter(|(_, ip, _)| !ip.is_loopback())
+            .map(|(name, ip, prefix)| {
+                let i = ifs.iter().find(|i| i.name == name);
+                IfAddr {
+                    kind: i.map(|i| i.kind.as_str()).unwrap_or("unknown").into(),
+                    speed_gbit_per_s: i.and_then(|i| i.speed_gbit_per_s),
+                    mtu: i.and_then(|i| i.mtu),
+                    name,
+                    ip,
+                    prefix,
+                }
+            })
+            .collect();
+        let source = control_ip.or_else(|| rdv.and_then(route_source));
+        let control_iface = source.and_then(|ip| match ip {
+            IpAddr::V4(v4) if v4.is_loopback() => Some("lo".to_string()),
+            IpAddr::V4(v4) => interfaces
+                .iter()
+                .find(|i| i.ip == v4)
+                .map(|i| i.name.clone()),
+            IpAddr::V6(_) => None,
+        });
+        let cables: Option<HostCables> = match std::env::var(ENV_CABLES) {
+            Ok(v) => Some(serde_json::from_str(&v).map_err(|e| {
+                anyhow::anyhow!("{ENV_CABLES} is not what the launcher writes: {e}")
+            })?),
+            Err(_) => None,
+        };
+        let mut named = Vec::new();
+        let mut devices = Vec::new();
+        for h in cables.iter().flat_map(|c| &c.hints) {
+            let (iface, device) = match &h.via {
+                Via::Device(d) => {
+                    let iface = d.strip_prefix("rdma_").unwrap_or(d);
+                    if !interfaces.iter().any(|i| i.name == iface) {
+                        bail!(
+                            "the hostfile names RDMA device {d} for a cable to host {} of the file, but this host has no interface {iface} with an IPv4 address (each cable needs one: `tbbench env` lists them)",
+                            h.peer_host + 1
+                        );
+                    }
+                    (iface.to_string(), Some(d.clone()))
+                }
+                Via::Address(ip) => {
+                    let i = interfaces.iter().find(|i| i.ip == *ip).with_context(|| {
+                        format!(
+                            "the hostfile gives {ip} for a cable to host {} of the file, but no interface of this host has that address",
+                            h.peer_host + 1
+                        )
+                    })?;
+                    (i.name.clone(), None)
+                }
+            };
+            named.push((h.peer_host, iface));
+            devices.push(device);
+        }
+        Ok(LinkInfo {
+            host_index: cables.map(|c| c.host),
+            interfaces,
+            named,
+            devices,
+            control_iface,
+        })
+    }
+}
+
+/// The local address the kernel's route to `rdv` ("host:port") leaves from: a UDP socket
+/// connected there (no packet is sent) says.
+fn route_source(rdv: &str) -> Option<IpAddr> {
+    use std::net::ToSocketAddrs;
+    let to = rdv.to_socket_addrs().ok()?.find(|a| a.is_ipv4())?;
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    s.connect(to).ok()?;
+    Some(s.local_addr().ok()?.ip())
+}
+
+/// The cables of a run, every rank's view the same.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Cabling {
+    pub links: Vec<Link>,
+    pub topology: Topology,
+}
+
+impl Cabling {
+    /// The cables between ranks `a` and `b`, in cable order; empty where there is none.
+    pub fn between(&self, a: usize, b: usize) -> Vec<&Link> {
+        let key = [a.min(b), a.max(b)];
+        self.links.iter().filter(|l| l.ranks == key).collect()
+    }
+
+    /// `(this end, the far end)` of a cable, seen from rank `me`.
+    pub fn ends(link: &Link, me: usize) -> (&LinkEnd, &LinkEnd) {
+        if link.ranks[0] == me {
+            (&link.ends[0], &link.ends[1])
+        } else {
+            (&link.ends[1], &link.ends[0])
+        }
+    }
+
+    /// One line naming the pairs with no cable, with their hosts ("0-2 (m0-m2)").
+    pub fn unlinked_line(&self, hosts: &[String]) -> String {
+        self.topology
+            .unlinked
+            .iter()
+            .map(|[a, b]| format!("{a}-{b} ({}-{})", hosts[*a], hosts[*b]))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// The cables between every pair of ranks, from what each rank published (`infos[r]`) and the
+/// name of its host (`hosts[r]`: ranks with one name share a host). Deterministic in its
+/// inputs, so every rank derives the same. Errors name what the hostfile and the hosts
+/// disagree on.
+pub fn derive(hosts: &[String], infos: &[LinkInfo]) -> Result<Cabling> {
+    let size = hosts.len();
+    // Each host once, by its first rank.
+    let mut firsts: Vec<usize> = Vec::new();
+    for r in 0..size {
+        if !firsts.iter().any(|&f| hosts[f] == hosts[r]) {
+            firsts.push(r);
+        }
+    }
+    let host_of = |r: usize| {
+        firsts
+            .iter()
+            .position(|&f| hosts[f] == hosts[r])
+            .unwrap_or(0)
+    };
+    let mut per_hosts: Vec<Vec<Vec<(LinkEnd, LinkEnd)>>> =
+        vec![vec![vec![]; firsts.len()]; firsts.len()];
+    for (ha, &ra) in firsts.iter().enumerate() {
+        for (hb, &rb) in firsts.iter().enumerate().skip(ha + 1) {
+            per_hosts[ha][hb] = cables_between(&hosts[ra], &infos[ra], &hosts[rb], &infos[rb])?;
+        }
+    }
+    let mut links = Vec::new();
+    let mut unlinked = Vec::new();
+    for a in 0..size {
+        for b in a + 1..size {
+            let (ha, hb) = (host_of(a), host_of(b));
+            if ha == hb {
+                let lo = LinkEnd {
+                    interface: "lo".into(),
+                    address: "127.0.0.1".into(),
+                    link_kind: "loopback".into(),
+                    ..LinkEnd::default()
+                };
+                links.push(Link {
+                    ranks: [a, b],
+                    hosts: [hosts[a].clone(), hosts[b].clone()],
+                    cable: 0,
+                    ends: [lo.clone(), lo],
+                });
+                continue;
+            }
+            let (lo, hi, flip) = if ha < hb {
+                (ha, hb, false)
+            } else {
+                (hb, ha, true)
+            };
+            let cables = &per_hosts[lo][hi];
+            if cables.is_empty() {
+                unlinked.push([a, b]);
+            }
+            for (c, (x, y)) in cables.iter().enumerate() {
+                let ends = if flip {
+                    [y.clone(), x.clone()]
+                } else {
+                    [x.clone(), y.clone()]
+                };
+                links.push(Link {
+                    ranks: [a, b],
+                    hosts: [hosts[a].clone(), hosts[b].clone()],
+                    cable: c,
+                    ends,
+                });
+            }
+        }
+    }
+    let host_names: Vec<String> = firsts.iter().map(|&f| hosts[f].clone()).collect();
+    let degree: Vec<usize> = (0..firsts.len())
+        .map(|h| {
+            (0..firsts.len())
+                .filter(|&o| o != h && linked(&per_hosts, h, o))
+                .count()
+        })
+        .collect();
+    let n = firsts.len();
+    let (shape, ring) = if n == 1 {
+        ("single", vec![])
+    } else if degree.iter().all(|&d| d == n - 1) {
+        ("full-mesh", vec![])
+    } else if n >= 3 && degree.iter().all(|&d| d == 2) {
+        // Walk the cycle from host 0; a ring when it visits every host.
+        let mut order = vec![0usize];
+        while order.len() < n {
+            let last = *order.last().expect("not empty");
+            match (0..n).find(|&o| o != last && linked(&per_hosts, last, o) && !order.contains(&o))
+            {
+                Some(next) => order.push(next),
+                None => break,
+            }
+        }
+        if order.len() == n {
+            (
+                "ring",
+                order.iter().map(|&h| host_names[h].clone()).collect(),
+            )
+        } else {
+            ("partial", vec![])
+        }
+    } else {
+        ("partial", vec![])
+    };
+    Ok(Cabling {
+        links,
+        topology: Topology {
+            shape: shape.into(),
+            ring,
+            unlinked,
+        },
+    })
+}
+
+fn linked(per_hosts: &[Vec<Vec<(LinkEnd, LinkEnd)>>], a: usize, b: usize) -> bool {
+    let (lo, hi) = (a.min(b), a.max(b));
+    !per_hosts[lo][hi].is_empty()
+}
+
+fn end(i: &IfAddr, device: Option<String>) -> LinkEnd {
+    LinkEnd {
+        interface: i.name.clone(),
+        address: i.ip.to_string(),
+        rdma_device: device,
+        link_kind: i.kind.clone(),
+        speed_gbit_per_s: i.speed_gbit_per_s,
+        mtu: i.mtu,
+    }
+}
+
+/// The cables between two hosts: as the hostfile names them where it does (either end), else
+/// every pair of their addresses in one subnet, the control interfaces left out.
+fn cables_between(
+    name_a: &str,
+    a: &LinkInfo,
+    name_b: &str,
+    b: &LinkInfo,
+) -> Result<Vec<(LinkEnd, LinkEnd)>> {
+    let named = |x: &LinkInfo, peer: Option<usize>| -> Vec<(String, Option<String>)> {
+        match peer {
+            Some(p) => x
+                .named
+                .iter()
+                .zip(x.devices.iter().chain(std::iter::repeat(&None)))
+                .filter(|((h, _), _)| *h == p)
+                .map(|((_, i), d)| (i.clone(), d.clone()))
+                .collect(),
+            None => vec![],
+        }
+    };
+    let (na, nb) = (named(a, b.host_index), named(b, a.host_index));
+    let usable = |x: &LinkInfo, i: &IfAddr| x.control_iface.as_deref() != Some(i.name.as_str());
+    let mut out = Vec::new();
+    if na.is_empty() && nb.is_empty() {
+        for x in a.interfaces.iter().filter(|i| usable(a, i)) {
+            for y in b.interfaces.iter().filter(|i| usable(b, i)) {
+                if x.same_subnet(y) {
+                    out.push((end(x, None), end(y, None)));
+                }
+            }
+        }
+        return Ok(out);
+    }
+    for c in 0..na.len().max(nb.len()) {
+        let (ia, da) = na.get(c).cloned().unzip();
+        let (ib, db) = nb.get(c).cloned().unzip();
+        let pick = a
+            .interfaces
+            .iter()
+            .filter(|x| ia.as_ref().is_none_or(|n| &x.name == n))
+            .flat_map(|x| {
+                b.interfaces
+                    .iter()
+                    .filter(|y| ib.as_ref().is_none_or(|n| &y.name == n))
+                    .filter(move |y| x.same_subnet(y))
+                    .map(move |y| (x, y))
+            })
+            .find(|(x, y)| {
+                // A cable named at one end only: the far end is found by subnet, never on the
+                // far host's control interface.
+                (ia.is_some() || usable(a, x)) && (ib.is_some() || usable(b, y))
+            });
+        let Some((x, y)) = pick else {
+            bail!(
+                "the hostfile names a cable between {name_a} ({}) and {name_b} ({}), but the two hosts hold no addresses in one subnet there: give each end of the cable an address in the cable's own subnet (MLX's mlx.distributed_config gives each a /30)",
+                ia.as_deref().unwrap_or("?"),
+                ib.as_deref().unwrap_or("?")
+            );
+        };
+        out.push((end(x, da.flatten()), end(y, db.flatten())));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ifa(name: &str, ip: &str, prefix: u8) -> IfAddr {
+        IfAddr {
+            name: name.into(),
+            ip: ip.parse().unwrap(),
+            prefix,
+            kind: "ethernet".into(),
+            speed_gbit_per_s: None,
+            mtu: Some(9000),
+        }
+    }
+
+    /// Four hosts with a management network and a /30 per cable, as mlx.distributed_config
+    /// sets up a Thunderbolt cluster; `cabled` lists the host pairs with a cable.
+    fn lab(cabled: &[(usize, usize)]) -> Vec<LinkInfo> {
+        let mut infos: Vec<LinkInfo> = (0..4)
+            .map(|h| LinkInfo {
+                interfaces: vec![ifa("mgmt", &format!("10.70.0.{}", h + 1), 24)],
+                control_iface: Some("mgmt".into()),
+                ..LinkInfo::default()
+            })
+            .collect();
+        for (c, &(a, b)) in cabled.iter().enumerate() {
+            let base = 4 * c as u32;
+            infos[a].interfaces.push(ifa(
+                &format!("en{b}"),
+                &format!("192.168.0.{}", base + 1),
+                30,
+            ));
+            infos[b].interfaces.push(ifa(
+                &format!("en{a}"),
+                &format!("192.168.0.{}", base + 2),
+                30,
+            ));
+        }
+        infos
+    }
+
+    fn names(n: usize) -> Vec<String> {
+        (0..n).map(|h| format!("m{h}")).collect()
+    }
+
+    #[test]
+    fn a_mesh_of_four_is_found_with_every_pair_on_its_own_cable() {
+        let mesh = [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)];
+        let c = derive(&names(4), &lab(&mesh)).unwrap();
+        assert_eq!(c.topology.shape, "full-mesh");
+        assert!(c.topology.unlinked.is_empty());
+        assert_eq!(c.links.len(), 6);
+        let l = c.between(3, 1);
+        assert_eq!(l.len(), 1);
+        assert_eq!(l[0].ends[0].interface, "en3");
+        assert_eq!(l[0].ends[1].interface, "en1");
+        assert_eq!(l[0].ends[0].address, "192.168.0.17");
+        // The management network joins every pair and is never a cable.
+        assert!(c.links.iter().all(|l| l.ends[0].interface != "mgmt"));
+    }
+
+    #[test]
+    fn a_ring_of_four_names_its_order_and_its_diagonals_unlinked() {
+        let c = derive(&names(4), &lab(&[(0, 1), (1, 2), (2, 3), (3, 0)])).unwrap();
+        assert_eq!(c.topology.shape, "ring");
+        assert_eq!(c.topology.ring, ["m0", "m1", "m2", "m3"]);
+        assert_eq!(c.topology.unlinked, [[0, 2], [1, 3]]);
+        assert_eq!(c.unlinked_line(&names(4)), "0-2 (m0-m2), 1-3 (m1-m3)");
+        let p = derive(&names(4), &lab(&[(0, 1), (1, 2), (2, 3)])).unwrap();
+        assert_eq!(p.topology.shape, "partial");
+    }
+
+    #[test]
+    fn two_cables_between_a_pair_are_two_links_and_ranks_on_one_host_share_loopback() {
+        let mut infos = lab(&[(0, 1), (0, 1)]);
+        infos.truncate(2);
+        let hosts = vec!["m0".to_string(), "m0".into(), "m1".into()];
+        let infos = vec![infos[0].clone(), infos[0].clone(), infos[1].clone()];
+        let c = derive(&hosts, &infos).unwrap();
+        assert_eq!(c.between(0, 1)[0].ends[0].link_kind, "loopback");
+        let two = c.between(1, 2);
+        assert_eq!(two.len(), 2);
+        assert_eq!((two[0].cable, two[1].cable), (0, 1));
+        assert_ne!(two[0].ends[0].address, two[1].ends[0].address);
+    }
+
+    /// The hostfile's devices (jaccl) and a ring file's addresses give the same links as
+    /// discovery; a named cable whose ends share no subnet is refused naming both hosts.
+    #[test]
+    fn named_cables_agree_with_discovery_and_bad_ones_are_named() {
+        let mesh = [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)];
+        let found = derive(&names(4), &lab(&mesh)).unwrap();
+        let mut told = lab(&mesh);
+        for (h, info) in told.iter_mut().enumerate() {
+            info.host_index = Some(h);
+            for p in (0..4).filter(|&p| p != h) {
+                info.named.push((p, format!("en{p}")));
+                info.devices.push(Some(format!("rdma_en{p}")));
+            }
+        }
+        let named = derive(&names(4), &told).unwrap();
+        assert_eq!(named.topology, found.topology);
+        for (a, b) in named.links.iter().zip(&found.links) {
+            assert_eq!(
+                (a.ranks, &a.ends[0].address, &a.ends[1].address),
+                (b.ranks, &b.ends[0].address, &b.ends[1].address)
+            );
+        }
+        assert_eq!(
+            named.links[0].ends[0].rdma_device.as_deref(),
+            Some("rdma_en1")
+        );
+        // A ring file: each host names its address towards the previous one only.
+        let mut ring = lab(&[(0, 1), (1, 2), (2, 3), (3, 0)]);
+        for (h, info) in ring.iter_mut().enumerate() {
+            info.host_index = Some(h);
+            let prev = (h + 3) % 4;
+            info.named.push((prev, format!("en{prev}")));
+            info.devices.push(None);
+        }
+        let r = derive(&names(4), &ring).unwrap();
+        assert_eq!(r.topology.shape, "ring");
+        assert_eq!(r.links.len(), 4);
+        told[0].named[0].1 = "mgmt".into();
+        let e = derive(&names(4), &told).unwrap_err().to_string();
+        assert!(e.contains("m0 (mgmt)") && e.contains("m1 (en0)"), "{e}");
+    }
+}
