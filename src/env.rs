@@ -11,6 +11,8 @@ use tbbench_runners::sysinfo;
 struct Env {
     host: tbbench_schema::Host,
     interfaces: Vec<Interface>,
+    /// Point-to-point subnets (a cable each, on a Thunderbolt cluster) and their far ends.
+    links: Vec<tbbench_runners::links::LocalCable>,
     rdma: Rdma,
     blas: tbbench_schema::Blas,
     /// The energy counters suites read (`counters`), or why there are none (`none_because`).
@@ -56,6 +58,7 @@ pub fn run(json: bool) -> Result<i32> {
     };
     let env = Env {
         host,
+        links: tbbench_runners::links::local_cables(),
         interfaces,
         rdma,
         blas,
@@ -115,6 +118,27 @@ fn print_text(e: &Env) {
             .map(|a| format!(" (available: {a}; --congestion picks one for a run)"))
             .unwrap_or_default();
         println!("tcp congestion control: {cc}{available}");
+    }
+    println!("\n# links (point-to-point subnets: a cable each; `--over tcp:links` runs over them)");
+    if e.links.is_empty() {
+        println!("none (no /30 or /31 on any interface)");
+    }
+    for l in &e.links {
+        let device = format!("rdma_{}", l.interface);
+        let rdma = if e.rdma.devices.iter().any(|d| d.name == device) {
+            format!(", RDMA device {device}")
+        } else {
+            String::new()
+        };
+        let seen = match l.far_end_seen {
+            Some(true) => "has answered",
+            Some(false) => "not seen yet",
+            None => "not known here",
+        };
+        println!(
+            "{} {}/{} -> far end {} ({seen}){rdma}",
+            l.interface, l.address, l.prefix, l.far_end
+        );
     }
     println!("\n# RDMA");
     if let Some(s) = &e.rdma.enabled {

@@ -151,6 +151,66 @@ impl LinkInfo {
     }
 }
 
+/// One cable as this host alone can see it: a point-to-point subnet (a /30 or /31, as
+/// mlx.distributed_config gives each Thunderbolt cable) on an interface, the far end's
+/// address in it, and whether the far end has answered (the kernel's neighbour table holds its
+/// hardware address; Linux only, None elsewhere).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LocalCable {
+    pub interface: String,
+    pub address: Ipv4Addr,
+    pub prefix: u8,
+    pub far_end: Ipv4Addr,
+    pub far_end_seen: Option<bool>,
+}
+
+/// This host's point-to-point subnets, in the order the OS lists them: what `tbbench env`
+/// shows as its cables.
+pub fn local_cables() -> Vec<LocalCable> {
+    let neighbours = std::fs::read_to_string("/proc/net/arp").ok();
+    netinfo::ipv4_prefixes()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(_, ip, prefix)| !ip.is_loopback() && *prefix >= 30 && *prefix < 32)
+        .filter_map(|(interface, address, prefix)| {
+            let far_end = far_end(address, prefix)?;
+            let far_end_seen = neighbours.as_deref().map(|t| seen_in_arp(t, far_end));
+            Some(LocalCable {
+                interface,
+                address,
+                prefix,
+                far_end,
+                far_end_seen,
+            })
+        })
+        .collect()
+}
+
+/// The other host address of a /30 (the two between network and broadcast) or a /31.
+fn far_end(ip: Ipv4Addr, prefix: u8) -> Option<Ipv4Addr> {
+    let net = u32::from(crate::options::mask(ip, prefix));
+    let me = u32::from(ip);
+    let hosts = match prefix {
+        31 => [net, net + 1],
+        30 => [net + 1, net + 2],
+        _ => return None,
+    };
+    hosts
+        .into_iter()
+        .find(|h| *h != me)
+        .filter(|_| hosts.contains(&me))
+        .map(Ipv4Addr::from)
+}
+
+/// Whether /proc/net/arp holds a complete entry (flags 0x2) for `ip`.
+fn seen_in_arp(table: &str, ip: Ipv4Addr) -> bool {
+    let ip = ip.to_string();
+    table.lines().skip(1).any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() >= 4 && f[0] == ip && f[2] == "0x2"
+    })
+}
+
 /// The local address the kernel's route to `rdv` ("host:port") leaves from: a UDP socket
 /// connected there (no packet is sent) says.
 fn route_source(rdv: &str) -> Option<IpAddr> {
@@ -433,6 +493,23 @@ mod tests {
 
     fn names(n: usize) -> Vec<String> {
         (0..n).map(|h| format!("m{h}")).collect()
+    }
+
+    #[test]
+    fn a_cables_far_end_is_the_other_host_address_of_its_subnet() {
+        let ip = |s: &str| s.parse::<Ipv4Addr>().unwrap();
+        assert_eq!(far_end(ip("192.168.0.1"), 30), Some(ip("192.168.0.2")));
+        assert_eq!(far_end(ip("192.168.0.6"), 30), Some(ip("192.168.0.5")));
+        assert_eq!(far_end(ip("10.0.0.7"), 31), Some(ip("10.0.0.6")));
+        // The network or broadcast address of a /30 is no host's.
+        assert_eq!(far_end(ip("192.168.0.3"), 30), None);
+        assert_eq!(far_end(ip("192.168.0.1"), 24), None);
+        let arp =
+            "IP address       HW type     Flags       HW address            Mask     Device\n\
+                   192.168.0.2      0x1         0x2         aa:bb:cc:dd:ee:ff     *        en1\n\
+                   192.168.1.2      0x1         0x0         00:00:00:00:00:00     *        en2\n";
+        assert!(seen_in_arp(arp, ip("192.168.0.2")));
+        assert!(!seen_in_arp(arp, ip("192.168.1.2")));
     }
 
     #[test]

@@ -1,0 +1,103 @@
+//! Suites that move data between every pair (hpl, the built-in decode split by tensors and by
+//! pipeline) on a 4-mesh built as a Thunderbolt cluster is cabled (scripts/netlab.sh
+//! `cabled`), over `--over tcp:links` with the hostfile MLX's jaccl backend reads: every rank's
+//! data goes over its cables, and the management network carries only control traffic (the
+//! interfaces' byte counters tell). Needs root (skips with the reason printed otherwise).
+
+#[path = "netlab.rs"]
+mod netlab;
+#[path = "support.rs"]
+mod support;
+
+use std::time::Duration;
+use support::*;
+
+#[test]
+fn hpl_and_the_decode_move_their_data_over_the_cables_of_a_mesh() {
+    let Some(lab) = netlab::CabledLab::up("mesh4", "tbd", &["1000mbit"]) else {
+        return;
+    };
+    let dir = tmpdir("links-suites");
+    let hosts = lab.hostfile(&dir, "jaccl");
+    let over = [
+        "--hostfile",
+        hosts.to_str().unwrap(),
+        "--rsh",
+        "ip netns exec",
+        "--nodes",
+        "4",
+        "--over",
+        "tcp:links",
+    ];
+    let decode = |parallel: &'static str| -> Vec<&'static str> {
+        vec![
+            "infer",
+            "--shape",
+            "llama-3.2-3b",
+            "--layers",
+            "4",
+            "--parallel",
+            parallel,
+            "--max-tokens",
+            "4",
+        ]
+    };
+    for (name, mut args) in [
+        ("hpl", vec!["hpl", "--n", "1200", "--nb", "64"]),
+        ("decode tp", decode("tp")),
+        ("decode pp", decode("pp")),
+    ] {
+        let out = dir.join(format!("{}.json", name.replace(' ', "-")));
+        args.extend_from_slice(&over);
+        args.extend(["--out", out.to_str().unwrap()]);
+        let before: Vec<_> = (0..4).map(|h| lab.tx_bytes(h)).collect();
+        let o = run(&args, Duration::from_secs(300));
+        let after: Vec<_> = (0..4).map(|h| lab.tx_bytes(h)).collect();
+        assert!(o.status.success(), "{name}: {}", text(&o.stderr));
+        let r = read_json(&out);
+        assert_eq!(r["network"]["topology"]["shape"], "full-mesh", "{name}");
+        assert_eq!(r["network"]["links"].as_array().unwrap().len(), 6, "{name}");
+        assert_eq!(r["verification"]["passed"], true, "{name}");
+        let sent = |pick: &dyn Fn(&str) -> bool| -> u64 {
+            let mut total = 0;
+            for (now, then) in after.iter().zip(&before) {
+                for (n, b) in now.iter().filter(|(n, _)| pick(n)) {
+                    total += b - then.iter().find(|(m, _)| m == n).map_or(0, |x| x.1);
+                }
+            }
+            total
+        };
+        let (cables, mgmt) = (sent(&|n| n.starts_with("en")), sent(&|n| n == "mgmt"));
+        assert!(
+            cables > 1 << 20 && mgmt < cables / 50,
+            "{name}: {cables} bytes on the cables, {mgmt} on the management network"
+        );
+    }
+    // `tbbench env` on a host lists its three cables and their far ends, which the runs above
+    // made answer.
+    let o = std::process::Command::new("ip")
+        .args(["netns", "exec", "tbd0", bin(), "env", "--json"])
+        .output()
+        .unwrap();
+    let e: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let cables: Vec<(String, String, bool)> = e["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["interface"].as_str().unwrap().to_string(),
+                l["far_end"].as_str().unwrap().to_string(),
+                l["far_end_seen"] == true,
+            )
+        })
+        .collect();
+    assert_eq!(
+        cables,
+        [
+            ("en1".to_string(), "192.168.0.2".to_string(), true),
+            ("en2".into(), "192.168.1.2".into(), true),
+            ("en3".into(), "192.168.2.2".into(), true),
+        ]
+    );
+}
