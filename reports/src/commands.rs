@@ -36,6 +36,7 @@ pub fn run_report(o: &ReportOptions) -> Result<i32> {
     crate::write::check_writable(&o.html)?;
     if let Some(j) = &o.json {
         crate::write::check_writable(j)?;
+        tbbench_schema::write::refuse_same_output(("-o", &o.html), ("--json", j))?;
     }
     if !o.exports.is_empty() {
         crate::write::check_folder_writable(&o.export_dir)?;

@@ -157,6 +157,7 @@ impl RunArgs {
             timeout: self.timeout.unwrap_or(std::time::Duration::from_secs(30)),
             port: self.port,
             out: self.out.clone(),
+            out_generated: false,
             oversubscribe: self.oversubscribe,
         }
     }

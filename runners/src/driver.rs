@@ -429,7 +429,15 @@ fn run_suite<S: Suite>(
         );
     } else {
         let path = launch::standalone_out(opts, S::NAME);
-        tbbench_schema::write::write_result(&path, &result)?;
+        let path = if opts.out.is_none() {
+            // A time-stamped name: never over the file of a run started in the same second.
+            let mut bytes = serde_json::to_vec_pretty(&result)?;
+            bytes.push(b'\n');
+            tbbench_schema::write::write_fresh(&path, &bytes)?
+        } else {
+            tbbench_schema::write::write_result(&path, &result)?;
+            path
+        };
         println!("result: {}", path.display());
     }
     if !result.verification.passed {

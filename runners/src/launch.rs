@@ -353,6 +353,7 @@ pub fn launch(opts: &RunOptions, suite: &str) -> Result<i32> {
         if let Some((dir, stem)) = &folder {
             let slug = opts.over[i].slug();
             o.out = Some(dir.join(format!("{stem}-{}-{slug}.json", i + 1)));
+            o.out_generated = true;
             println!("\n== network {}/{n}: {spec} ==", i + 1);
         }
         let code = match launch_once(&o, suite) {
@@ -369,7 +370,7 @@ pub fn launch(opts: &RunOptions, suite: &str) -> Result<i32> {
         if code == 130 || interrupted().load(Ordering::SeqCst) {
             return Ok(130);
         }
-        if let Some(path) = o.out.filter(|p| p.exists()) {
+        if let Some(path) = o.out.map(|p| written_path(&p)).filter(|p| p.exists()) {
             written.push(path);
         }
         if code != 0 {
@@ -430,6 +431,9 @@ fn run_ranks(
 ) -> Result<i32> {
     let size = placements.len();
     let interrupted = interrupted();
+    // A name the launcher chose (a time stamp) never replaces another run's file.
+    let fresh = opts.out.is_none() || opts.out_generated;
+    *WRITTEN.lock().unwrap_or_else(|e| e.into_inner()) = None;
     let out_path = opts.out.clone().unwrap_or_else(|| {
         tbbench_schema::write::default_path(suite, time::OffsetDateTime::now_utc())
     });
@@ -490,7 +494,7 @@ fn run_ranks(
                         ranks[0].label, opts.rsh, ranks[0].label
                     );
                 }
-                return Ok(st.code().filter(|c| *c != 0).unwrap_or(1));
+                return Ok(exit_code_of(st));
             }
         }
         if Instant::now() > deadline {
@@ -539,13 +543,13 @@ fn run_ranks(
     };
     loop {
         while let Ok(line) = line_rx.try_recv() {
-            take(relay(&line, &out_path)?);
+            take(relay(&line, &out_path, fresh)?);
         }
         if interrupted.load(Ordering::SeqCst) {
             if wrote_result {
                 // The result was whole and written before the interrupt: it stands.
                 stop_all(&mut ranks, "interrupted after the result was written", 130);
-                println!("result: {}", out_path.display());
+                println!("result: {}", written_path(&out_path).display());
                 return Ok(0);
             }
             return Ok(stop_all(&mut ranks, "interrupted: stopped every rank", 130));
@@ -565,7 +569,7 @@ fn run_ranks(
         if let Some(st0) = ranks[0].status {
             // Drain what rank 0 printed last, then give the others a moment to finish.
             for line in line_rx.iter() {
-                take(relay(&line, &out_path)?);
+                take(relay(&line, &out_path, fresh)?);
             }
             let grace = Instant::now() + Duration::from_secs(3);
             while Instant::now() < grace && poll_statuses(&mut ranks) {
@@ -581,23 +585,19 @@ fn run_ranks(
             let died = killed && !interrupted.load(Ordering::SeqCst);
             // A run whose verification failed still wrote its file, which says why.
             if wrote_result {
-                println!("result: {}", out_path.display());
+                println!("result: {}", written_path(&out_path).display());
             } else if cut_off {
                 crate::gate::say(&format!(
                     "tbbench: error: rank 0 ({rank0}) died ({st0}) while handing over its result; no result file written"
                 ));
-                return Ok(st0.code().filter(|c| *c != 0).unwrap_or(1));
+                return Ok(exit_code_of(st0));
             } else if died {
                 crate::gate::say(&format!(
                     "tbbench: error: rank 0 ({rank0}) died ({st0}); no result file written"
                 ));
-                return Ok(st0.code().filter(|c| *c != 0).unwrap_or(1));
+                return Ok(exit_code_of(st0));
             }
-            return Ok(if st0.success() {
-                0
-            } else {
-                st0.code().unwrap_or(1)
-            });
+            return Ok(if st0.success() { 0 } else { exit_code_of(st0) });
         }
         if let Some((code, at)) = rank0_lost {
             // Rank 0 may be dying this moment (the others saw its connections close first);
@@ -664,7 +664,21 @@ enum Relayed {
 /// Passes one line of rank 0's output on to the user, or writes the result it carries. Only a
 /// result that parses whole as a result file is written: a line cut off when rank 0 died
 /// leaves no file at all.
-fn relay(line: &str, out_path: &std::path::Path) -> Result<Relayed> {
+/// Where the last result a launcher relayed went: its `--out`, or for a name the launcher
+/// chose itself the first free one (`write_fresh`: never over another run's file).
+static WRITTEN: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+
+/// The file the last result this process relayed went to (`fallback` before any): a name the
+/// launcher chose may have taken a `-2` to keep clear of another run's file.
+pub fn written_path(fallback: &std::path::Path) -> PathBuf {
+    WRITTEN
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+        .unwrap_or_else(|| fallback.to_path_buf())
+}
+
+fn relay(line: &str, out_path: &std::path::Path, fresh: bool) -> Result<Relayed> {
     match line.strip_prefix(&format!("{PROTOCOL_PREFIX}RESULT ")) {
         Some(json) => {
             // Written as rank 0 sent it (every key, in order), once it reads as a result file.
@@ -676,7 +690,13 @@ fn relay(line: &str, out_path: &std::path::Path) -> Result<Relayed> {
             };
             let mut bytes = serde_json::to_vec_pretty(&value)?;
             bytes.push(b'\n');
-            tbbench_schema::write::write_atomic(out_path, &bytes)?;
+            let path = if fresh {
+                tbbench_schema::write::write_fresh(out_path, &bytes)?
+            } else {
+                tbbench_schema::write::write_atomic(out_path, &bytes)?;
+                out_path.to_path_buf()
+            };
+            *WRITTEN.lock().unwrap_or_else(|e| e.into_inner()) = Some(path);
             Ok(Relayed::Result)
         }
         None => {
@@ -746,6 +766,16 @@ fn spawn(
     })
 }
 
+/// The launcher's exit code for a rank 0 that failed: tbbench's own codes (1 an error, 2 a
+/// usage error, 130 interrupted) pass through; anything else, such as ssh's 255 for a host it
+/// could not reach, or a signal, is 1, as the commands promise.
+fn exit_code_of(st: ExitStatus) -> i32 {
+    match st.code() {
+        Some(c @ (1 | 2 | 130)) => c,
+        _ => 1,
+    }
+}
+
 fn stop_all(ranks: &mut [Rank], message: &str, code: i32) -> i32 {
     for r in ranks.iter_mut() {
         let _ = r.child.kill();
@@ -811,7 +841,11 @@ mod tests {
                 .unwrap();
         for cut in [1, one_line.len() / 2, one_line.len() - 1] {
             let line = format!("{PROTOCOL_PREFIX}RESULT {}", &one_line[..cut]);
-            assert_eq!(relay(&line, &out).unwrap(), Relayed::CutOff, "cut at {cut}");
+            assert_eq!(
+                relay(&line, &out, false).unwrap(),
+                Relayed::CutOff,
+                "cut at {cut}"
+            );
             assert!(!out.exists(), "cut at {cut} wrote a file");
         }
         let line = format!("{PROTOCOL_PREFIX}RESULT {one_line}");

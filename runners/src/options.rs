@@ -83,6 +83,10 @@ pub struct RunOptions {
     pub port: u16,
     /// Result file; `results/<suite>-<UTC>.json` when not given.
     pub out: Option<PathBuf>,
+    /// `out` is a name the launcher chose (inside an `--over` folder): written under the
+    /// first free name, never over another run's file.
+    #[serde(skip)]
+    pub out_generated: bool,
     /// Local ranks far beyond the host's cores were asked for on purpose.
     pub oversubscribe: bool,
 }
@@ -298,6 +302,7 @@ impl Default for RunOptions {
             timeout: Duration::from_secs(30),
             port: 0,
             out: None,
+            out_generated: false,
             oversubscribe: false,
         }
     }

@@ -169,3 +169,57 @@ fn no_short_flag_for_nodes_collides_with_hpls_n() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("'-n'"), "{err}");
 }
+
+/// Two output flags naming one file would let the second write replace the first: refused
+/// in one line, naming both flags, before anything runs; nothing is written.
+#[test]
+fn two_outputs_naming_one_file_are_refused() {
+    let dir = tmpdir("same-output");
+    let same = dir.join("same.json");
+    let s = same.to_str().unwrap();
+    let results = format!("{}/fixtures/results", env!("CARGO_MANIFEST_DIR"));
+    // The same file spelt another way counts too.
+    let other = format!(
+        "{}/../{}/same.json",
+        dir.display(),
+        dir.file_name().unwrap().to_str().unwrap()
+    );
+    for (args, flags) in [
+        (
+            vec!["coll", "--sizes", "8", "--csv", s, "--out", &other],
+            "--csv and --out",
+        ),
+        (
+            vec!["doctor", "--nodes", "2", "--json", s, "--out", s],
+            "--json and --out",
+        ),
+        (
+            vec!["report", &results, "-o", s, "--json", s],
+            "-o and --json",
+        ),
+        (
+            vec![
+                "predict",
+                &results,
+                "--shape",
+                "llama-3.2-3b",
+                "--layers",
+                "1",
+                "--nodes",
+                "2",
+                "--json",
+                s,
+                "--out",
+                s,
+            ],
+            "--json and --out",
+        ),
+    ] {
+        let (_, err) = refuse(&args);
+        assert!(
+            err.contains(&format!("{flags} both name")),
+            "{args:?}: {err}"
+        );
+        assert!(!same.exists(), "{args:?} wrote {}", same.display());
+    }
+}

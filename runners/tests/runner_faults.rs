@@ -129,17 +129,55 @@ fn killed_rank_0_is_named_in_one_line() {
     assert_ranks_gone(&ranks, Duration::from_secs(1), "the run");
 }
 
+/// Ctrl-C, and SIGTERM (what `timeout`, systemd and Slurm send), to the launcher: one line,
+/// every rank stopped.
 #[test]
 fn interrupt_on_the_launcher_stops_every_rank() {
-    let child = long_run(&[]);
-    let launcher = child.id();
-    let ranks = wait_for_ranks(launcher, 3, RENDEZVOUS_SETTLE);
-    signal(launcher, "-INT");
-    let (o, took) = finish(child, Duration::from_secs(15));
-    assert_eq!(o.status.code(), Some(130), "{}", text(&o.stderr));
-    assert!(took < Duration::from_secs(10));
-    assert!(text(&o.stderr).contains("interrupted"));
-    assert_ranks_gone(&ranks, Duration::from_secs(1), "Ctrl-C");
+    for sig in ["-INT", "-TERM"] {
+        let child = long_run(&[]);
+        let launcher = child.id();
+        let ranks = wait_for_ranks(launcher, 3, RENDEZVOUS_SETTLE);
+        signal(launcher, sig);
+        let (o, took) = finish(child, Duration::from_secs(15));
+        assert_eq!(o.status.code(), Some(130), "{sig}: {}", text(&o.stderr));
+        assert!(took < Duration::from_secs(10));
+        let err = text(&o.stderr);
+        assert!(err.contains("interrupted"), "{sig}: {err}");
+        let said: Vec<&str> = err.lines().filter(|l| !l.contains("warning:")).collect();
+        assert_eq!(said.len(), 1, "{sig}: {err}");
+        assert_ranks_gone(&ranks, Duration::from_secs(1), sig);
+    }
+}
+
+/// A remote shell that fails as ssh does when it cannot reach a host (exit 255): one line
+/// naming the host, and exit 1, not 255.
+#[test]
+fn a_remote_shell_exiting_255_gives_exit_1() {
+    let dir = tmpdir("ssh255");
+    let rsh = dir.join("fake-ssh");
+    std::fs::write(
+        &rsh,
+        "#!/bin/sh\necho 'ssh: connect to host mac1 port 22: No route to host' >&2\nexit 255\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&rsh, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let hf = dir.join("hosts");
+    std::fs::write(&hf, "mac1\nmac2\n").unwrap();
+    let o = run(
+        &[
+            "link",
+            "--hostfile",
+            hf.to_str().unwrap(),
+            "--rsh",
+            rsh.to_str().unwrap(),
+            "--buffer",
+            "64",
+        ],
+        Duration::from_secs(20),
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("mac1"), "{}", text(&o.stderr));
 }
 
 #[test]

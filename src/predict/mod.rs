@@ -568,6 +568,9 @@ fn print_table(workload: &str, predictions: &[Value], hpl: bool) {
 pub fn run(o: &PredictOptions, tool: &Tool) -> Result<i32> {
     if let Some(j) = &o.json {
         tbbench_schema::write::check_writable(j)?;
+        if let Some(out) = &o.out {
+            tbbench_schema::write::refuse_same_output(("--json", j), ("--out", out))?;
+        }
     }
     match &o.out {
         Some(out) => tbbench_schema::write::check_writable(out)?,
@@ -678,11 +681,19 @@ pub fn run(o: &PredictOptions, tool: &Tool) -> Result<i32> {
             warnings,
         },
     );
-    let path = o
-        .out
-        .clone()
-        .unwrap_or_else(|| tbbench_schema::write::default_path("predict", started));
-    tbbench_schema::write::write_result(&path, &result)?;
+    let path = match &o.out {
+        Some(p) => {
+            tbbench_schema::write::write_result(p, &result)?;
+            p.clone()
+        }
+        // A time-stamped name: never over the file of a run started in the same second.
+        None => {
+            let mut bytes = serde_json::to_vec_pretty(&result)?;
+            bytes.push(b'\n');
+            let stamped = tbbench_schema::write::default_path("predict", started);
+            tbbench_schema::write::write_fresh(&stamped, &bytes)?
+        }
+    };
     println!("result: {}", path.display());
     if let Some(j) = &o.json {
         let doc = json!({

@@ -94,6 +94,94 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     result.with_context(|| format!("cannot write result file {}", path.display()))
 }
 
+/// Writes `bytes` under a name the run chose itself (a time stamp: [`default_path`], or one
+/// inside an `--over` folder), never over a file already there: two runs started in the same
+/// second would otherwise keep only the last. Takes the first free name of `path`, `path`
+/// with `-2`, `-3`, ... before its extension, and returns it. A hard link of the written
+/// temporary file claims the name, so two writers cannot both take one.
+pub fn write_fresh(path: &Path, bytes: &[u8]) -> Result<PathBuf> {
+    let dir = folder_of(path);
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create folder {}", dir.display()))?;
+    let stem = path
+        .file_stem()
+        .with_context(|| format!("{} is not a file name", path.display()))?
+        .to_string_lossy()
+        .into_owned();
+    let ext = path
+        .extension()
+        .map(|e| format!(".{}", e.to_string_lossy()))
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{stem}{ext}.tmp-{}", std::process::id()));
+    let result = (|| -> Result<PathBuf> {
+        let mut f = std::fs::File::create(&tmp)
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        for n in 1..10_000u32 {
+            let candidate = if n == 1 {
+                path.to_path_buf()
+            } else {
+                dir.join(format!("{stem}-{n}{ext}"))
+            };
+            match std::fs::hard_link(&tmp, &candidate) {
+                Ok(()) => return Ok(candidate),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                // A file system without hard links: the name is checked, then renamed onto
+                // (a writer in between could still win; no such file system holds results
+                // here in practice).
+                Err(_) if !candidate.exists() => {
+                    std::fs::rename(&tmp, &candidate).with_context(|| {
+                        format!("cannot rename {} to {}", tmp.display(), candidate.display())
+                    })?;
+                    return Ok(candidate);
+                }
+                Err(_) => continue,
+            }
+        }
+        anyhow::bail!("no free name beside {} (9999 taken)", path.display())
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    result.with_context(|| format!("cannot write result file {}", path.display()))
+}
+
+/// Refuses two output flags that name one file (`--out x --json x`): the second write would
+/// replace the first without a word. Paths are compared as the same file where both exist,
+/// else by their absolute spelling.
+pub fn refuse_same_output(a: (&str, &Path), b: (&str, &Path)) -> Result<()> {
+    let absolute = |p: &Path| -> PathBuf {
+        let full = if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            std::env::current_dir().unwrap_or_default().join(p)
+        };
+        // The folder resolved (links, `..`) where it exists, the name kept as written.
+        match (
+            full.parent().and_then(|d| d.canonicalize().ok()),
+            full.file_name(),
+        ) {
+            (Some(d), Some(n)) => d.join(n),
+            _ => full,
+        }
+    };
+    let same = {
+        use std::os::unix::fs::MetadataExt;
+        match (std::fs::metadata(a.1), std::fs::metadata(b.1)) {
+            (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+            _ => absolute(a.1) == absolute(b.1),
+        }
+    };
+    if same {
+        anyhow::bail!(
+            "{} and {} both name {}: give each its own file",
+            a.0,
+            b.0,
+            b.1.display()
+        );
+    }
+    Ok(())
+}
+
 pub fn write_result(path: &Path, result: &ResultFile) -> Result<()> {
     let mut bytes = serde_json::to_vec_pretty(result)?;
     bytes.push(b'\n');
@@ -145,6 +233,41 @@ pub fn rfc3339(t: time::OffsetDateTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fresh_names_never_replace_a_file_and_same_outputs_are_refused() {
+        let dir = std::env::temp_dir().join(format!("tbbench-fresh-{}", std::process::id()));
+        let path = dir.join("link-20261207T000000Z.json");
+        let names: Vec<PathBuf> = (0..3)
+            .map(|i| write_fresh(&path, format!("{i}").as_bytes()).unwrap())
+            .collect();
+        assert_eq!(names[0], path);
+        assert_eq!(names[1], dir.join("link-20261207T000000Z-2.json"));
+        assert_eq!(names[2], dir.join("link-20261207T000000Z-3.json"));
+        for (i, n) in names.iter().enumerate() {
+            assert_eq!(std::fs::read_to_string(n).unwrap(), format!("{i}"));
+        }
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            3,
+            "no temporary left"
+        );
+        let x = dir.join("x.json");
+        let e = refuse_same_output(
+            ("--json", &x),
+            (
+                "--out",
+                &dir.join("../")
+                    .join(dir.file_name().unwrap())
+                    .join("x.json"),
+            ),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--json and --out both name"), "{e}");
+        assert!(refuse_same_output(("--json", &x), ("--out", &dir.join("y.json"))).is_ok());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn atomic_write_leaves_no_temp_file_and_replaces_old_content() {

@@ -142,6 +142,10 @@ impl CollArgs {
         if let Some(path) = &self.csv {
             tbbench_schema::write::check_writable(path)
                 .map_err(|e| UsageError(format!("--csv: {e}")))?;
+            if let Some(out) = &self.run.out {
+                tbbench_schema::write::refuse_same_output(("--csv", path), ("--out", out))
+                    .map_err(|e| UsageError(e.to_string()))?;
+            }
         }
         Ok(CollConfig {
             ops: self.op.0.clone(),

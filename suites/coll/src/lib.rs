@@ -253,11 +253,17 @@ impl Suite for CollSuite {
         if ctx.rank() != 0 {
             return Ok(None);
         }
-        if let Some(path) = &config.csv {
-            table::write_csv(path, &results.rows)?;
-        }
+        // A CSV that cannot be written (a full disk) must not lose the run: the result file
+        // is still written, and says the export failed in a check of its own (exit 1).
+        let csv_failed = config.csv.as_ref().and_then(|path| {
+            table::write_csv(path, &results.rows).err().map(|e| {
+                let line = format!("--csv {}: {e:#}", path.display());
+                eprintln!("tbbench: error: {line}");
+                line
+            })
+        });
         let wrong: u64 = results.rows.iter().map(|r| r.wrong).sum();
-        let checks = vec![Check {
+        let mut checks = vec![Check {
             name: "collective results".into(),
             passed: wrong == 0,
             detail: if wrong == 0 {
@@ -284,6 +290,13 @@ impl Suite for CollSuite {
                 format!("{wrong} wrong elements: {}", bad.join("; "))
             },
         }];
+        if let Some(why) = csv_failed {
+            checks.push(Check {
+                name: "csv export".into(),
+                passed: false,
+                detail: why,
+            });
+        }
         // The driver puts the run's own warnings (oversubscription) before these.
         Ok(Some(SuiteOutput {
             results: serde_json::to_value(&results)?,

@@ -610,3 +610,53 @@ fn killed_rank_mid_collective_ends_the_run_within_ten_seconds() {
         assert_ranks_gone(&ranks, Duration::from_secs(5), "a killed rank");
     }
 }
+
+/// A CSV that cannot be written (a full disk: a 64 KiB tmpfs filled first) does not lose the
+/// run: the result file is written whole, its check `csv export` failed and named, exit 1.
+#[test]
+fn a_csv_on_a_full_disk_keeps_the_result_and_names_the_export() {
+    if !is_root() {
+        skipped("needs root to mount a small tmpfs");
+        return;
+    }
+    let dir = tmpdir("csv-full");
+    let full = dir.join("full");
+    std::fs::create_dir_all(&full).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(&full)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        skipped("cannot mount a tmpfs here");
+        return;
+    }
+    // Fill it: the CSV then finds no block to write into.
+    let _ = std::fs::write(full.join("filler"), vec![0u8; 64 << 10]);
+    let out = dir.join("ok.json");
+    let csv = full.join("rows.csv");
+    let o = run(
+        &[
+            "coll",
+            "--sizes",
+            "8,64k",
+            "--csv",
+            csv.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    let _ = std::process::Command::new("umount").arg(&full).status();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let r = read_json(&out);
+    assert!(!r["results"]["rows"].as_array().unwrap().is_empty());
+    let checks = r["verification"]["checks"].as_array().unwrap();
+    let export = checks.iter().find(|c| c["name"] == "csv export").unwrap();
+    assert_eq!(export["passed"], false);
+    assert!(
+        export["detail"].as_str().unwrap().contains("rows.csv"),
+        "{export}"
+    );
+    assert!(text(&o.stderr).contains("--csv"), "{}", text(&o.stderr));
+}

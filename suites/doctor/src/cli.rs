@@ -79,10 +79,14 @@ pub fn run(a: &DoctorArgs, tool: &Tool) -> Result<i32> {
     };
     // Before the run, as for the result file: a finding that cannot be saved is lost.
     tbbench_schema::write::check_writable(&json)?;
+    if let Some(out) = &opts.out {
+        tbbench_schema::write::refuse_same_output(("--json", &json), ("--out", out))?;
+    }
     let started = time::OffsetDateTime::now_utc();
     if opts.over.is_empty() && opts.out.is_none() {
         // The launcher's default name, chosen here so this process knows it.
         opts.out = Some(tbbench_schema::write::default_path("doctor", started));
+        opts.out_generated = true;
     }
     let ran = tbbench_runners::driver::run::<DoctorSuite>(&config, &opts, tool);
     let findings = collect(&opts, started);
@@ -106,7 +110,11 @@ fn collect(opts: &RunOptions, started: time::OffsetDateTime) -> Findings {
             Some(t) => format!("{}:{t}", opts.transport.as_str()),
             None => opts.transport.as_str().to_string(),
         };
-        vec![(spec, opts.out.clone().filter(|p| p.exists()))]
+        let written = opts
+            .out
+            .as_deref()
+            .map(tbbench_runners::launch::written_path);
+        vec![(spec, written.filter(|p| p.exists()))]
     } else {
         let dir = opts.out.clone().unwrap_or_else(|| PathBuf::from("results"));
         opts.over

@@ -491,3 +491,34 @@ fn tcp_flags_on_a_run_without_tcp_are_refused_in_one_line() {
         assert!(!out.exists());
     }
 }
+
+/// Runs started in the same second each keep their result: the time-stamped name of the
+/// second and third takes `-2`, `-3`, and each says which it wrote.
+#[test]
+fn runs_in_the_same_second_write_a_file_each() {
+    let dir = tmpdir("same-second");
+    let mut said = Vec::new();
+    for _ in 0..3 {
+        let o = std::process::Command::new(bin())
+            .args([
+                "link", "--nodes", "2", "--sizes", "8", "--iters", "3", "--mode", "latency",
+            ])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let line = text(&o.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("result: ").map(str::to_string))
+            .unwrap();
+        said.push(line);
+    }
+    let files = std::fs::read_dir(dir.join("results")).unwrap().count();
+    assert_eq!(files, 3, "{said:?}");
+    said.sort();
+    said.dedup();
+    assert_eq!(said.len(), 3, "each run names its own file: {said:?}");
+    for s in &said {
+        assert_eq!(read_json(&dir.join(s))["suite"], "link");
+    }
+}
