@@ -770,10 +770,7 @@ fn spawn(
 /// usage error, 130 interrupted) pass through; anything else, such as ssh's 255 for a host it
 /// could not reach, or a signal, is 1, as the commands promise.
 fn exit_code_of(st: ExitStatus) -> i32 {
-    match st.code() {
-        Some(c @ (1 | 2 | 130)) => c,
-        _ => 1,
-    }
+    st.code().filter(|c| matches!(c, 1 | 2 | 130)).unwrap_or(1)
 }
 
 fn stop_all(ranks: &mut [Rank], message: &str, code: i32) -> i32 {
@@ -849,7 +846,7 @@ mod tests {
             assert!(!out.exists(), "cut at {cut} wrote a file");
         }
         let line = format!("{PROTOCOL_PREFIX}RESULT {one_line}");
-        assert_eq!(relay(&line, &out).unwrap(), Relayed::Result);
+        assert_eq!(relay(&line, &out, false).unwrap(), Relayed::Result);
         let written: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
         assert_eq!(
