@@ -343,9 +343,23 @@ fn run_suite<S: Suite>(
     // suite that needs a pair with none ends here, before anything is opened.
     let cabling = if opts.links {
         let hosts: Vec<String> = names.iter().map(|n| n.host.clone()).collect();
+        // A rank that could not tell its control interface (rank 0 with no address from the
+        // hostfile) is known by the address the others reached it at, which the rendezvous
+        // recorded.
         let infos: Vec<crate::links::LinkInfo> = table
             .iter()
-            .map(|i| i.links.clone().unwrap_or_default())
+            .map(|i| {
+                let mut info = i.links.clone().unwrap_or_default();
+                if info.control_iface.is_none() {
+                    let seen: Option<Ipv4Addr> = i.data_ip.as_deref().and_then(|a| a.parse().ok());
+                    info.control_iface = info
+                        .interfaces
+                        .iter()
+                        .find(|x| Some(x.ip) == seen)
+                        .map(|x| x.name.clone());
+                }
+                info
+            })
             .collect();
         let c = crate::links::derive(&hosts, &infos)?;
         if !c.topology.unlinked.is_empty() && S::needs_every_pair(config) {
@@ -399,13 +413,15 @@ fn run_suite<S: Suite>(
         warnings.insert(0, w);
     }
     let mut params = merge_params(serde_json::to_value(opts)?, serde_json::to_value(config)?)?;
-    // The hostfile's `envs` (MLX's object form), which the launcher set on every rank.
+    // The hostfile's `envs` (MLX's object form), which the launcher set on every rank; values
+    // of keys that look like secrets are not written into files people share.
     if let Ok(envs) = std::env::var(launch::ENV_HOSTFILE_ENVS) {
         if let (Ok(list), Some(p)) = (
             serde_json::from_str::<Vec<String>>(&envs),
             params.as_object_mut(),
         ) {
-            p.insert("hostfile_envs".into(), list.into());
+            let shown: Vec<String> = list.iter().map(|e| redact_secret(e)).collect();
+            p.insert("hostfile_envs".into(), shown.into());
         }
     }
     let result = ResultFile::finished(
@@ -449,6 +465,21 @@ fn run_suite<S: Suite>(
         return Ok(1);
     }
     Ok(0)
+}
+
+/// `KEY=VALUE`, its value replaced where the key names a secret (token, key, secret,
+/// password, credential).
+fn redact_secret(entry: &str) -> String {
+    match entry.split_once('=') {
+        Some((k, _))
+            if ["TOKEN", "KEY", "SECRET", "PASS", "CREDENTIAL"]
+                .iter()
+                .any(|w| k.to_ascii_uppercase().contains(w)) =>
+        {
+            format!("{k}=(not recorded)")
+        }
+        _ => entry.to_string(),
+    }
 }
 
 /// The run options and the suite's config in one `params` object. A suite key that is also a

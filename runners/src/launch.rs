@@ -27,6 +27,9 @@ pub const ENV_LABEL: &str = "TBBENCH_LABEL";
 pub const ENV_ADDR: &str = "TBBENCH_ADDR";
 /// The hostfile's `envs` as a JSON list, for the result's `params.hostfile_envs`.
 pub const ENV_HOSTFILE_ENVS: &str = "TBBENCH_HOSTFILE_ENVS";
+/// Set by the hpl suite's kernels where tbbench chose OPENBLAS_CORETYPE for this host (the
+/// runner knows its name only, so as not to depend on the suite).
+const ENV_OPENBLAS_DETECTED: &str = "TBBENCH_OPENBLAS_DETECTED";
 pub const ENV_RDV: &str = "TBBENCH_RDV";
 /// Set when the token arrives on stdin (and stdin closing means the launcher is gone).
 pub const ENV_LAUNCHED: &str = "TBBENCH_LAUNCHED";
@@ -272,6 +275,13 @@ fn rank_command(
         bail!("--rsh is empty");
     };
     let mut argv: Vec<String> = vec!["env".into()];
+    // The OpenBLAS kernel tbbench chose for this host is this host's: a remote shell that
+    // forwards the environment must not carry it to a host with another CPU.
+    if std::env::var_os(ENV_OPENBLAS_DETECTED).is_some() {
+        for v in ["OPENBLAS_CORETYPE", ENV_OPENBLAS_DETECTED] {
+            argv.extend(["-u".to_string(), v.to_string()]);
+        }
+    }
     argv.extend(file_envs.iter().map(|(k, v)| format!("{k}={v}")));
     argv.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
     argv.push(exe.to_string_lossy().into_owned());
@@ -370,7 +380,9 @@ pub fn launch(opts: &RunOptions, suite: &str) -> Result<i32> {
         if code == 130 || interrupted().load(Ordering::SeqCst) {
             return Ok(130);
         }
-        if let Some(path) = o.out.map(|p| written_path(&p)).filter(|p| p.exists()) {
+        // The file this network's run wrote, where it wrote one (never a file of the same
+        // name another run left).
+        if let Some(path) = written_path() {
             written.push(path);
         }
         if code != 0 {
@@ -413,6 +425,8 @@ pub fn set_side_by_side(table: SideBySide) {
 
 /// Runs the whole job on one network from this process; returns the exit code for the user.
 fn launch_once(opts: &RunOptions, suite: &str) -> Result<i32> {
+    // Nothing written yet by this network's run (`written_path`).
+    *WRITTEN.lock().unwrap_or_else(|e| e.into_inner()) = None;
     let placements = plan(opts)?;
     let token = Token::random()?;
     let result = run_ranks(opts, suite, placements, &token);
@@ -433,7 +447,6 @@ fn run_ranks(
     let interrupted = interrupted();
     // A name the launcher chose (a time stamp) never replaces another run's file.
     let fresh = opts.out.is_none() || opts.out_generated;
-    *WRITTEN.lock().unwrap_or_else(|e| e.into_inner()) = None;
     let out_path = opts.out.clone().unwrap_or_else(|| {
         tbbench_schema::write::default_path(suite, time::OffsetDateTime::now_utc())
     });
@@ -549,7 +562,10 @@ fn run_ranks(
             if wrote_result {
                 // The result was whole and written before the interrupt: it stands.
                 stop_all(&mut ranks, "interrupted after the result was written", 130);
-                println!("result: {}", written_path(&out_path).display());
+                println!(
+                    "result: {}",
+                    written_path().unwrap_or_else(|| out_path.clone()).display()
+                );
                 return Ok(0);
             }
             return Ok(stop_all(&mut ranks, "interrupted: stopped every rank", 130));
@@ -585,7 +601,10 @@ fn run_ranks(
             let died = killed && !interrupted.load(Ordering::SeqCst);
             // A run whose verification failed still wrote its file, which says why.
             if wrote_result {
-                println!("result: {}", written_path(&out_path).display());
+                println!(
+                    "result: {}",
+                    written_path().unwrap_or_else(|| out_path.clone()).display()
+                );
             } else if cut_off {
                 crate::gate::say(&format!(
                     "tbbench: error: rank 0 ({rank0}) died ({st0}) while handing over its result; no result file written"
@@ -668,14 +687,10 @@ enum Relayed {
 /// chose itself the first free one (`write_fresh`: never over another run's file).
 static WRITTEN: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
 
-/// The file the last result this process relayed went to (`fallback` before any): a name the
-/// launcher chose may have taken a `-2` to keep clear of another run's file.
-pub fn written_path(fallback: &std::path::Path) -> PathBuf {
-    WRITTEN
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone()
-        .unwrap_or_else(|| fallback.to_path_buf())
+/// The file the last result this process relayed went to, None where the last run wrote none:
+/// a name the launcher chose may have taken a `-2` to keep clear of another run's file.
+pub fn written_path() -> Option<PathBuf> {
+    WRITTEN.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
 fn relay(line: &str, out_path: &std::path::Path, fresh: bool) -> Result<Relayed> {

@@ -274,13 +274,42 @@ pub fn derive(hosts: &[String], infos: &[LinkInfo]) -> Result<Cabling> {
             .position(|&f| hosts[f] == hosts[r])
             .unwrap_or(0)
     };
+    // Found cables (no hostfile naming them) lie in subnets exactly two hosts of the run hold,
+    // off every control network: a LAN, a VPN or Wi-Fi that more hosts share is no cable, nor
+    // is the network ssh and the rendezvous ride.
+    let net = |i: &IfAddr| (crate::options::mask(i.ip, i.prefix), i.prefix);
+    let control: Vec<(Ipv4Addr, u8)> = firsts
+        .iter()
+        .flat_map(|&r| {
+            let c = infos[r].control_iface.clone();
+            infos[r]
+                .interfaces
+                .iter()
+                .filter(move |i| Some(&i.name) == c.as_ref())
+                .map(net)
+        })
+        .collect();
+    let holders = |subnet: (Ipv4Addr, u8)| {
+        firsts
+            .iter()
+            .filter(|&&r| infos[r].interfaces.iter().any(|i| net(i) == subnet))
+            .count()
+    };
+    let cable_subnet = |i: &IfAddr| !control.contains(&net(i)) && holders(net(i)) == 2;
     let mut per_hosts: Vec<Vec<Vec<(LinkEnd, LinkEnd)>>> =
         vec![vec![vec![]; firsts.len()]; firsts.len()];
     for (ha, &ra) in firsts.iter().enumerate() {
         for (hb, &rb) in firsts.iter().enumerate().skip(ha + 1) {
-            per_hosts[ha][hb] = cables_between(&hosts[ra], &infos[ra], &hosts[rb], &infos[rb])?;
+            per_hosts[ha][hb] = cables_between(
+                &hosts[ra],
+                &infos[ra],
+                &hosts[rb],
+                &infos[rb],
+                &cable_subnet,
+            )?;
         }
     }
+
     let mut links = Vec::new();
     let mut unlinked = Vec::new();
     for a in 0..size {
@@ -386,13 +415,17 @@ fn end(i: &IfAddr, device: Option<String>) -> LinkEnd {
     }
 }
 
-/// The cables between two hosts: as the hostfile names them where it does (either end), else
-/// every pair of their addresses in one subnet, the control interfaces left out.
+/// The cables between two hosts. Where the hostfile names cables for either host (any peer),
+/// its lists are the whole truth: a pair both leave out (a jaccl `null`, a ring's diagonal)
+/// has none, and a cable named at one end finds its far end by subnet (each named end is
+/// paired with the far host's end that shares its subnet, whatever order the lists are in).
+/// Otherwise every pair of their addresses in a subnet `cable_subnet` allows is one.
 fn cables_between(
     name_a: &str,
     a: &LinkInfo,
     name_b: &str,
     b: &LinkInfo,
+    cable_subnet: &dyn Fn(&IfAddr) -> bool,
 ) -> Result<Vec<(LinkEnd, LinkEnd)>> {
     let named = |x: &LinkInfo, peer: Option<usize>| -> Vec<(String, Option<String>)> {
         match peer {
@@ -406,11 +439,14 @@ fn cables_between(
             None => vec![],
         }
     };
-    let (na, nb) = (named(a, b.host_index), named(b, a.host_index));
     let usable = |x: &LinkInfo, i: &IfAddr| x.control_iface.as_deref() != Some(i.name.as_str());
     let mut out = Vec::new();
-    if na.is_empty() && nb.is_empty() {
-        for x in a.interfaces.iter().filter(|i| usable(a, i)) {
+    if a.named.is_empty() && b.named.is_empty() {
+        for x in a
+            .interfaces
+            .iter()
+            .filter(|i| usable(a, i) && cable_subnet(i))
+        {
             for y in b.interfaces.iter().filter(|i| usable(b, i)) {
                 if x.same_subnet(y) {
                     out.push((end(x, None), end(y, None)));
@@ -419,33 +455,57 @@ fn cables_between(
         }
         return Ok(out);
     }
-    for c in 0..na.len().max(nb.len()) {
-        let (ia, da) = na.get(c).cloned().unzip();
-        let (ib, db) = nb.get(c).cloned().unzip();
-        let pick = a
+    let (na, nb) = (named(a, b.host_index), named(b, a.host_index));
+    // Walk the side that names cables; the other side's named ends (or, where it names none
+    // to this peer, its interfaces off the control network) are matched by subnet.
+    let (lead, lead_info, lead_name, other, other_info, other_name, flip) = if !na.is_empty() {
+        (na, a, name_a, nb, b, name_b, false)
+    } else {
+        (nb, b, name_b, na, a, name_a, true)
+    };
+    let mut taken: Vec<String> = Vec::new();
+    for (iface, device) in lead {
+        let pick = lead_info
             .interfaces
             .iter()
-            .filter(|x| ia.as_ref().is_none_or(|n| &x.name == n))
+            .filter(|x| x.name == iface)
             .flat_map(|x| {
-                b.interfaces
+                other_info
+                    .interfaces
                     .iter()
-                    .filter(|y| ib.as_ref().is_none_or(|n| &y.name == n))
-                    .filter(move |y| x.same_subnet(y))
+                    .filter(|y| x.same_subnet(y) && !taken.contains(&y.name))
+                    .filter(|y| {
+                        if other.is_empty() {
+                            usable(other_info, y)
+                        } else {
+                            other.iter().any(|(n, _)| n == &y.name)
+                        }
+                    })
                     .map(move |y| (x, y))
             })
-            .find(|(x, y)| {
-                // A cable named at one end only: the far end is found by subnet, never on the
-                // far host's control interface.
-                (ia.is_some() || usable(a, x)) && (ib.is_some() || usable(b, y))
-            });
+            .next();
         let Some((x, y)) = pick else {
             bail!(
-                "the hostfile names a cable between {name_a} ({}) and {name_b} ({}), but the two hosts hold no addresses in one subnet there: give each end of the cable an address in the cable's own subnet (MLX's mlx.distributed_config gives each a /30)",
-                ia.as_deref().unwrap_or("?"),
-                ib.as_deref().unwrap_or("?")
+                "the hostfile names a cable from {lead_name} ({iface}) to {other_name}, but {other_name} holds no address in that cable's subnet{}: give each end of the cable an address in the cable's own subnet (MLX's mlx.distributed_config gives each a /30)",
+                if other.is_empty() {
+                    String::new()
+                } else {
+                    let names: Vec<&str> = other.iter().map(|(n, _)| n.as_str()).collect();
+                    format!(" on the interfaces the hostfile names there ({})", names.join(", "))
+                }
             );
         };
-        out.push((end(x, da.flatten()), end(y, db.flatten())));
+        taken.push(y.name.clone());
+        let far_device = other
+            .iter()
+            .find(|(n, _)| n == &y.name)
+            .and_then(|(_, d)| d.clone());
+        let (lead_end, other_end) = (end(x, device), end(y, far_device));
+        out.push(if flip {
+            (other_end, lead_end)
+        } else {
+            (lead_end, other_end)
+        });
     }
     Ok(out)
 }
@@ -592,6 +652,58 @@ mod tests {
         assert_eq!(r.links.len(), 4);
         told[0].named[0].1 = "mgmt".into();
         let e = derive(&names(4), &told).unwrap_err().to_string();
-        assert!(e.contains("m0 (mgmt)") && e.contains("m1 (en0)"), "{e}");
+        assert!(
+            e.contains("from m0 (mgmt) to m1") && e.contains("(en0)"),
+            "{e}"
+        );
+    }
+
+    /// Named lists are the whole truth (a jaccl `null` is no cable, even where a subnet
+    /// joins the two), and two cables listed in different orders at the two ends pair by
+    /// subnet, not by position.
+    #[test]
+    fn named_cables_are_the_whole_list_and_pair_by_subnet() {
+        let mut two = lab(&[(0, 1), (0, 1)]);
+        two.truncate(2);
+        two[0].interfaces[1].name = "en3".into();
+        two[0].interfaces[2].name = "en4".into();
+        two[1].interfaces[1].name = "en5".into();
+        two[1].interfaces[2].name = "en6".into();
+        two[0].host_index = Some(0);
+        two[1].host_index = Some(1);
+        two[0].named = vec![(1, "en3".into()), (1, "en4".into())];
+        two[1].named = vec![(0, "en6".into()), (0, "en5".into())];
+        let c = derive(&names(2), &two).unwrap();
+        let pairs: Vec<(&str, &str)> = c
+            .links
+            .iter()
+            .map(|l| (l.ends[0].interface.as_str(), l.ends[1].interface.as_str()))
+            .collect();
+        assert_eq!(pairs, [("en3", "en5"), ("en4", "en6")]);
+        let mut mesh = lab(&[(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]);
+        for (h, info) in mesh.iter_mut().enumerate() {
+            info.host_index = Some(h);
+            // Every cable named but 0-2 (null both ways).
+            for p in (0..4).filter(|&p| p != h && (h, p) != (0, 2) && (h, p) != (2, 0)) {
+                info.named.push((p, format!("en{p}")));
+            }
+        }
+        let c = derive(&names(4), &mesh).unwrap();
+        assert_eq!(c.topology.unlinked, [[0, 2]]);
+    }
+
+    /// Found cables lie in subnets exactly two hosts hold, off the control network: a LAN all
+    /// hosts share besides the management one is no cable.
+    #[test]
+    fn a_shared_lan_is_not_a_cable() {
+        let mut infos = lab(&[(0, 1), (1, 2), (2, 3), (3, 0)]);
+        for (h, info) in infos.iter_mut().enumerate() {
+            info.interfaces
+                .push(ifa("wifi", &format!("10.80.0.{}", h + 1), 24));
+        }
+        infos[0].control_iface = None;
+        let c = derive(&names(4), &infos).unwrap();
+        assert_eq!(c.topology.shape, "ring", "{:?}", c.links);
+        assert_eq!(c.links.len(), 4);
     }
 }

@@ -193,7 +193,8 @@ impl Opening for TcpOpening {
                     SPIN_BEFORE_POLL
                 },
                 yield_while_spinning: oversubscribed,
-                stripe_one_way: p.opts.streams.is_some(),
+                // A pair with several cables stripes every message over them, one-way too.
+                stripe_one_way: p.opts.streams.is_some() || most_cables > 1,
             },
         )?;
         // The label comes from the interface the data really left by, whatever was asked.

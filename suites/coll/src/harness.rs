@@ -52,6 +52,58 @@ fn count_for(op: CollOp, size: u64, elt: usize, n: usize) -> usize {
     }
 }
 
+/// What the asked sizes become on `n` ranks, one line each where it is not what was asked:
+/// an op at a size below one whole element per rank does not run, and a size that is no whole
+/// number of elements (split evenly, where the op splits the array) runs the largest array
+/// below it, as nccl-tests does. Said on the terminal and recorded as warnings. Errs, in one
+/// line, where no size runs for any op.
+pub fn sizes_as_run(config: &CollConfig, n: usize) -> Result<Vec<String>> {
+    let elt = config.dtype.size();
+    let dtype = config.dtype.name();
+    let mut notes = Vec::new();
+    let mut any = false;
+    for &op in &config.ops {
+        for &size in &config.sizes {
+            let count = count_for(op, size, elt, n);
+            let ran = array_bytes(op, count, elt, n);
+            // Exact bytes: a size that is no whole number of elements reads as its neighbour
+            // once rounded to KiB.
+            let asked = format!("{size} B");
+            if count == 0 {
+                let least = match op {
+                    CollOp::ReduceScatter | CollOp::AllGather | CollOp::AllToAll => elt * n,
+                    _ => elt,
+                };
+                notes.push(format!(
+                    "{} at {asked}: left out, below one {dtype} element ({elt} B){} ({least} B at least)",
+                    op.name(),
+                    if least > elt { " per rank" } else { "" }
+                ));
+            } else {
+                any = true;
+                if ran != size {
+                    notes.push(format!(
+                        "{} at {asked}: runs {ran} B ({} whole {dtype} elements{})",
+                        op.name(),
+                        ran / elt as u64,
+                        if ran / elt as u64 != count as u64 {
+                            ", split evenly over the ranks"
+                        } else {
+                            ""
+                        }
+                    ));
+                }
+            }
+        }
+    }
+    if !any {
+        anyhow::bail!(
+            "no --sizes value holds one whole {dtype} element ({elt} B) for any op on {n} rank(s): nothing would run"
+        );
+    }
+    Ok(notes)
+}
+
 /// The bytes of the array the figures are per (the whole array for reduce-scatter and
 /// all-gather, count × ranks).
 fn array_bytes(op: CollOp, count: usize, elt: usize, n: usize) -> u64 {

@@ -189,6 +189,12 @@ impl Suite for CollSuite {
             }
         }
         harness::check_memory(config, ctx)?;
+        let size_notes = harness::sizes_as_run(config, n)?;
+        if ctx.rank() == 0 {
+            for note in &size_notes {
+                eprintln!("tbbench: note: {note}");
+            }
+        }
         // Each rank runs one thread, so binding costs nothing and makes small sizes repeatable.
         let pinned = ctx.pin_when_oversubscribed();
         if let (0, Some(p)) = (ctx.rank(), &pinned) {
@@ -301,7 +307,7 @@ impl Suite for CollSuite {
         Ok(Some(SuiteOutput {
             results: serde_json::to_value(&results)?,
             checks,
-            warnings: pinned.into_iter().collect(),
+            warnings: pinned.into_iter().chain(size_notes).collect(),
         }))
     }
 }

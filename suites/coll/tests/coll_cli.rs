@@ -660,3 +660,56 @@ fn a_csv_on_a_full_disk_keeps_the_result_and_names_the_export() {
     );
     assert!(text(&o.stderr).contains("--csv"), "{}", text(&o.stderr));
 }
+
+/// Sizes that hold no whole element are refused in one line when nothing would run; a size
+/// that is no whole number of elements runs the array below it and says so, in the result
+/// too, instead of rounding in silence.
+#[test]
+fn sizes_that_are_not_whole_elements_are_refused_or_named() {
+    let dir = tmpdir("coll-odd-sizes");
+    let o = run(
+        &[
+            "coll",
+            "--sizes",
+            "3",
+            "--dtype",
+            "f64",
+            "--out",
+            dir.join("none.json").to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("no --sizes value holds one whole f64 element (8 B)"),
+        "{err}"
+    );
+    assert!(!dir.join("none.json").exists());
+    let out = dir.join("odd.json");
+    let o = run(
+        &[
+            "coll",
+            "--op",
+            "all-reduce",
+            "--sizes",
+            "4097",
+            "--dtype",
+            "f64",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let r = read_json(&out);
+    assert_eq!(r["results"]["rows"][0]["size_bytes"], 4096);
+    let said = r["warnings"].as_array().unwrap();
+    assert!(
+        said.iter().any(|w| w
+            .as_str()
+            .unwrap()
+            .contains("all-reduce at 4097 B: runs 4096 B (512 whole f64 elements)")),
+        "{said:?}"
+    );
+}

@@ -110,11 +110,7 @@ fn collect(opts: &RunOptions, started: time::OffsetDateTime) -> Findings {
             Some(t) => format!("{}:{t}", opts.transport.as_str()),
             None => opts.transport.as_str().to_string(),
         };
-        let written = opts
-            .out
-            .as_deref()
-            .map(tbbench_runners::launch::written_path);
-        vec![(spec, written.filter(|p| p.exists()))]
+        vec![(spec, tbbench_runners::launch::written_path())]
     } else {
         let dir = opts.out.clone().unwrap_or_else(|| PathBuf::from("results"));
         opts.over

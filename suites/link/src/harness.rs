@@ -254,9 +254,16 @@ pub fn noise_warnings(r: &LinkResults) -> Vec<String> {
 }
 
 /// Every rank sends to, and receives from, each rank it has a cable to (every other rank on
-/// one network) at once, `iters` times: the aggregate the cluster moves. The message is the
-/// largest size of the sweep, at most 16 MiB (a rank holds one per neighbour each way).
-pub fn concurrent(config: &LinkConfig, ctx: &mut Context) -> Result<crate::Concurrent> {
+/// one network) at once, `iters` times: the aggregate the cluster moves. The largest message
+/// of the sweep (at most 16 MiB; a rank holds one per neighbour each way) goes over the
+/// fastest pair; each other pair's message is cut to its share by the rate its own sweep
+/// measured (`rates`: each pair's best `bw`), so every cable stays busy until the end rather
+/// than waiting on the slowest each round.
+pub fn concurrent(
+    config: &LinkConfig,
+    ctx: &mut Context,
+    rates: &[([usize; 2], f64)],
+) -> Result<crate::Concurrent> {
     use tbbench_runners::transport::{RecvOp, SendOp};
     let size = config
         .sizes
@@ -265,7 +272,6 @@ pub fn concurrent(config: &LinkConfig, ctx: &mut Context) -> Result<crate::Concu
         .max()
         .unwrap_or(1 << 20)
         .min(16 << 20);
-    let len = usize::try_from(size).context("message size does not fit in memory")?;
     let me = ctx.rank();
     let unlinked = ctx
         .network
@@ -273,23 +279,53 @@ pub fn concurrent(config: &LinkConfig, ctx: &mut Context) -> Result<crate::Concu
         .as_ref()
         .map(|t| t.unlinked.clone())
         .unwrap_or_default();
+    // Over links, the cables: a pair of ranks on one host (loopback) is no cable, where the
+    // run has cables at all.
+    let cabled = ctx
+        .network
+        .links
+        .iter()
+        .any(|l| l.ends[0].link_kind != "loopback");
+    let on_loopback = |p: usize| {
+        ctx.network
+            .links
+            .iter()
+            .any(|l| l.ranks == [me.min(p), me.max(p)] && l.ends[0].link_kind == "loopback")
+    };
     let peers: Vec<usize> = (0..ctx.size())
         .filter(|&p| p != me && !unlinked.contains(&[me.min(p), me.max(p)]))
+        .filter(|&p| !(cabled && on_loopback(p)))
         .collect();
+    // Both ends of a pair size its messages alike: from the same rates, the same way.
+    let fastest = rates.iter().map(|r| r.1).fold(0.0f64, f64::max);
+    let size_for = |p: usize| -> u64 {
+        let pair = [me.min(p), me.max(p)];
+        match rates.iter().find(|r| r.0 == pair) {
+            Some(&(_, r)) if fastest > 0.0 && r > 0.0 => {
+                ((size as f64 * r / fastest) as u64 / 8 * 8).clamp(8, size)
+            }
+            _ => size,
+        }
+    };
+    let sizes: Vec<u64> = peers.iter().map(|&p| size_for(p)).collect();
     let iters = config
         .iters
         .unwrap_or_else(|| Pattern::Bw.default_iters(size, 1))
         .clamp(1, 50);
-    let mut send = ctx.comm.alloc(len)?;
-    payload::fill(&mut send, size, me);
-    let mut recv: Vec<tbbench_runners::transport::Buffer> = peers
-        .iter()
-        .map(|_| ctx.comm.alloc(len))
-        .collect::<Result<_>>()?;
+    let mut send = Vec::with_capacity(peers.len());
+    let mut recv = Vec::with_capacity(peers.len());
+    for &s in &sizes {
+        let len = usize::try_from(s).context("message size does not fit in memory")?;
+        let mut b = ctx.comm.alloc(len)?;
+        payload::fill(&mut b, s, me);
+        send.push(b);
+        recv.push(ctx.comm.alloc(len)?);
+    }
     let once = |ctx: &mut Context, recv: &mut [tbbench_runners::transport::Buffer]| {
         let sends: Vec<SendOp> = peers
             .iter()
-            .map(|&peer| SendOp { peer, buf: &send })
+            .zip(&send)
+            .map(|(&peer, buf)| SendOp { peer, buf })
             .collect();
         let mut recvs: Vec<RecvOp> = peers
             .iter()
@@ -310,14 +346,12 @@ pub fn concurrent(config: &LinkConfig, ctx: &mut Context) -> Result<crate::Concu
     let wrong: u64 = peers
         .iter()
         .zip(&recv)
-        .map(|(&p, b)| payload::wrong_bytes(b, size, p))
+        .zip(&sizes)
+        .map(|((&p, b), &s)| payload::wrong_bytes(b, s, p))
         .sum();
+    let sent: u64 = sizes.iter().sum::<u64>() * iters as u64;
     // Bytes every rank sent, the slowest rank's time, the wrong bytes anywhere.
-    let mut sums = [
-        (peers.len() * len * iters) as f64,
-        wrong as f64,
-        peers.len() as f64,
-    ];
+    let mut sums = [sent as f64, wrong as f64, peers.len() as f64];
     ctx.comm
         .allreduce_f64(&mut sums, tbbench_runners::comm::ReduceOp::Sum)?;
     let mut slowest = [secs];
@@ -327,6 +361,7 @@ pub fn concurrent(config: &LinkConfig, ctx: &mut Context) -> Result<crate::Concu
     let directions = sums[2] as usize;
     Ok(crate::Concurrent {
         size_bytes: size,
+        sized_by_rate: rates.len() > 1,
         iters,
         directions,
         aggregate_gbit_per_s: aggregate,

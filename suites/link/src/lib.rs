@@ -158,7 +158,10 @@ pub struct PairSummary {
 /// Every cable busy at once, both ways.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Concurrent {
+    /// The message over the fastest pair; each other pair's is cut to its share by its
+    /// measured rate where `sized_by_rate`.
     pub size_bytes: u64,
+    pub sized_by_rate: bool,
     pub iters: usize,
     /// Directed (sender, receiver) pairs that moved data at once: twice the linked pairs.
     pub directions: usize,
@@ -242,7 +245,7 @@ fn pairs_to_measure(config: &LinkConfig, ctx: &Context) -> Result<Vec<[usize; 2]
             }
             asked.clone()
         }
-        None if size == 2 => vec![[0, 1]],
+        None if size == 2 && !unlinked.contains(&[0, 1]) => vec![[0, 1]],
         None => (0..size)
             .flat_map(|a| (a + 1..size).map(move |b| [a, b]))
             .filter(|p| !unlinked.contains(p))
@@ -252,6 +255,19 @@ fn pairs_to_measure(config: &LinkConfig, ctx: &Context) -> Result<Vec<[usize; 2]
         bail!("no two ranks of this run have a cable between them: nothing to measure");
     }
     Ok(pairs)
+}
+
+/// Rank 0's `bytes` on every rank (their length first, then them).
+fn from_rank0(ctx: &mut Context, bytes: Vec<u8>) -> Result<Vec<u8>> {
+    let mut len = (bytes.len() as u64).to_le_bytes();
+    ctx.comm.bcast(0, &mut len)?;
+    let mut buf = if ctx.rank() == 0 {
+        bytes
+    } else {
+        vec![0; usize::try_from(u64::from_le_bytes(len))?]
+    };
+    ctx.comm.bcast(0, &mut buf)?;
+    Ok(buf)
 }
 
 /// A pair's ceiling over links: the speed its cables report (added up where it has several);
@@ -448,14 +464,25 @@ impl Suite for LinkSuite {
         }
         if ctx.size() > 2 {
             gather_rows(ctx, &mut results, &pairs, ceiling, source)?;
-            if config.patterns.iter().any(|p| *p != Pattern::Latency) {
-                results.concurrent = Some(harness::concurrent(config, ctx)?);
-            }
             if ctx.rank() == 0 {
                 results.pairs = pairs
                     .iter()
                     .map(|&pair| summarize(&results, pair, ctx))
                     .collect();
+            }
+            if config.patterns.contains(&Pattern::Bw) {
+                // Each pair's measured rate, from rank 0 to all: the shares of every cable at
+                // once.
+                let mine: Vec<([usize; 2], f64)> = results
+                    .pairs
+                    .iter()
+                    .filter_map(|p| Some((p.ranks, p.best_gbit_per_s?)))
+                    .collect();
+                let rates: Vec<([usize; 2], f64)> =
+                    serde_json::from_slice(&from_rank0(ctx, serde_json::to_vec(&mine)?)?)?;
+                results.concurrent = Some(harness::concurrent(config, ctx, &rates)?);
+            }
+            if ctx.rank() == 0 {
                 table::print_matrix(ctx.size(), &results.pairs, results.concurrent.as_ref());
             }
         }

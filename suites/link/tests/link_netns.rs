@@ -274,20 +274,22 @@ fn rate_of(rates: &[&str], k: usize) -> f64 {
 fn every_cable_of_a_mesh_and_a_ring_is_measured_at_its_own_rate() {
     let dir = tmpdir("links");
     let bw = [
-        "--mode", "bw", "--sizes", "1MiB", "--window", "16", "--iters", "10",
+        "--mode", "bw", "--sizes", "1MiB", "--window", "8", "--iters", "10",
     ];
+    // Rates low enough that every cable at once (12 directions on the mesh) leaves the 2
+    // cores of a CI machine room to spare while other tests run.
     for (shape, prefix, rates) in [
         (
             "mesh4",
             "tbq",
             &[
-                "600mbit", "800mbit", "1000mbit", "600mbit", "800mbit", "1000mbit",
+                "300mbit", "400mbit", "500mbit", "300mbit", "400mbit", "500mbit",
             ][..],
         ),
         (
             "ring4",
             "tbr",
-            &["800mbit", "1000mbit", "800mbit", "1000mbit"][..],
+            &["400mbit", "500mbit", "400mbit", "500mbit"][..],
         ),
     ] {
         let Some(lab) = netlab::CabledLab::up(shape, prefix, rates) else {
