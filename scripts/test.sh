@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# The tests: `cargo test --workspace` (arguments pass through to it), then the tests that
-# skipped and why. A skipping test passes, and cargo shows a passing test's output only with
-# --nocapture, so each one also leaves its reason in target/tmp/skipped-tests.txt.
+# The tests: what they need installed first (scripts/setup.sh --deps), then `cargo test
+# --workspace` (arguments pass through to it), then the tests that skipped and why. A skipping
+# test passes, and cargo shows a passing test's output only with --nocapture, so each one
+# also leaves its reason in target/tmp/skipped-tests.txt.
 #
 #   scripts/test.sh [CARGO TEST ARGS...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# What the tests need on a fresh machine (packages, the llama.cpp server, the model): a quick
+# check where it is all there. TBBENCH_TEST_NO_SETUP=1 skips it.
+if [ "${TBBENCH_TEST_NO_SETUP:-0}" != 1 ]; then
+  scripts/setup.sh --deps || exit 1
+fi
 list="${CARGO_TARGET_DIR:-target}/tmp/skipped-tests.txt"
 rm -f "$list"
 cargo test --workspace "$@"
