@@ -220,7 +220,8 @@ mod tests {
 
     #[test]
     fn a_process_line_gives_its_name_and_cpu_ticks() {
-        let line = "1234 (cc1plus (x)) R 1 1234 1234 0 -1 4194304 100 0 0 0 250 50 0 0 20 0 1 0 5 0 0";
+        let line =
+            "1234 (cc1plus (x)) R 1 1234 1234 0 -1 4194304 100 0 0 0 250 50 0 0 20 0 1 0 5 0 0";
         assert_eq!(process_ticks(line), Some(("cc1plus (x)".into(), 300)));
         assert_eq!(process_ticks("garbage"), None);
     }

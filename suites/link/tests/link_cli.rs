@@ -522,3 +522,49 @@ fn runs_in_the_same_second_write_a_file_each() {
         assert_eq!(read_json(&dir.join(s))["suite"], "link");
     }
 }
+
+/// Two busy loops beside the run: the result (and the terminal) warn that other processes
+/// took a share of the host's CPU, naming the busiest.
+#[test]
+fn a_run_beside_busy_processes_says_so() {
+    let hogs: Vec<std::process::Child> = (0..2)
+        .map(|_| {
+            std::process::Command::new("sh")
+                .args(["-c", "while :; do :; done"])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let dir = tmpdir("busy");
+    let out = dir.join("r.json");
+    let o = run(
+        &[
+            "link",
+            "--sizes",
+            "8,64k",
+            "--iters",
+            "200",
+            "--mode",
+            "latency",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    for mut h in hogs {
+        let _ = h.kill();
+        let _ = h.wait();
+    }
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let r = read_json(&out);
+    let busy: Vec<&str> = r["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w.as_str())
+        .filter(|w| w.starts_with("busy host"))
+        .collect();
+    assert_eq!(busy.len(), 1, "{}", r["warnings"]);
+    assert!(busy[0].contains("the busiest sh (pid"), "{busy:?}");
+    assert!(text(&o.stderr).contains("busy host"), "{}", text(&o.stderr));
+}
