@@ -452,16 +452,13 @@ fn run_suite<S: Suite>(
             serde_json::to_string(&result)?
         );
     } else {
-        let path = launch::standalone_out(opts, S::NAME);
-        let path = if opts.out.is_none() {
-            // A time-stamped name: never over the file of a run started in the same second.
-            let mut bytes = serde_json::to_vec_pretty(&result)?;
-            bytes.push(b'\n');
-            tbbench_schema::write::write_fresh(&path, &bytes)?
-        } else {
-            tbbench_schema::write::write_result(&path, &result)?;
-            path
-        };
+        // A time-stamped name never replaces the file of a run started in the same second.
+        let path = tbbench_schema::write::write_result_out(
+            opts.out.as_deref(),
+            S::NAME,
+            started,
+            &result,
+        )?;
         println!("result: {}", path.display());
     }
     if !result.verification.passed {

@@ -219,8 +219,16 @@ fn bare_interface(raw: RawIf) -> Interface {
     }
 }
 
-/// Every interface with its flags and addresses, from one getifaddrs walk.
-fn raw_interfaces() -> anyhow::Result<Vec<RawIf>> {
+/// One entry of getifaddrs' list: the interface's name, flags, address and netmask.
+struct IfaddrEntry {
+    name: String,
+    flags: u32,
+    addr: Option<IpAddr>,
+    netmask: Option<IpAddr>,
+}
+
+/// Every entry of one getifaddrs walk, in the order the OS lists them.
+fn getifaddrs_entries() -> anyhow::Result<Vec<IfaddrEntry>> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: on success getifaddrs stores the head of a list we free below.
     if unsafe { libc::getifaddrs(&mut head) } != 0 {
@@ -235,50 +243,44 @@ fn raw_interfaces() -> anyhow::Result<Vec<RawIf>> {
         if ifa.ifa_name.is_null() {
             continue;
         }
-        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-        let name = unsafe { CStr::from_ptr(ifa.ifa_name) }
-            .to_string_lossy()
-            .into_owned();
-        // SAFETY: ifa_addr is null or points to a sockaddr of the family it names.
-        let addr = unsafe { sockaddr_ip(ifa.ifa_addr) };
-        let flags: u32 = ifa.ifa_flags;
-        entries.push((name, flags, addr));
+        // SAFETY: ifa_name is a NUL-terminated string owned by the list; ifa_addr and
+        // ifa_netmask are null or point to sockaddrs of the family they name.
+        entries.push(unsafe {
+            IfaddrEntry {
+                name: CStr::from_ptr(ifa.ifa_name).to_string_lossy().into_owned(),
+                flags: ifa.ifa_flags,
+                addr: sockaddr_ip(ifa.ifa_addr),
+                netmask: sockaddr_ip(ifa.ifa_netmask),
+            }
+        });
     }
     // SAFETY: `head` came from getifaddrs, is freed once, and nothing borrowed from it remains.
     unsafe { libc::freeifaddrs(head) };
-    Ok(merge_entries(entries))
+    Ok(entries)
+}
+
+/// Every interface with its flags and addresses, from one getifaddrs walk.
+fn raw_interfaces() -> anyhow::Result<Vec<RawIf>> {
+    Ok(merge_entries(
+        getifaddrs_entries()?
+            .into_iter()
+            .map(|e| (e.name, e.flags, e.addr))
+            .collect(),
+    ))
 }
 
 /// Every IPv4 address on this host with its interface and prefix length, in the order the OS
 /// lists them: what two hosts compare to find the cable between them (`crate::links`).
 pub fn ipv4_prefixes() -> anyhow::Result<Vec<(String, Ipv4Addr, u8)>> {
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: on success getifaddrs stores the head of a list we free below.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("getifaddrs: listing interfaces");
-    }
-    let mut out = Vec::new();
-    let mut cur = head;
-    while !cur.is_null() {
-        // SAFETY: `cur` is a non-null node of the list getifaddrs returned, not yet freed.
-        let ifa = unsafe { &*cur };
-        cur = ifa.ifa_next;
-        if ifa.ifa_name.is_null() {
-            continue;
-        }
-        // SAFETY: ifa_addr and ifa_netmask are null or point to sockaddrs of their family.
-        let (addr, mask) = unsafe { (sockaddr_ip(ifa.ifa_addr), sockaddr_ip(ifa.ifa_netmask)) };
-        if let (Some(IpAddr::V4(ip)), Some(IpAddr::V4(m))) = (addr, mask) {
-            // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-            let name = unsafe { CStr::from_ptr(ifa.ifa_name) }
-                .to_string_lossy()
-                .into_owned();
-            out.push((name, ip, u32::from(m).count_ones() as u8));
-        }
-    }
-    // SAFETY: `head` came from getifaddrs, is freed once, and nothing borrowed from it remains.
-    unsafe { libc::freeifaddrs(head) };
-    Ok(out)
+    Ok(getifaddrs_entries()?
+        .into_iter()
+        .filter_map(|e| match (e.addr, e.netmask) {
+            (Some(IpAddr::V4(ip)), Some(IpAddr::V4(m))) => {
+                Some((e.name, ip, u32::from(m).count_ones() as u8))
+            }
+            _ => None,
+        })
+        .collect())
 }
 
 /// The IP address in a sockaddr, for AF_INET and AF_INET6; None for other families

@@ -94,16 +94,11 @@ pub struct Watch {
 impl Watch {
     /// Takes the first readings; call on every rank right before the suite runs.
     pub fn begin(ctx: &Context) -> Watch {
-        let me = ctx.rank();
-        let first_here = ctx
-            .my_host()
-            .and_then(|h| h.ranks.iter().min().copied())
-            .is_none_or(|r| r == me);
         Watch {
             at: Instant::now(),
             host_busy: host_busy(),
             own: own_ticks(),
-            every: first_here.then(every_process),
+            every: ctx.first_on_my_host().then(every_process),
         }
     }
 

@@ -54,6 +54,14 @@ impl Context {
     pub fn ranks_on_my_host(&self) -> usize {
         self.my_host().map_or(1, |h| h.ranks.len().max(1))
     }
+    /// Whether this rank is the lowest of its host's: the one that reads what is the host's
+    /// alone (its energy counters, its other processes).
+    pub fn first_on_my_host(&self) -> bool {
+        let me = self.rank();
+        self.my_host()
+            .and_then(|h| h.ranks.iter().min().copied())
+            .is_none_or(|r| r == me)
+    }
     /// This rank's host record.
     pub fn my_host(&self) -> Option<&Host> {
         let me = &self.rank_hosts[self.rank()];

@@ -26,21 +26,28 @@ pub struct Lab(
 
 static ONE_LAB_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// Runs scripts/netlab.sh with `args` to build a lab, holding the one-lab lock; None (the test
+/// skips, saying why) without root or where the lab cannot be built.
+fn build(args: &[&str]) -> Option<std::sync::MutexGuard<'static, ()>> {
+    if !is_root() {
+        skipped("needs root for network namespaces");
+        return None;
+    }
+    let guard = ONE_LAB_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let up = netlab(args);
+    if !up.status.success() {
+        skipped(&format!("cannot build the lab: {}", text(&up.stderr)));
+        return None;
+    }
+    Some(guard)
+}
+
 impl Lab {
     /// Builds the lab under `prefix`, or says why the test skips (not root, no netns support).
     pub fn up(prefix: &'static str) -> Option<Lab> {
-        if !is_root() {
-            skipped("needs root for network namespaces");
-            return None;
-        }
-        let guard = ONE_LAB_AT_A_TIME
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let up = netlab(&["up", prefix]);
-        if !up.status.success() {
-            skipped(&format!("cannot build the lab: {}", text(&up.stderr)));
-            return None;
-        }
+        let guard = build(&["up", prefix])?;
         Some(Lab(prefix, guard))
     }
 }
@@ -63,20 +70,9 @@ impl CabledLab {
     /// Builds `shape` (mesh3, mesh4, ring4, pair2) with the cables shaped to `rates` in cable
     /// order (the last repeats), or says why the test skips.
     pub fn up(shape: &'static str, prefix: &'static str, rates: &[&str]) -> Option<CabledLab> {
-        if !is_root() {
-            skipped("needs root for network namespaces");
-            return None;
-        }
-        let guard = ONE_LAB_AT_A_TIME
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut args = vec!["cabled", "up", shape, prefix];
         args.extend_from_slice(rates);
-        let up = netlab(&args);
-        if !up.status.success() {
-            skipped(&format!("cannot build the lab: {}", text(&up.stderr)));
-            return None;
-        }
+        let guard = build(&args)?;
         Some(CabledLab {
             prefix,
             shape,

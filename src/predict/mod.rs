@@ -681,19 +681,8 @@ pub fn run(o: &PredictOptions, tool: &Tool) -> Result<i32> {
             warnings,
         },
     );
-    let path = match &o.out {
-        Some(p) => {
-            tbbench_schema::write::write_result(p, &result)?;
-            p.clone()
-        }
-        // A time-stamped name: never over the file of a run started in the same second.
-        None => {
-            let mut bytes = serde_json::to_vec_pretty(&result)?;
-            bytes.push(b'\n');
-            let stamped = tbbench_schema::write::default_path("predict", started);
-            tbbench_schema::write::write_fresh(&stamped, &bytes)?
-        }
-    };
+    let path =
+        tbbench_schema::write::write_result_out(o.out.as_deref(), "predict", started, &result)?;
     println!("result: {}", path.display());
     if let Some(j) = &o.json {
         let doc = json!({

@@ -182,6 +182,27 @@ pub fn refuse_same_output(a: (&str, &Path), b: (&str, &Path)) -> Result<()> {
     Ok(())
 }
 
+/// Writes a run's result where `out` says, or else under its time-stamped default name
+/// ([`default_path`]) never over another run's file ([`write_fresh`]); returns where it went.
+pub fn write_result_out(
+    out: Option<&Path>,
+    suite: &str,
+    started: time::OffsetDateTime,
+    result: &ResultFile,
+) -> Result<PathBuf> {
+    match out {
+        Some(p) => {
+            write_result(p, result)?;
+            Ok(p.to_path_buf())
+        }
+        None => {
+            let mut bytes = serde_json::to_vec_pretty(result)?;
+            bytes.push(b'\n');
+            write_fresh(&default_path(suite, started), &bytes)
+        }
+    }
+}
+
 pub fn write_result(path: &Path, result: &ResultFile) -> Result<()> {
     let mut bytes = serde_json::to_vec_pretty(result)?;
     bytes.push(b'\n');

@@ -234,13 +234,8 @@ impl Span {
     /// Starts metering on this host if this rank is the host's first; call on every rank,
     /// just before the timed part.
     pub fn begin(ctx: &Context) -> Span {
-        let me = ctx.rank();
-        let first_here = ctx
-            .my_host()
-            .and_then(|h| h.ranks.iter().min().copied())
-            .is_none_or(|r| r == me);
         Span {
-            meter: first_here.then(Meter::start),
+            meter: ctx.first_on_my_host().then(Meter::start),
         }
     }
 

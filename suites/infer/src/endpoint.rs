@@ -345,19 +345,8 @@ pub fn run(config: &InferConfig, tool: &Tool) -> Result<i32> {
     for w in &warnings {
         eprintln!("tbbench: warning: {w}");
     }
-    let path = match &config.out {
-        Some(p) => {
-            tbbench_schema::write::write_result(p, &result)?;
-            p.clone()
-        }
-        // A time-stamped name: never over the file of a run started in the same second.
-        None => {
-            let mut bytes = serde_json::to_vec_pretty(&result)?;
-            bytes.push(b'\n');
-            let stamped = tbbench_schema::write::default_path("infer", started);
-            tbbench_schema::write::write_fresh(&stamped, &bytes)?
-        }
-    };
+    let path =
+        tbbench_schema::write::write_result_out(config.out.as_deref(), "infer", started, &result)?;
     println!("result: {}", path.display());
     if failed > 0 {
         eprintln!(

@@ -415,9 +415,9 @@ fn unlinked_pairs_are_named_and_two_cables_carry_twice_one() {
             return;
         };
         let hosts = lab.hostfile(&dir, "jaccl");
-        let o = run(
-            &[
-                "coll",
+        let on_ring = |suite: &str, extra: &[&str]| {
+            let mut args = vec![
+                suite,
                 "--hostfile",
                 hosts.to_str().unwrap(),
                 "--rsh",
@@ -426,11 +426,11 @@ fn unlinked_pairs_are_named_and_two_cables_carry_twice_one() {
                 "4",
                 "--over",
                 "tcp:links",
-                "--sizes",
-                "8",
-            ],
-            Duration::from_secs(60),
-        );
+            ];
+            args.extend_from_slice(extra);
+            run(&args, Duration::from_secs(60))
+        };
+        let o = on_ring("coll", &["--sizes", "8"]);
         let err = text(&o.stderr);
         assert!(!o.status.success());
         assert!(
@@ -439,22 +439,7 @@ fn unlinked_pairs_are_named_and_two_cables_carry_twice_one() {
             "{err}"
         );
         assert_eq!(err.trim().lines().count(), 1, "{err}");
-        let o = run(
-            &[
-                "link",
-                "--hostfile",
-                hosts.to_str().unwrap(),
-                "--rsh",
-                "ip netns exec",
-                "--nodes",
-                "4",
-                "--over",
-                "tcp:links",
-                "--pairs",
-                "0-2",
-            ],
-            Duration::from_secs(60),
-        );
+        let o = on_ring("link", &["--pairs", "0-2"]);
         assert!(!o.status.success());
         assert!(
             text(&o.stderr).contains("have no cable between them"),
