@@ -30,10 +30,10 @@ pub struct RunArgs {
     #[arg(long)]
     pub addr: Option<IpAddr>,
     /// Network interface each rank binds its data to (its IPv4 address).
-    #[arg(long)]
+    #[arg(long, value_parser = non_empty_name)]
     pub iface: Option<String>,
     /// RDMA device for --transport verbs (rdma_en3, mlx5_0); mapped from --iface when not given.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = non_empty_name)]
     pub rdma_device: Option<String>,
     /// The verbs library to load instead of the system's (libibverbs.so.1, librdma.dylib),
     /// e.g. the software device target/release/libtbbench_softrdma.so; also TBBENCH_VERBS_LIB.
@@ -117,6 +117,18 @@ fn parse_congestion(s: &str) -> Result<String, String> {
 }
 pub fn parse_transport(s: &str) -> Result<TransportKind, String> {
     TransportKind::parse(s).map_err(|e| e.to_string())
+}
+
+/// An interface or device name: not empty, no spaces or control characters (a shell variable
+/// that expanded to nothing would otherwise read "no RDMA device named  on this host").
+fn non_empty_name(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("an empty name (was a shell variable unset?)".into());
+    }
+    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("{s:?} is not an interface or device name"));
+    }
+    Ok(s.to_string())
 }
 
 /// A library path with a directory in it, made absolute, so ranks started elsewhere (over

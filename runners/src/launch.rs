@@ -359,6 +359,7 @@ pub fn launch(opts: &RunOptions, suite: &str) -> Result<i32> {
     };
     let mut written = Vec::new();
     let mut failed = Vec::new();
+    let mut unverified = Vec::new();
     for (i, (spec, mut o)) in networks.into_iter().enumerate() {
         if let Some((dir, stem)) = &folder {
             let slug = opts.over[i].slug();
@@ -382,12 +383,17 @@ pub fn launch(opts: &RunOptions, suite: &str) -> Result<i32> {
         }
         // The file this network's run wrote, where it wrote one (never a file of the same
         // name another run left).
-        if let Some(path) = written_path() {
-            written.push(path);
-        }
+        let wrote = written_path();
         if code != 0 {
-            failed.push(spec);
+            // A run that wrote its result and exits 1 ran, and its checks failed (a doctor
+            // that found problems); one that wrote nothing did not run through.
+            if wrote.is_some() {
+                unverified.push(spec);
+            } else {
+                failed.push(spec);
+            }
         }
+        written.extend(wrote);
     }
     if !written.is_empty() {
         if let Some(table) = SIDE_BY_SIDE.get() {
@@ -398,16 +404,26 @@ pub fn launch(opts: &RunOptions, suite: &str) -> Result<i32> {
             println!("result: {}", p.display());
         }
     }
-    if failed.is_empty() {
-        Ok(0)
-    } else {
-        eprintln!(
-            "tbbench: error: {} of {n} networks failed: {}",
+    if failed.is_empty() && unverified.is_empty() {
+        return Ok(0);
+    }
+    let mut parts = Vec::new();
+    if !failed.is_empty() {
+        parts.push(format!(
+            "{} did not run through ({})",
             failed.len(),
             failed.join(", ")
-        );
-        Ok(1)
+        ));
     }
+    if !unverified.is_empty() {
+        parts.push(format!(
+            "{} ran and failed its checks ({}; the result says which)",
+            unverified.len(),
+            unverified.join(", ")
+        ));
+    }
+    eprintln!("tbbench: error: of {n} networks, {}", parts.join(" and "));
+    Ok(1)
 }
 
 /// Renders the key figures of result files side by side, a column per file.

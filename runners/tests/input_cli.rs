@@ -223,3 +223,13 @@ fn two_outputs_naming_one_file_are_refused() {
         assert!(!same.exists(), "{args:?} wrote {}", same.display());
     }
 }
+
+/// An empty interface or device name (a shell variable that was not set) is refused as such.
+#[test]
+fn empty_interface_and_device_names_are_refused() {
+    for flag in ["--rdma-device", "--iface"] {
+        let (code, err) = refuse(&["link", flag, ""]);
+        assert_eq!(code, Some(2), "{flag}: {err}");
+        assert!(err.contains("an empty name"), "{flag}: {err}");
+    }
+}

@@ -151,6 +151,13 @@ fn over_names_each_networks_problems_and_json_holds_every_network() {
     );
     assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
     assert_eq!(std::fs::read_dir(&out).unwrap().count(), 2);
+    // The slow network ran and found its problem: named so, not as a network that failed.
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("of 2 networks, 1 ran and failed its checks (tcp:10.71.0.0/24"),
+        "{err}"
+    );
+    assert!(!err.contains("did not run through"), "{err}");
     let f = read_json(&json);
     let slow: Vec<&serde_json::Value> = f["problems"]
         .as_array()
