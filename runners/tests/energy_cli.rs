@@ -235,3 +235,59 @@ fn no_counters_is_said_and_the_run_goes_on() {
     assert!(why.contains("no RAPL package counters"), "{why}");
     assert!(run.get("gflops_per_watt").is_none());
 }
+
+/// Counters no meter should believe make the figure unavailable, with the reason, never a
+/// number: one above its range, one that never moves (the span outlasts two readings).
+#[test]
+fn implausible_counters_give_no_figure_but_the_reason() {
+    let dir = tmpdir("energy-implausible");
+    for (case, value, want) in [
+        ("above", "99999999999", "above its range"),
+        ("flat", "1000", "did not move"),
+    ] {
+        let root = dir.join(case);
+        let d = root.join("intel-rapl:0");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("name"), "package-0\n").unwrap();
+        std::fs::write(d.join("max_energy_range_uj"), format!("{RANGE_UJ}\n")).unwrap();
+        std::fs::write(d.join("energy_uj"), format!("{value}\n")).unwrap();
+        let out = dir.join(format!("{case}.json"));
+        hpl(&root, "1", "1500", &out);
+        let run = &read_json(&out)["results"]["runs"][0];
+        let why = run["energy"]["unavailable"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{case}: {run}"));
+        assert!(why.contains(want), "{case}: {why}");
+        assert!(run.get("gflops_per_watt").is_none(), "{case}");
+    }
+}
+
+/// A FIFO in a counter's place (or a device) is no counter: `tbbench env` and a run end, and
+/// say why, instead of waiting on it forever.
+#[test]
+fn a_fifo_as_a_counter_is_refused_not_waited_on() {
+    let dir = tmpdir("energy-fifo");
+    let root = dir.join("powercap");
+    let d = root.join("intel-rapl:0");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("name"), "package-0\n").unwrap();
+    std::fs::write(d.join("max_energy_range_uj"), format!("{RANGE_UJ}\n")).unwrap();
+    let fifo = d.join("energy_uj");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let child = Command::new(bin())
+        .args(["env", "--json"])
+        .env("TBBENCH_POWERCAP_ROOT", &root)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (o, _) = finish(child, std::time::Duration::from_secs(20));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let why = v["energy"]["none_because"].as_str().unwrap();
+    assert!(
+        why.contains("not a regular file") && !why.contains("root reads"),
+        "{why}"
+    );
+}

@@ -40,8 +40,18 @@ fn root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/sys/class/powercap"))
 }
 
+/// A counter file's number. Only a regular file (sysfs' are), and only its first 64 bytes: a
+/// FIFO or a device put in a counter's place would block or never end.
 fn read_u64(p: &Path) -> Result<u64, String> {
-    let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+    use std::io::Read;
+    let meta = std::fs::metadata(p).map_err(|e| format!("{}: {e}", p.display()))?;
+    if !meta.is_file() {
+        return Err(format!("{}: not a regular file", p.display()));
+    }
+    let mut text = String::new();
+    std::fs::File::open(p)
+        .and_then(|f| f.take(64).read_to_string(&mut text))
+        .map_err(|e| format!("{}: {e}", p.display()))?;
     text.trim()
         .parse()
         .map_err(|_| format!("{}: not a number: {:?}", p.display(), text.trim()))
@@ -83,7 +93,10 @@ fn counters(root: &Path) -> Result<Vec<Counter>, String> {
     if found.is_empty() {
         return Err(match refused {
             // Since Linux 5.10 energy_uj is readable by root only.
-            Some(why) => format!("powercap counters unreadable ({why}; root reads them)"),
+            Some(why) if why.contains("Permission denied") => {
+                format!("powercap counters unreadable ({why}; root reads them)")
+            }
+            Some(why) => format!("powercap counters unreadable ({why})"),
             None => format!("no RAPL package counters under {}", root.display()),
         });
     }
@@ -136,7 +149,7 @@ pub struct Meter {
 enum Source {
     Powercap {
         stop: Arc<AtomicBool>,
-        thread: JoinHandle<(f64, u64)>,
+        thread: JoinHandle<Result<(f64, u64), String>>,
     },
     #[cfg(target_os = "macos")]
     IoReport(ioreport::Session),
@@ -166,25 +179,24 @@ impl Meter {
             .name("energy".into())
             .spawn(move || {
                 let mut last = first;
+                let mut at = Instant::now();
                 let (mut uj, mut wraps) = (0u128, 0u64);
                 loop {
                     let stopping = flag.load(Ordering::Acquire);
+                    let dt = at.elapsed().as_secs_f64();
+                    at = Instant::now();
                     for (c, prev) in counters.iter().zip(last.iter_mut()) {
-                        // A read that fails mid-run (a hot-unplugged zone) adds nothing.
-                        let Ok(now) = read_u64(&c.energy) else {
-                            continue;
-                        };
-                        let step = if now >= *prev {
-                            now - *prev
-                        } else {
+                        let now = read_u64(&c.energy)
+                            .map_err(|e| format!("{} could not be read mid-run ({e})", c.name))?;
+                        let step = plausible_step(&c.name, *prev, now, c.range_uj, dt)?;
+                        if now < *prev {
                             wraps += 1;
-                            c.range_uj - *prev + now
-                        };
+                        }
                         uj += step as u128;
                         *prev = now;
                     }
                     if stopping {
-                        return (uj as f64 / 1e6, wraps);
+                        return Ok((uj as f64 / 1e6, wraps));
                     }
                     std::thread::park_timeout(SAMPLE);
                 }
@@ -205,7 +217,17 @@ impl Meter {
             Source::Powercap { stop, thread } => {
                 stop.store(true, Ordering::Release);
                 thread.thread().unpark();
-                let (joules, wraps) = thread.join().unwrap_or((0.0, 0));
+                let (joules, wraps) = thread
+                    .join()
+                    .map_err(|_| "the energy thread failed".to_string())??;
+                // RAPL counters move every millisecond or so: ones that did not move over a
+                // span of tens of milliseconds measured nothing.
+                if joules == 0.0 && seconds >= 0.05 {
+                    return Err(format!(
+                        "the counters ({}) did not move over {seconds:.1} s: not a reading to trust",
+                        self.domains.join(", ")
+                    ));
+                }
                 (joules, wraps, self.domains, POWERCAP)
             }
             #[cfg(target_os = "macos")]
@@ -223,6 +245,36 @@ impl Meter {
             source: source.to_string(),
         })
     }
+}
+
+/// The most a package draws, in watts: a step beyond it over the time between two readings is
+/// no energy used but a counter that was reset or misread.
+const MAX_PACKAGE_WATTS: f64 = 2000.0;
+
+/// The energy between two readings of a counter that wraps at `range` (microjoules), `dt`
+/// seconds apart; Err where it cannot be energy: a reading above the range, or a step (a wrap
+/// included) more than [`MAX_PACKAGE_WATTS`] could use, which a reset or a misread makes.
+fn plausible_step(name: &str, prev: u64, now: u64, range: u64, dt: f64) -> Result<u64, String> {
+    if now > range {
+        return Err(format!(
+            "{name} read {now} µJ, above its range of {range}: not a reading to trust"
+        ));
+    }
+    let step = if now >= prev {
+        now - prev
+    } else {
+        range.saturating_sub(prev).saturating_add(now)
+    };
+    // A sampling interval is never shorter than the thread's own; the bound allows for that.
+    let most = MAX_PACKAGE_WATTS * dt.max(SAMPLE.as_secs_f64()) * 1e6;
+    if step as f64 > most {
+        return Err(format!(
+            "{name} stepped {:.1} J in {dt:.2} s (more than {MAX_PACKAGE_WATTS:.0} W{}): a reset or a misread, not a reading to trust",
+            step as f64 / 1e6,
+            if now < prev { ", across a wrap" } else { "" }
+        ));
+    }
+    Ok(step)
 }
 
 /// A suite's timed part, metered on each host by the host's first rank.
@@ -297,6 +349,30 @@ pub fn record(hosts: &[HostEnergy], missing: &[String]) -> serde_json::Value {
 
 #[cfg(test)]
 mod tests {
+    use super::plausible_step;
+
+    /// A step is energy where the counter stays in its range and the step (a wrap included)
+    /// is one a package could use; a reading above the range, or a reset that looks like a
+    /// wrap, is refused with the counter named.
+    #[test]
+    fn only_steps_a_package_could_use_count() {
+        let range = 262_143_328_850u64;
+        assert_eq!(plausible_step("package-0", 100, 150, range, 0.2), Ok(50));
+        // A real wrap: 20 J across the range's end in 0.2 s (100 W).
+        assert_eq!(
+            plausible_step("package-0", range - 10_000_000, 10_000_000, range, 0.2),
+            Ok(20_000_000)
+        );
+        let above = plausible_step("package-0", 100, range + 1, range, 0.2).unwrap_err();
+        assert!(
+            above.contains("package-0") && above.contains("above its range"),
+            "{above}"
+        );
+        // A reset: the counter fell from mid-range to near zero, which as a wrap would be
+        // 131 kJ in 0.2 s.
+        let reset = plausible_step("package-0", range / 2, 5, range, 0.2).unwrap_err();
+        assert!(reset.contains("a reset or a misread"), "{reset}");
+    }
     use super::*;
 
     fn zone(root: &Path, name: &str, label: &str, uj: u64, range: u64) {
