@@ -33,11 +33,14 @@ pub const NOT_A_RESULT_MARKER: &str = "tbbench_document";
 pub fn load_paths(paths: &[PathBuf], known_suites: &[&str]) -> (Vec<Loaded>, Vec<Problem>) {
     let mut files = Vec::new();
     let mut problems = Vec::new();
+    let mut seen = Seen::default();
     for p in paths {
         if p.is_dir() {
-            collect_json(p, &mut files, &mut problems);
+            collect_json(p, &mut files, &mut problems, &mut seen);
         } else if p.exists() {
-            files.push(p.clone());
+            if seen.first_time(p) {
+                files.push(p.clone());
+            }
         } else {
             problems.push(problem(p, "no such file or folder"));
         }
@@ -62,7 +65,34 @@ fn problem(path: &Path, message: &str) -> Problem {
     }
 }
 
-fn collect_json(dir: &Path, files: &mut Vec<PathBuf>, problems: &mut Vec<Problem>) {
+/// The largest result file read: far above any run's (a sweep with every sample kept is a few
+/// MiB), far below what would exhaust memory.
+pub const MAX_RESULT_BYTES: u64 = 64 << 20;
+
+/// Every real folder and file once, however many links and paths lead to it: a link loop
+/// (`self -> .`) would otherwise be walked forever, or count one file many times.
+#[derive(Default)]
+struct Seen(std::collections::HashSet<PathBuf>);
+
+impl Seen {
+    fn first_time(&mut self, p: &Path) -> bool {
+        match std::fs::canonicalize(p) {
+            Ok(real) => self.0.insert(real),
+            // Unresolvable (a dangling link): read once as named, its error said then.
+            Err(_) => self.0.insert(p.to_path_buf()),
+        }
+    }
+}
+
+fn collect_json(
+    dir: &Path,
+    files: &mut Vec<PathBuf>,
+    problems: &mut Vec<Problem>,
+    seen: &mut Seen,
+) {
+    if !seen.first_time(dir) {
+        return;
+    }
     let mut entries: Vec<PathBuf> = match std::fs::read_dir(dir) {
         Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.path())).collect(),
         Err(e) => {
@@ -80,8 +110,8 @@ fn collect_json(dir: &Path, files: &mut Vec<PathBuf>, problems: &mut Vec<Problem
             continue;
         }
         if p.is_dir() {
-            collect_json(&p, files, problems);
-        } else if p.extension().is_some_and(|e| e == "json") {
+            collect_json(&p, files, problems, seen);
+        } else if p.extension().is_some_and(|e| e == "json") && seen.first_time(&p) {
             files.push(p);
         }
     }
@@ -89,13 +119,41 @@ fn collect_json(dir: &Path, files: &mut Vec<PathBuf>, problems: &mut Vec<Problem
 
 /// Ok(None): a tbbench document that is not a run result, skipped quietly.
 fn load_one(path: &Path, known_suites: &[&str]) -> Result<Option<Loaded>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
+    let text = read_capped(path)?;
     parse_result(&text, known_suites).map(|r| {
         r.map(|result| Loaded {
             path: path.to_path_buf(),
             result,
         })
     })
+}
+
+/// A result file's text: a regular file (not a FIFO or a device, which would block or never
+/// end) of at most [`MAX_RESULT_BYTES`].
+pub fn read_capped(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read: {e}"))?;
+    if !meta.is_file() {
+        return Err("not a regular file (a pipe, a device or a socket): not read".into());
+    }
+    if meta.len() > MAX_RESULT_BYTES {
+        return Err(format!(
+            "{} MiB, larger than any result file ({} MiB at most): not read",
+            meta.len() >> 20,
+            MAX_RESULT_BYTES >> 20
+        ));
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_RESULT_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(|e| format!("cannot read: {e}"))?;
+    if bytes.len() as u64 > MAX_RESULT_BYTES {
+        return Err(format!(
+            "grew past {} MiB while read: not read",
+            MAX_RESULT_BYTES >> 20
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| "not UTF-8 text: not a result file".into())
 }
 
 /// The checks behind every problem line, in the order a person would want them.
@@ -181,6 +239,45 @@ mod tests {
         assert_eq!(lines.len(), 2, "{lines:?}");
         assert!(lines[0].contains("bad.json") && lines[0].contains("truncated"));
         assert!(lines[1].contains("gone.json") && lines[1].contains("no such file"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A FIFO, a link to /dev/zero and link loops inside a results folder: read at once, each
+    /// non-file named, each real folder and file once (`self -> .` and `up -> ..` loops), the
+    /// same file given twice on the command line read once.
+    #[test]
+    fn fifos_devices_and_link_loops_are_named_not_followed_forever() {
+        let dir = std::env::temp_dir().join(format!("tbbench-load-odd-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("sub/one.json"), "{").unwrap();
+        let fifo = dir.join("pipe.json");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        std::os::unix::fs::symlink("/dev/zero", dir.join("zero.json")).unwrap();
+        std::os::unix::fs::symlink(".", dir.join("self")).unwrap();
+        std::os::unix::fs::symlink("..", dir.join("sub/up")).unwrap();
+        let started = std::time::Instant::now();
+        let (_, problems) = load_paths(&[dir.clone(), dir.join("sub/one.json")], &["link"]);
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        let lines: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert_eq!(
+            lines.iter().filter(|l| l.contains("one.json")).count(),
+            1,
+            "{lines:?}"
+        );
+        for odd in ["pipe.json", "zero.json"] {
+            assert!(
+                lines
+                    .iter()
+                    .any(|l| l.contains(odd) && l.contains("not a regular file")),
+                "{odd}: {lines:?}"
+            );
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

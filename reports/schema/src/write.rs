@@ -91,7 +91,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
-    result.with_context(|| format!("cannot write result file {}", path.display()))
+    // Reports, summaries and exports come through here too: named by their path only.
+    result.with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// Writes `bytes` under a name the run chose itself (a time stamp: [`default_path`], or one
@@ -206,7 +207,7 @@ pub fn write_result_out(
 pub fn write_result(path: &Path, result: &ResultFile) -> Result<()> {
     let mut bytes = serde_json::to_vec_pretty(result)?;
     bytes.push(b'\n');
-    write_atomic(path, &bytes)
+    write_atomic(path, &bytes).context("cannot write the result file")
 }
 
 /// Reads a result file, refusing ones from a newer tbbench with one clear line.
