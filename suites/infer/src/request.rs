@@ -30,6 +30,17 @@ pub struct Target<'a> {
     /// `Authorization` header value, when a key is set. Never printed or stored.
     pub auth: Option<&'a str>,
     pub timeout: Duration,
+    /// The most one request may take, first byte to [DONE], however the server trickles:
+    /// [`request_deadline`].
+    pub deadline: Duration,
+}
+
+/// The most one streamed request may take: `timeout` (which bounds each wait without
+/// progress) plus a second for every token asked for. A server slower than a token a second
+/// is no server to benchmark, and one that trickles a byte at a time, or only comments, or
+/// never sends [DONE], would otherwise hold a run forever.
+pub fn request_deadline(timeout: Duration, max_tokens: u64) -> Duration {
+    timeout + Duration::from_secs(max_tokens)
 }
 
 impl Target<'_> {
@@ -214,7 +225,26 @@ fn stream(target: &Target, body: &[u8], start: Instant, rec: &mut Record) -> Res
         };
         let now = Instant::now();
         end = now;
+        if now.duration_since(start) > target.deadline {
+            return Err(Failure::new(
+                FailKind::Timeout,
+                format!(
+                    "no end of the stream within {:.0} s after {} chunks (the deadline is --timeout plus a second per token asked for)",
+                    target.deadline.as_secs_f64(),
+                    rec.token_chunks
+                ),
+            ));
+        }
         decoder.feed(&buf[..n], &mut items);
+        if decoder.overflowed() {
+            return Err(Failure::new(
+                FailKind::BadResponse,
+                format!(
+                    "a line of the event stream ran past {} KiB without ending: not an OpenAI stream",
+                    crate::sse::MAX_LINE_BYTES >> 10
+                ),
+            ));
+        }
         for item in items.drain(..) {
             let ev = match item {
                 SseItem::Comment(c) => {

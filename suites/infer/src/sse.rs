@@ -26,9 +26,15 @@ pub struct Event {
     pub last_event_id: String,
 }
 
+/// The longest line the decoder keeps: an OpenAI chunk is a few KiB; a line that never ends
+/// would otherwise grow until memory runs out.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+
 #[derive(Debug, Default)]
 pub struct SseDecoder {
     line: Vec<u8>,
+    /// A line grew past [`MAX_LINE_BYTES`]: the rest of it was not kept.
+    overflowed: bool,
     /// The previous feed ended on CR: an LF opening the next one belongs to that line end.
     after_cr: bool,
     /// Still at the very start of the stream, where one BOM is dropped.
@@ -65,7 +71,12 @@ impl SseDecoder {
         while i < bytes.len() {
             match bytes[i..].iter().position(|&b| b == b'\n' || b == b'\r') {
                 None => {
-                    self.line.extend_from_slice(&bytes[i..]);
+                    let room = MAX_LINE_BYTES.saturating_sub(self.line.len());
+                    let rest = &bytes[i..];
+                    if rest.len() > room {
+                        self.overflowed = true;
+                    }
+                    self.line.extend_from_slice(&rest[..rest.len().min(room)]);
                     break;
                 }
                 Some(p) => {
@@ -86,6 +97,11 @@ impl SseDecoder {
                 }
             }
         }
+    }
+
+    /// Whether a line ran past [`MAX_LINE_BYTES`] (the caller ends the stream as bad).
+    pub fn overflowed(&self) -> bool {
+        self.overflowed
     }
 
     /// The stream ended. Returns true when it cut an event short (fields with no blank line
@@ -279,6 +295,21 @@ mod tests {
     fn invalid_utf8_becomes_replacement_characters() {
         let (items, _) = decode_in_pieces(b"data: a\xFFb\n\n", 1);
         assert_eq!(data_of(&items), vec!["a\u{FFFD}b"]);
+    }
+
+    #[test]
+    fn a_line_that_never_ends_is_capped_and_flagged() {
+        let mut d = SseDecoder::new();
+        let mut out = Vec::new();
+        let piece = vec![b'a'; 256 << 10];
+        for _ in 0..8 {
+            d.feed(&piece, &mut out);
+        }
+        assert!(d.overflowed());
+        assert!(d.line.len() <= MAX_LINE_BYTES);
+        let mut fine = SseDecoder::new();
+        fine.feed(b"data: {}\n\n", &mut out);
+        assert!(!fine.overflowed());
     }
 
     #[test]

@@ -34,6 +34,10 @@ enum Act {
     EmptyStream,
     /// 400 when the body asks for stream_options (servers that refuse it), else a stream.
     RefuseStreamOptions,
+    /// One token, then SSE comments every 100 ms, never [DONE] (for at most 30 s).
+    CommentsForever,
+    /// A `data:` line that never ends: 4 MiB with no line break, then silence.
+    EndlessLine,
 }
 
 struct Server {
@@ -204,6 +208,27 @@ fn serve_with(script: impl Fn(usize) -> Act + Send + Sync + 'static, tokenizer: 
                         let _ = chunk(&mut s, b"data: [DONE]\n\n");
                         let _ = chunk(&mut s, b"");
                     }
+                    Act::CommentsForever => {
+                        let _ = s.write_all(SSE_HEAD);
+                        let _ = chunk(&mut s, token_event(0).as_bytes());
+                        for _ in 0..300 {
+                            if chunk(&mut s, b": keep-alive\n\n").is_err() {
+                                break;
+                            }
+                            std::thread::sleep(Duration::from_millis(100));
+                        }
+                    }
+                    Act::EndlessLine => {
+                        let _ = s.write_all(SSE_HEAD);
+                        let _ = chunk(&mut s, b"data: ");
+                        let piece = vec![b'a'; 256 << 10];
+                        for _ in 0..16 {
+                            if chunk(&mut s, &piece).is_err() {
+                                break;
+                            }
+                        }
+                        std::thread::sleep(Duration::from_secs(20));
+                    }
                     Act::RefuseStreamOptions => {
                         if req.contains("stream_options") {
                             let body = r#"{"detail":"unknown field stream_options"}"#;
@@ -318,6 +343,58 @@ fn faults_are_counted_per_request_and_the_run_goes_on() {
     assert_eq!(r["verification"]["passed"], false);
     let detail = r["verification"]["checks"][0]["detail"].as_str().unwrap();
     assert!(detail.contains("5 of 7 requests failed"), "{detail}");
+}
+
+/// A stream of comments that never ends, and a line that never ends: each request is bounded
+/// (the deadline is --timeout plus a second per token; a line is capped at 1 MiB) and counted
+/// as a failure, and the run ends on its own well before the server would.
+#[test]
+fn endless_streams_and_lines_are_bounded_and_counted() {
+    let server = serve(|n| match n {
+        1 => Act::CommentsForever,
+        2 => Act::EndlessLine,
+        _ => Act::Stream {
+            ttft_ms: 5,
+            gap_ms: 2,
+            tokens: 2,
+        },
+    });
+    let dir = tmpdir("infer-endless");
+    let out = dir.join("r.json");
+    let (o, took) = infer(
+        &server.url,
+        &out,
+        &[
+            "--model",
+            "m",
+            "--requests",
+            "2",
+            "--timeout",
+            "1s",
+            "--max-tokens",
+            "2",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(took < Duration::from_secs(15), "{took:?}");
+    let r = read_json(&out);
+    let per = level(&r, 0)["per_request"].as_array().unwrap();
+    let errors: Vec<&str> = per
+        .iter()
+        .map(|p| p["error"].as_str().unwrap_or(""))
+        .collect();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.starts_with("timeout") && e.contains("no end of the stream within 3 s")),
+        "{errors:?}"
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.starts_with("bad-response") && e.contains("ran past 1024 KiB")),
+        "{errors:?}"
+    );
 }
 
 #[test]
