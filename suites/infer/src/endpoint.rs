@@ -143,6 +143,7 @@ pub fn run(config: &InferConfig, tool: &Tool) -> Result<i32> {
         auth: auth.as_deref(),
         timeout,
         deadline: crate::request::request_deadline(timeout, config.max_tokens),
+        max_tokens: config.max_tokens,
     };
     let model = match &config.model {
         Some(m) => m.clone(),

@@ -33,6 +33,39 @@ pub struct Target<'a> {
     /// The most one request may take, first byte to [DONE], however the server trickles:
     /// [`request_deadline`].
     pub deadline: Duration,
+    /// The tokens each request asks for at most: a server count above it is not believed.
+    pub max_tokens: u64,
+}
+
+/// Why a server's own count of the tokens it generated cannot be believed, if it cannot: more
+/// than the request allowed (`max_tokens`, one over for a counted end-of-sequence token), or
+/// far from the chunks that carried text (a chunk holds a few tokens at most; a count below
+/// one per four chunks, or above 16 per chunk and 16 more, is no count of this stream).
+/// Such a figure would put 1.5e23 tokens/s in a result.
+pub fn unbelievable(
+    tokens: u64,
+    source: TokenSource,
+    max_tokens: u64,
+    chunks: u64,
+) -> Option<String> {
+    if source == TokenSource::Chunks {
+        return None;
+    }
+    let what = match source {
+        TokenSource::Usage => "usage.completion_tokens",
+        _ => "the server's generated-token count",
+    };
+    if tokens > max_tokens.saturating_add(1) {
+        return Some(format!(
+            "{what} {tokens} is more than the {max_tokens} tokens asked for: not believed"
+        ));
+    }
+    if tokens > chunks.saturating_mul(16).saturating_add(16) || tokens.saturating_mul(4) < chunks {
+        return Some(format!(
+            "{what} {tokens} is far from the {chunks} chunks of text streamed: not believed"
+        ));
+    }
+    None
 }
 
 /// The most one streamed request may take: `timeout` (which bounds each wait without
@@ -346,6 +379,9 @@ fn stream(target: &Target, body: &[u8], start: Instant, rec: &mut Record) -> Res
         (None, Some(n)) => (n, TokenSource::ServerTimings),
         (None, None) => (rec.token_chunks, TokenSource::Chunks),
     };
+    if let Some(why) = unbelievable(tokens, source, target.max_tokens, rec.token_chunks) {
+        return Err(Failure::new(FailKind::BadResponse, why));
+    }
     rec.prompt_tokens = usage
         .and_then(|u| u.prompt_tokens)
         .or(timings.as_ref().and_then(|t| t.prompt_tokens));
@@ -353,4 +389,31 @@ fn stream(target: &Target, body: &[u8], start: Instant, rec: &mut Record) -> Res
     rec.server_timings = timings;
     rec.set_tokens(tokens, source);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_count_is_believed_only_near_the_stream() {
+        use TokenSource::*;
+        assert_eq!(unbelievable(32, Usage, 32, 32), None);
+        assert_eq!(
+            unbelievable(33, Usage, 32, 32),
+            None,
+            "one for a counted EOS"
+        );
+        assert!(unbelievable(u64::MAX, Usage, 32, 2)
+            .unwrap()
+            .contains("more than the 32"));
+        assert!(unbelievable(40, ServerTimings, 1000, 1)
+            .unwrap()
+            .contains("far from the 1"));
+        assert!(unbelievable(1, Usage, 1000, 40)
+            .unwrap()
+            .contains("far from"));
+        // Chunks are what the client counted itself.
+        assert_eq!(unbelievable(10_000, Chunks, 5, 10_000), None);
+    }
 }

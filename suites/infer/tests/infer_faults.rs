@@ -38,6 +38,8 @@ enum Act {
     CommentsForever,
     /// A `data:` line that never ends: 4 MiB with no line break, then silence.
     EndlessLine,
+    /// Two tokens, then usage claiming 2^64 - 1 of them.
+    HugeUsage,
 }
 
 struct Server {
@@ -229,6 +231,18 @@ fn serve_with(script: impl Fn(usize) -> Act + Send + Sync + 'static, tokenizer: 
                         }
                         std::thread::sleep(Duration::from_secs(20));
                     }
+                    Act::HugeUsage => {
+                        let _ = s.write_all(SSE_HEAD);
+                        for i in 0..2 {
+                            let _ = chunk(&mut s, token_event(i).as_bytes());
+                        }
+                        let tail = format!(
+                            "data: {{\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"length\"}}]}}\n\ndata: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":10,\"completion_tokens\":{},\"total_tokens\":1}}}}\n\ndata: [DONE]\n\n",
+                            u64::MAX
+                        );
+                        let _ = chunk(&mut s, tail.as_bytes());
+                        let _ = chunk(&mut s, b"");
+                    }
                     Act::RefuseStreamOptions => {
                         if req.contains("stream_options") {
                             let body = r#"{"detail":"unknown field stream_options"}"#;
@@ -395,6 +409,39 @@ fn endless_streams_and_lines_are_bounded_and_counted() {
             .any(|e| e.starts_with("bad-response") && e.contains("ran past 1024 KiB")),
         "{errors:?}"
     );
+}
+
+/// A usage count no stream of two chunks could have (2^64 - 1 tokens) is not believed: the
+/// request fails as a bad response, no absurd token rate reaches the result, the run fails.
+#[test]
+fn an_unbelievable_usage_count_fails_its_request() {
+    let server = serve(|n| match n {
+        1 => Act::HugeUsage,
+        _ => Act::Stream {
+            ttft_ms: 5,
+            gap_ms: 2,
+            tokens: 2,
+        },
+    });
+    let dir = tmpdir("infer-usage");
+    let out = dir.join("r.json");
+    let (o, _) = infer(
+        &server.url,
+        &out,
+        &["--model", "m", "--requests", "2", "--max-tokens", "2"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let r = read_json(&out);
+    let l = level(&r, 0);
+    let per = l["per_request"].as_array().unwrap();
+    assert!(
+        per.iter().any(|p| p["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("bad-response") && e.contains("not believed"))),
+        "{per:?}"
+    );
+    let rate = l["output_tokens_per_s"].as_f64().unwrap_or(0.0);
+    assert!(rate < 1e6, "{rate}");
 }
 
 #[test]
