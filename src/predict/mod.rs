@@ -140,9 +140,28 @@ fn hpl_run(l: &Loaded) -> HplRun {
     }
 }
 
+/// The largest message size a row may carry (1 TiB), and the longest time (1000 s): a row
+/// beyond either, or with a size, time or rate of zero or less, is no measurement.
+const MAX_ROW_BYTES: f64 = (1u64 << 40) as f64;
+const MAX_ROW_US: f64 = 1e9;
+
+/// Why a row cannot be a measurement, if it cannot.
+fn bad_row(size: f64, value: f64, what: &str) -> Option<String> {
+    if !(1.0..=MAX_ROW_BYTES).contains(&size) {
+        return Some(format!("a row of {size} bytes"));
+    }
+    let most = if what == "Gbit/s" { 1e6 } else { MAX_ROW_US };
+    if !(value > 0.0 && value <= most) {
+        return Some(format!("a row of {value} {what} at {size} bytes"));
+    }
+    None
+}
+
 /// Every network the link and coll results measured, newest figures winning, in the order
-/// networks first appear; then the published RDMA over Thunderbolt 5 figures.
-fn networks(loaded: &[&Loaded]) -> Vec<NetworkFigures> {
+/// networks first appear; then the published RDMA over Thunderbolt 5 figures. `left_out`
+/// gets a line for every file not used whole (a row that is no measurement) and every older
+/// file a newer one of the same network replaced, so no input is dropped unsaid.
+fn networks(loaded: &[&Loaded], left_out: &mut Vec<String>) -> Vec<NetworkFigures> {
     let mut out: Vec<NetworkFigures> = Vec::new();
     for l in loaded {
         let suite = l.result.suite.as_str();
@@ -173,17 +192,36 @@ fn networks(loaded: &[&Loaded]) -> Vec<NetworkFigures> {
                     .map(|a| a.iter().filter(|x| &x["pair"] == pair).cloned().collect())
                     .unwrap_or_default()
             };
+            let number = |v: &Value| f(v).unwrap_or(f64::NAN);
             let latency: Vec<(f64, f64)> = of_pair(&r["latency"])
                 .iter()
                 .filter(|x| x["wrong_bytes"].as_u64().unwrap_or(0) == 0)
-                .filter_map(|x| Some((f(&x["size_bytes"])?, f(&x["one_way_us"]["median"])?)))
+                .map(|x| (number(&x["size_bytes"]), number(&x["one_way_us"]["median"])))
                 .collect();
             let bandwidth: Vec<(f64, f64)> = of_pair(&r["bandwidth"])
                 .iter()
                 .filter(|x| x["mode"] == "bw" && x["wrong_bytes"].as_u64().unwrap_or(0) == 0)
-                .filter_map(|x| Some((f(&x["size_bytes"])?, f(&x["gbit_per_s"]["avg"])?)))
+                .map(|x| (number(&x["size_bytes"]), number(&x["gbit_per_s"]["avg"])))
                 .collect();
+            let bad = latency
+                .iter()
+                .find_map(|&(s, v)| bad_row(s, v, "us"))
+                .or_else(|| bandwidth.iter().find_map(|&(s, v)| bad_row(s, v, "Gbit/s")));
+            if let Some(why) = bad {
+                left_out.push(format!(
+                    "{}: {why}, which is no measurement",
+                    l.path.display()
+                ));
+                continue;
+            }
             if let Some(p) = PointToPoint::fit(&latency, &bandwidth) {
+                let this = l.path.display().to_string();
+                if let Some(old) = net.link_file.replace(this.clone()) {
+                    left_out.push(format!(
+                        "{old}: {this} measured the same network later and replaces it"
+                    ));
+                    net.files.retain(|f| *f != old);
+                }
                 net.p2p = Some(p);
                 used = true;
             }
@@ -197,13 +235,23 @@ fn networks(loaded: &[&Loaded]) -> Vec<NetworkFigures> {
                             Some(CollRow {
                                 op: x["op"].as_str()?.to_string(),
                                 algo: x["algo"].as_str()?.to_string(),
-                                size_bytes: f(&x["size_bytes"])?,
-                                median_us: f(&x["time_us"]["median"])?,
+                                size_bytes: f(&x["size_bytes"]).unwrap_or(f64::NAN),
+                                median_us: f(&x["time_us"]["median"]).unwrap_or(f64::NAN),
                             })
                         })
                         .collect()
                 })
                 .unwrap_or_default();
+            if let Some(why) = rows
+                .iter()
+                .find_map(|x| bad_row(x.size_bytes, x.median_us, "us"))
+            {
+                left_out.push(format!(
+                    "{}: {why}, which is no measurement",
+                    l.path.display()
+                ));
+                continue;
+            }
             if !rows.is_empty() {
                 // Rows of one op from a newer run replace the older run's rows of that op.
                 let slot = net.coll.entry(ranks as usize).or_default();
@@ -579,6 +627,11 @@ pub fn run(o: &PredictOptions, tool: &Tool) -> Result<i32> {
     if o.nodes.is_empty() || o.nodes.contains(&0) {
         bail!("--nodes: give one or more rank counts, each at least 1");
     }
+    if let WorkloadSpec::Hpl { n, .. } = &o.workload {
+        if let Some(too_many) = o.nodes.iter().find(|&&r| r as u64 > *n as u64) {
+            bail!("--nodes {too_many} for hpl --n {n}: every rank needs at least one row of the matrix");
+        }
+    }
     let started = time::OffsetDateTime::now_utc();
     let known = tbbench_reports::views::known_suites();
     let (mut loaded, problems) = tbbench_reports::load::load_paths(&o.inputs, &known);
@@ -588,7 +641,11 @@ pub fn run(o: &PredictOptions, tool: &Tool) -> Result<i32> {
     // Oldest first, so newer figures of one network replace older ones.
     loaded.sort_by(|a, b| a.result.started_at.cmp(&b.result.started_at));
     let refs: Vec<&Loaded> = loaded.iter().collect();
-    let nets = networks(&refs);
+    let mut left_out = Vec::new();
+    let nets = networks(&refs, &mut left_out);
+    for line in &left_out {
+        eprintln!("tbbench: predict: left out {line}");
+    }
     let measured_nets = nets.iter().filter(|n| n.source == "measured").count();
     if measured_nets == 0 {
         bail!(

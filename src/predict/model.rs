@@ -159,6 +159,8 @@ pub struct NetworkFigures {
     pub coll: BTreeMap<usize, Vec<CollRow>>,
     /// The result files these figures come from.
     pub files: Vec<String>,
+    /// The link result `p2p` comes from (one of `files`).
+    pub link_file: Option<String>,
 }
 
 impl NetworkFigures {

@@ -323,3 +323,64 @@ fn the_report_shows_predictions_beside_measurements() {
         "measured rate missing"
     );
 }
+
+/// Inputs that cannot be measurements are left out with a line each, never dropped unsaid or
+/// turned into NaN: a link file with a negative latency, one with a size of 2^70; of two link
+/// files of one network the older is named as replaced; an hpl N smaller than the ranks is
+/// refused.
+#[test]
+fn bad_rows_and_replaced_files_are_named() {
+    let dir = tmpdir("predict-bad-rows");
+    let net = Path::new(&fixtures("network")).to_path_buf();
+    let link = std::fs::read_dir(&net)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| read_json(p)["suite"] == "link")
+        .unwrap();
+    let original = read_json(&link);
+    let mut bad = original.clone();
+    bad["results"]["latency"][0]["one_way_us"]["median"] = serde_json::json!(-3.0);
+    std::fs::write(dir.join("negative.json"), bad.to_string()).unwrap();
+    let mut huge = original.clone();
+    huge["results"]["latency"][0]["size_bytes"] = serde_json::json!(1.180591620717411e21);
+    std::fs::write(dir.join("huge.json"), huge.to_string()).unwrap();
+    let mut later = original.clone();
+    later["started_at"] = serde_json::json!("2099-01-01T00:00:00Z");
+    std::fs::write(dir.join("later.json"), later.to_string()).unwrap();
+    let (o, doc) = predict(&[
+        dir.to_str().unwrap(),
+        &net.display().to_string(),
+        &fixtures("decode"),
+        "--shape",
+        "llama-3.2-3b",
+        "--layers",
+        "1",
+        "--nodes",
+        "2",
+    ]);
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(doc.is_some());
+    assert!(
+        err.contains("negative.json: a row of -3 us") && err.contains("huge.json: a row of"),
+        "{err}"
+    );
+    assert!(
+        err.contains("later.json measured the same network later and replaces it"),
+        "{err}"
+    );
+    assert!(!err.contains("NaN"), "{err}");
+    let (o, _) = predict(&[
+        &net.display().to_string(),
+        "--hpl-n",
+        "1",
+        "--nodes",
+        "1000",
+    ]);
+    assert!(
+        text(&o.stderr).contains("every rank needs at least one row"),
+        "{}",
+        text(&o.stderr)
+    );
+}
