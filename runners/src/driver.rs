@@ -258,6 +258,15 @@ fn rank_main<S: Suite>(
         (table, conns, Some(listener))
     } else {
         let rdv = rdv.ok_or_else(|| anyhow!("{ENV_RDV} (rank 0's address:port) is not set"))?;
+        // A name only ssh knows (an alias in ~/.ssh/config) does not resolve here: said now,
+        // by the rank that cannot resolve it, rather than lost behind "rank 0 dropped its
+        // control connections".
+        if let Err(e) = std::net::ToSocketAddrs::to_socket_addrs(rdv.as_str()) {
+            let host = rdv.rsplit_once(':').map_or(rdv.as_str(), |(h, _)| h);
+            bail!(
+                "rank {rank} ({label}) cannot resolve rank 0's host {host}: {e} (a name only ssh knows, such as an alias in ~/.ssh/config, does not resolve for tbbench: give the host's address in the hostfile's \"ips\", or a name every host resolves)"
+            );
+        }
         // Rank 0 waits `timeout` for every rank and then names the ones missing; this rank
         // waits a little longer, so that line (the cause) comes first.
         let joined = rendezvous::join(

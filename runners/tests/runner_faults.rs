@@ -479,3 +479,37 @@ fn closed_stdout_ends_the_run_quietly() {
         "the launcher's closed stdout",
     );
 }
+
+/// A host only ssh can resolve (an alias, no `ips`): the rank that cannot resolve rank 0's
+/// host says so, naming it, instead of the run blaming rank 0's connections.
+#[test]
+fn a_host_name_only_ssh_resolves_is_named_by_the_rank_that_cannot() {
+    let dir = tmpdir("alias");
+    // A remote shell that runs the command here, as ssh with an alias would there.
+    let rsh = dir.join("alias-ssh");
+    std::fs::write(&rsh, "#!/bin/sh\nshift\nexec \"$@\"\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&rsh, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let hf = dir.join("hosts");
+    std::fs::write(&hf, "mac-alias.invalid slots=2\n").unwrap();
+    let o = run(
+        &[
+            "link",
+            "--hostfile",
+            hf.to_str().unwrap(),
+            "--rsh",
+            rsh.to_str().unwrap(),
+            "--buffer",
+            "64",
+            "--timeout",
+            "3",
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("cannot resolve rank 0's host mac-alias.invalid"),
+        "{err}"
+    );
+}
