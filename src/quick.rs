@@ -16,6 +16,10 @@ pub fn run(a: &QuickArgs, suites: &[Registration], generator: &str) -> Result<i3
         let stamp = tbbench_schema::write::default_path("quick", time::OffsetDateTime::now_utc());
         PathBuf::from("results").join(stamp.file_stem().unwrap_or_default())
     });
+    if a.out_dir.is_none() {
+        // The default's parent is tbbench's own results folder, made on a first run.
+        tbbench_schema::write::check_folder_writable(std::path::Path::new("results"))?;
+    }
     tbbench_schema::write::check_folder_writable(&dir)?;
     let mut failed = Vec::new();
     let plan = QuickPlan { nodes: a.nodes };

@@ -52,9 +52,22 @@ pub fn check_writable(path: &Path) -> Result<()> {
 
 /// Checks that `dir` exists (or can be made) and takes a new file, by making and removing one.
 pub fn check_folder_writable(dir: &Path) -> Result<()> {
-    if let Ok(m) = std::fs::metadata(dir) {
-        if !m.is_dir() {
+    match std::fs::metadata(dir) {
+        Ok(m) if !m.is_dir() => {
             anyhow::bail!("{} is not a folder ({})", dir.display(), kind_of(&m));
+        }
+        Ok(_) => {}
+        // One missing folder is made (`--out results/r.json` on a first run); a path whose
+        // parent is missing too is more likely mistyped than meant.
+        Err(_) => {
+            let parent = folder_of(dir);
+            if parent != dir && !parent.is_dir() {
+                anyhow::bail!(
+                    "folder {} does not exist, nor {}: check the path (tbbench makes one missing folder, not a tree)",
+                    dir.display(),
+                    parent.display()
+                );
+            }
         }
     }
     std::fs::create_dir_all(dir)
@@ -288,6 +301,20 @@ mod tests {
         .to_string();
         assert!(e.contains("--json and --out both name"), "{e}");
         assert!(refuse_same_output(("--json", &x), ("--out", &dir.join("y.json"))).is_ok());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn one_missing_folder_is_made_but_not_a_mistyped_tree() {
+        let dir = std::env::temp_dir().join(format!("tbbench-tree-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(check_writable(&dir.join("new/r.json")).is_ok());
+        let e = check_writable(&dir.join("typo/deeper/r.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("does not exist, nor"), "{e}");
+        assert!(!dir.join("typo").exists());
         let _ = std::fs::remove_dir_all(&dir);
     }
 
