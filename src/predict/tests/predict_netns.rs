@@ -54,9 +54,10 @@ fn tensor_parallel_decode_predictions_hold_on_each_network() {
     let h = hosts.to_str().unwrap();
     let lab: [&str; 6] = ["--hostfile", h, "--rsh", "ip netns exec", "--over", OVER];
     let mut off = Vec::new();
-    // Rates on two vCPUs shift with a neighbour's burst: one retry absorbs it; a model that
-    // is wrong fails both times.
-    for attempt in 1..=2 {
+    // Rates on two vCPUs shift with a neighbour's burst (the 1-rank basis and the 2-rank runs
+    // are minutes apart, and an EPYC VM's 2-rank decodes read 15-25% below the basis in some
+    // hours): retries absorb it; a model that is wrong fails every time.
+    for attempt in 1..=3 {
         let figures = dir.join(format!("figures-{attempt}"));
         let measured = dir.join(format!("measured-{attempt}"));
         let (f, m) = (figures.to_str().unwrap(), measured.to_str().unwrap());
