@@ -154,7 +154,11 @@ fn quiet_on_closed_stdout() {
 fn main() {
     quiet_on_closed_stdout();
     // Before any thread starts (see the function).
-    tbbench_hpl::kernels::before_threads();
+    let reads_files_only = matches!(
+        std::env::args().nth(1).as_deref(),
+        Some("report" | "compare" | "predict")
+    );
+    tbbench_hpl::kernels::before_threads(!reads_files_only);
     // Suites that report a host's BLAS (doctor) read it through the runner, from the hpl
     // suite's loader.
     tbbench_runners::hostcheck::set_blas_probe(|| {

@@ -153,31 +153,42 @@ fn interrupt_on_the_launcher_stops_every_rank() {
 /// naming the host, and exit 1, not 255.
 #[test]
 fn a_remote_shell_exiting_255_gives_exit_1() {
-    let dir = tmpdir("ssh255");
-    let rsh = dir.join("fake-ssh");
-    std::fs::write(
-        &rsh,
+    let o = link_through_shell(
+        "ssh255",
         "#!/bin/sh\necho 'ssh: connect to host mac1 port 22: No route to host' >&2\nexit 255\n",
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&rsh, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let hf = dir.join("hosts");
-    std::fs::write(&hf, "mac1\nmac2\n").unwrap();
-    let o = run(
-        &[
-            "link",
-            "--hostfile",
-            hf.to_str().unwrap(),
-            "--rsh",
-            rsh.to_str().unwrap(),
-            "--buffer",
-            "64",
-        ],
-        Duration::from_secs(20),
+        "mac1\nmac2\n",
+        &[],
     );
     assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
     assert!(text(&o.stderr).contains("mac1"), "{}", text(&o.stderr));
+}
+
+/// `tbbench link --buffer 64` over `hosts` (a hostfile's text), ranks started by a remote
+/// shell that is the script `shell`.
+fn link_through_shell(
+    name: &str,
+    shell: &str,
+    hosts: &str,
+    extra: &[&str],
+) -> std::process::Output {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tmpdir(name);
+    let rsh = dir.join("remote-shell");
+    std::fs::write(&rsh, shell).unwrap();
+    std::fs::set_permissions(&rsh, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let hf = dir.join("hosts");
+    std::fs::write(&hf, hosts).unwrap();
+    let mut args = vec![
+        "link",
+        "--hostfile",
+        hf.to_str().unwrap(),
+        "--rsh",
+        rsh.to_str().unwrap(),
+        "--buffer",
+        "64",
+    ];
+    args.extend_from_slice(extra);
+    run(&args, Duration::from_secs(30))
 }
 
 #[test]
@@ -484,27 +495,12 @@ fn closed_stdout_ends_the_run_quietly() {
 /// host says so, naming it, instead of the run blaming rank 0's connections.
 #[test]
 fn a_host_name_only_ssh_resolves_is_named_by_the_rank_that_cannot() {
-    let dir = tmpdir("alias");
     // A remote shell that runs the command here, as ssh with an alias would there.
-    let rsh = dir.join("alias-ssh");
-    std::fs::write(&rsh, "#!/bin/sh\nshift\nexec \"$@\"\n").unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&rsh, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let hf = dir.join("hosts");
-    std::fs::write(&hf, "mac-alias.invalid slots=2\n").unwrap();
-    let o = run(
-        &[
-            "link",
-            "--hostfile",
-            hf.to_str().unwrap(),
-            "--rsh",
-            rsh.to_str().unwrap(),
-            "--buffer",
-            "64",
-            "--timeout",
-            "3",
-        ],
-        Duration::from_secs(30),
+    let o = link_through_shell(
+        "alias",
+        "#!/bin/sh\nshift\nexec \"$@\"\n",
+        "mac-alias.invalid slots=2\n",
+        &["--timeout", "3"],
     );
     assert!(!o.status.success());
     let err = text(&o.stderr);

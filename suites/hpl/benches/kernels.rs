@@ -167,7 +167,7 @@ criterion_group!(benches, gemm, trsm, generate, swap_and_solve, update);
 
 fn main() {
     // As the binary does: OpenBLAS's idle workers told to sleep soon (see the function).
-    kernels::before_threads();
+    kernels::before_threads(true);
     benches();
     Criterion::default().configure_from_args().final_summary();
 }

@@ -89,14 +89,19 @@ pub const ENV_TEST_DETECTS: &str = "TBBENCH_TEST_OPENBLAS_DETECTS";
 
 /// Sets what the BLAS reads from the environment when it loads (OPENBLAS_THREAD_TIMEOUT,
 /// above), where the user has not, and tells OpenBLAS the kernel this CPU runs where its own
-/// detection fell back to an older one ([`tell_openblas_the_cpu`]). Called first thing in
+/// detection fell back to an older one ([`tell_openblas_the_cpu`]), where the command
+/// `uses_blas` (every suite records its host's BLAS; report, compare and predict read files
+/// only). Called first thing in
 /// `main`, while the process has one thread: changing the environment while another thread
 /// reads it is undefined in C.
-pub fn before_threads() {
+pub fn before_threads(uses_blas: bool) {
     if std::env::var_os("OPENBLAS_THREAD_TIMEOUT").is_none() {
         std::env::set_var("OPENBLAS_THREAD_TIMEOUT", OPENBLAS_THREAD_TIMEOUT);
     }
-    tell_openblas_the_cpu();
+    // Only a command that loads the BLAS pays for loading it here (and for its threads).
+    if uses_blas {
+        tell_openblas_the_cpu();
+    }
 }
 
 /// Where OpenBLAS, left to itself, runs a kernel older than this CPU's vector units (a

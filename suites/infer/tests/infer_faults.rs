@@ -359,14 +359,17 @@ fn faults_are_counted_per_request_and_the_run_goes_on() {
     assert!(detail.contains("5 of 7 requests failed"), "{detail}");
 }
 
-/// A stream of comments that never ends, and a line that never ends: each request is bounded
-/// (the deadline is --timeout plus a second per token; a line is capped at 1 MiB) and counted
-/// as a failure, and the run ends on its own well before the server would.
+/// A stream of comments that never ends, a line that never ends, and a usage count no
+/// stream of two chunks could have (2^64 - 1 tokens): each request is bounded (the deadline
+/// is --timeout plus a second per token; a line is capped at 1 MiB) or not believed, and
+/// counted as a failure; no absurd token rate reaches the result, and the run ends on its
+/// own well before the server would.
 #[test]
-fn endless_streams_and_lines_are_bounded_and_counted() {
+fn endless_streams_lines_and_unbelievable_counts_fail_their_requests() {
     let server = serve(|n| match n {
         1 => Act::CommentsForever,
         2 => Act::EndlessLine,
+        3 => Act::HugeUsage,
         _ => Act::Stream {
             ttft_ms: 5,
             gap_ms: 2,
@@ -382,7 +385,7 @@ fn endless_streams_and_lines_are_bounded_and_counted() {
             "--model",
             "m",
             "--requests",
-            "2",
+            "3",
             "--timeout",
             "1s",
             "--max-tokens",
@@ -392,54 +395,25 @@ fn endless_streams_and_lines_are_bounded_and_counted() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
     assert!(took < Duration::from_secs(15), "{took:?}");
     let r = read_json(&out);
-    let per = level(&r, 0)["per_request"].as_array().unwrap();
-    let errors: Vec<&str> = per
+    let l = level(&r, 0);
+    let errors: Vec<&str> = l["per_request"]
+        .as_array()
+        .unwrap()
         .iter()
         .map(|p| p["error"].as_str().unwrap_or(""))
         .collect();
-    assert!(
-        errors
-            .iter()
-            .any(|e| e.starts_with("timeout") && e.contains("no end of the stream within 3 s")),
-        "{errors:?}"
-    );
-    assert!(
-        errors
-            .iter()
-            .any(|e| e.starts_with("bad-response") && e.contains("ran past 1024 KiB")),
-        "{errors:?}"
-    );
-}
-
-/// A usage count no stream of two chunks could have (2^64 - 1 tokens) is not believed: the
-/// request fails as a bad response, no absurd token rate reaches the result, the run fails.
-#[test]
-fn an_unbelievable_usage_count_fails_its_request() {
-    let server = serve(|n| match n {
-        1 => Act::HugeUsage,
-        _ => Act::Stream {
-            ttft_ms: 5,
-            gap_ms: 2,
-            tokens: 2,
-        },
-    });
-    let dir = tmpdir("infer-usage");
-    let out = dir.join("r.json");
-    let (o, _) = infer(
-        &server.url,
-        &out,
-        &["--model", "m", "--requests", "2", "--max-tokens", "2"],
-    );
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
-    let r = read_json(&out);
-    let l = level(&r, 0);
-    let per = l["per_request"].as_array().unwrap();
-    assert!(
-        per.iter().any(|p| p["error"]
-            .as_str()
-            .is_some_and(|e| e.starts_with("bad-response") && e.contains("not believed"))),
-        "{per:?}"
-    );
+    for (kind, says) in [
+        ("timeout", "no end of the stream within 3 s"),
+        ("bad-response", "ran past 1024 KiB"),
+        ("bad-response", "not believed"),
+    ] {
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.starts_with(kind) && e.contains(says)),
+            "{kind} {says}: {errors:?}"
+        );
+    }
     let rate = l["output_tokens_per_s"].as_f64().unwrap_or(0.0);
     assert!(rate < 1e6, "{rate}");
 }
