@@ -321,6 +321,31 @@ pub fn gather_ranks(
 }
 
 /// A non-zero rank's side: connects (retrying while rank 0 comes up), joins, waits for the table.
+/// The addresses of `rdv`, which may list alternatives ("10.0.0.1:4791,192.168.1.5:4791",
+/// as the MPI bootstrap sends every address rank 0 has), in order. One that does not resolve
+/// is passed over while another does; where none does, the first one's error comes back,
+/// with that alternative.
+pub fn resolve(rdv: &str) -> std::result::Result<Vec<SocketAddr>, (String, std::io::Error)> {
+    let mut addrs: Vec<SocketAddr> = Vec::new();
+    let mut first_error = None;
+    for alt in rdv.split(',').filter(|a| !a.is_empty()) {
+        match std::net::ToSocketAddrs::to_socket_addrs(alt) {
+            Ok(found) => addrs.extend(found),
+            Err(e) => {
+                first_error.get_or_insert((alt.to_string(), e));
+            }
+        }
+    }
+    match (addrs.is_empty(), first_error) {
+        (true, Some(e)) => Err(e),
+        (true, None) => Err((
+            rdv.to_string(),
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address given"),
+        )),
+        _ => Ok(addrs),
+    }
+}
+
 pub fn join(
     rdv: &str,
     token: &Token,
@@ -329,14 +354,8 @@ pub fn join(
     timeout: Duration,
 ) -> Result<(Vec<RankInfo>, TcpStream)> {
     let deadline = Instant::now() + timeout;
-    // `rdv` may list alternatives ("10.0.0.1:4791,192.168.1.5:4791"), tried in order.
-    let mut addrs: Vec<SocketAddr> = Vec::new();
-    for alt in rdv.split(',') {
-        addrs.extend(
-            std::net::ToSocketAddrs::to_socket_addrs(alt)
-                .with_context(|| format!("cannot resolve the rendezvous address {alt}"))?,
-        );
-    }
+    let addrs = resolve(rdv)
+        .map_err(|(alt, e)| anyhow!("cannot resolve the rendezvous address {alt}: {e}"))?;
     let greeting = join_greeting(token, size, me)?;
     let mut attempt = 1;
     loop {
@@ -630,6 +649,20 @@ impl Control {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The MPI bootstrap sends every address rank 0 has: an alternative that does not
+    /// resolve is passed over, and only a list with none that resolves is an error, naming
+    /// its first.
+    #[test]
+    fn alternatives_resolve_while_one_does() {
+        let addrs = resolve("no-such-host.invalid:4791,127.0.0.1:4791").unwrap();
+        assert_eq!(addrs, vec!["127.0.0.1:4791".parse::<SocketAddr>().unwrap()]);
+        let two = resolve("10.0.0.1:1,127.0.0.1:2").unwrap();
+        assert_eq!(two.len(), 2);
+        let (alt, _) = resolve("a.invalid:1,b.invalid:2").unwrap_err();
+        assert_eq!(alt, "a.invalid:1");
+        assert!(resolve("").is_err());
+    }
 
     fn info(rank: usize) -> RankInfo {
         RankInfo {
