@@ -6,7 +6,8 @@ pub mod cli;
 pub mod comm;
 pub mod driver;
 pub mod energy;
-pub mod gate;
+/// The door of every listener (its own crate, as the software RDMA device uses it too).
+pub use tbbench_gate as gate;
 pub mod hostcheck;
 pub mod hostfile;
 pub mod launch;

@@ -1078,10 +1078,21 @@ fn verbs_pair<T: Send + 'static>(
     device: &'static str,
     body: fn(&mut dyn tbbench_runners::transport::Transport, usize) -> T,
 ) -> Vec<T> {
+    verbs_pair_watched(device, body, None)
+}
+
+/// As [`verbs_pair`], the ranks having joined one run (a secret, loopback) as tbbench's do;
+/// `watch` gets each rank's published connection data, as a stranger could learn its ports.
+fn verbs_pair_watched<T: Send + 'static>(
+    device: &'static str,
+    body: fn(&mut dyn tbbench_runners::transport::Transport, usize) -> T,
+    watch: Option<std::sync::mpsc::Sender<String>>,
+) -> Vec<T> {
     use std::sync::mpsc;
     use tbbench_runners::transport::verbs::{prepare, VerbsOptions};
     use tbbench_runners::transport::PeerName;
     let lib = so().to_string_lossy().into_owned();
+    let secret = *b"run-secret-16byt";
     let (tx, rx): (Vec<_>, Vec<_>) = (0..2).map(|_| mpsc::channel::<String>()).unzip();
     let mut rx: Vec<Option<mpsc::Receiver<String>>> = rx.into_iter().map(Some).collect();
     let handles: Vec<_> = (0..2)
@@ -1089,15 +1100,20 @@ fn verbs_pair<T: Send + 'static>(
             let to_peer = tx[1 - rank].clone();
             let from_peer = rx[rank].take().unwrap();
             let lib = lib.clone();
+            let watch = watch.clone();
             std::thread::spawn(move || {
                 let opts = VerbsOptions {
                     device: Some(device.into()),
                     timeout: Duration::from_secs(3),
                     library: Some(lib),
+                    run: Some((secret, Some(std::net::Ipv4Addr::LOCALHOST))),
                     ..Default::default()
                 };
                 let prepared = prepare(rank, 2, &opts).unwrap();
                 to_peer.send(prepared.hello()).unwrap();
+                if let Some(w) = watch {
+                    w.send(prepared.hello()).unwrap();
+                }
                 let theirs = from_peer.recv().unwrap();
                 let mut hellos = vec![None, None];
                 hellos[1 - rank] = Some(theirs);
@@ -1113,6 +1129,117 @@ fn verbs_pair<T: Send + 'static>(
         })
         .collect();
     handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+/// Queue pair numbers follow from the device's port, so a process outside the run can find
+/// them. Hundreds of idle connections, hellos without the run's secret and SEND frames aimed
+/// at the ranks' queue pairs neither stop the run, nor corrupt a message, nor cost a thread
+/// each.
+#[test]
+fn a_stranger_cannot_stop_crowd_or_feed_a_verbs_run() {
+    use std::io::Write;
+    use std::net::TcpStream;
+    use std::sync::mpsc;
+    use tbbench_runners::transport::verbs::handshake::Hello;
+    for device in [APPLE, LINUX] {
+        let (seen_tx, seen_rx) = mpsc::channel::<String>();
+        let stranger = std::thread::spawn(move || {
+            // Every queue pair the ranks published, and the device port each lives behind.
+            let mut qpns = Vec::new();
+            for _ in 0..2 {
+                let h = Hello::decode(&seen_rx.recv().unwrap(), 2).unwrap();
+                for q in &h.qps {
+                    qpns.extend([q.data_qpn, q.ctl_qpn]);
+                }
+            }
+            let port_of = |qpn: u32| (qpn >> 8) as u16;
+            let mut held = Vec::new();
+            for i in 0..258 {
+                if let Ok(s) = TcpStream::connect(("127.0.0.1", port_of(qpns[i % qpns.len()]))) {
+                    held.push(s);
+                }
+            }
+            // A hello of the first version (no secret), one with a wrong secret, each
+            // followed by 256 SEND frames to a queue pair, claiming its peer as the source.
+            for (version, secret) in [(1u32, None), (2, Some([7u8; 16]))] {
+                for (i, &dst) in qpns.iter().enumerate() {
+                    let src = qpns[i ^ 1];
+                    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port_of(dst))) else {
+                        continue;
+                    };
+                    let mut b = Vec::new();
+                    for w in [0x5352_4448u32, version, src, dst, 0, 0] {
+                        b.extend_from_slice(&w.to_le_bytes());
+                    }
+                    if let Some(sec) = secret {
+                        b.extend_from_slice(&sec);
+                    }
+                    for _ in 0..256 {
+                        for w in [0x5352_4446u32, 1, dst, src] {
+                            b.extend_from_slice(&w.to_le_bytes());
+                        }
+                        b.extend_from_slice(&64u64.to_le_bytes());
+                        b.extend_from_slice(&[0u8; 16]);
+                        b.extend_from_slice(&[0xee; 64]);
+                    }
+                    let _ = s.write_all(&b);
+                    held.push(s);
+                }
+            }
+            held
+        });
+        let threads_before = threads_of_this_process();
+        let results = verbs_pair_watched(
+            device,
+            |t, peer| {
+                // Long enough that the stranger has done everything while the ranks talk:
+                // rank 0 decides when to stop, and says so in the first byte.
+                let deadline = Instant::now() + Duration::from_secs(2);
+                let mut rounds = 0u32;
+                loop {
+                    let mut msg: Vec<u8> = (0..4096u32).map(|i| (i + rounds) as u8).collect();
+                    let more = Instant::now() < deadline || rounds < 50;
+                    msg[0] = more as u8;
+                    if t.rank() == 0 {
+                        t.send(peer, &msg).unwrap();
+                        let mut back = vec![0u8; 4096];
+                        t.recv(peer, &mut back).unwrap();
+                        assert_eq!(back, msg, "round {rounds}");
+                        if !more {
+                            break;
+                        }
+                    } else {
+                        let mut got = vec![0u8; 4096];
+                        t.recv(peer, &mut got).unwrap();
+                        msg[0] = got[0];
+                        assert_eq!(got, msg, "round {rounds}");
+                        t.send(peer, &got).unwrap();
+                        if got[0] == 0 {
+                            break;
+                        }
+                    }
+                    rounds += 1;
+                }
+                threads_of_this_process()
+            },
+            Some(seen_tx),
+        );
+        let held = stranger.join().unwrap();
+        assert!(
+            held.len() > 258,
+            "{device}: the stranger reached the devices"
+        );
+        // Strangers wait at the door (16 at most, no thread each): the ranks' threads alone.
+        let most = results.into_iter().max().unwrap();
+        assert!(
+            most < threads_before + 60,
+            "{device}: {most} threads with the stranger's connections open (from {threads_before})"
+        );
+    }
+}
+
+fn threads_of_this_process() -> usize {
+    std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count())
 }
 
 /// Small messages go eagerly and large ones against a notice; a receive of the wrong size is

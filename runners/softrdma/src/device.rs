@@ -11,6 +11,14 @@
 //! registered region) and writes the completions. Every blocking call has a timeout of at most
 //! 200 ms after which the thread checks whether it should stop, so closing a device or
 //! destroying a queue pair never waits on a peer.
+//!
+//! Strangers: queue pair numbers follow from the port, so anyone who can reach it could
+//! address a queue pair. A run's ranks share a secret (`softrdma_join_run`, which tbbench
+//! calls with its session token before it opens the device) that every connection's hello
+//! must carry, and the device listens on the run's address only. Until its hello is whole a
+//! connection waits at the door the rendezvous uses (tbbench-gate: one deadline, a cap on
+//! how many wait, no thread of its own), and frames on a connection must come from the queue
+//! pair its hello named.
 
 use crate::abi::*;
 use crate::rules::{frames, Rules};
@@ -27,7 +35,16 @@ use std::time::Duration;
 const TICK: Duration = Duration::from_millis(200);
 const HELLO_MAGIC: u32 = 0x5352_4448; // "SRDH"
 const FRAME_MAGIC: u32 = 0x5352_4446; // "SRDF"
-const HELLO_LEN: usize = 24;
+/// magic, version, source qpn, destination qpn, rules, a reserved word, then the run's
+/// secret ([`SECRET_LEN`] bytes, zero where no run was joined).
+const HELLO_LEN: usize = 24 + SECRET_LEN;
+const HELLO_VERSION: u32 = 2;
+/// What a device sends back once it has admitted a connection's hello.
+const WELCOME_MAGIC: u32 = 0x5352_4457; // "SRDW"
+/// How long a queue pair keeps trying to be admitted by a crowded peer device.
+const ADMISSION_LIMIT: Duration = Duration::from_secs(5);
+/// The run's secret, as long as tbbench's session token.
+pub const SECRET_LEN: usize = 16;
 const HDR_LEN: usize = 40;
 const KIND_SEND: u32 = 1;
 const KIND_WRITE: u32 = 2;
@@ -73,6 +90,10 @@ counters! {
     dropped_not_ready,
     /// UC sends to a peer that is gone: completed as sent, never delivered (no error, as UC).
     dropped_peer_gone,
+    /// Connections refused at the door: a wrong secret or hello, or no whole hello in time.
+    refused_connections,
+    /// Frames whose source was not the queue pair the connection's hello named.
+    dropped_wrong_source,
     /// Receives posted before RTS where the rules lose them.
     recvs_lost_before_rts,
     /// Receives completed with an error because the SEND's size did not fit (length or, on
@@ -179,6 +200,8 @@ pub struct Qp {
 pub struct Dev {
     pub rules: &'static Rules,
     pub gids: Vec<[u8; 16]>,
+    /// The run's secret when the device was opened: every hello carries it.
+    pub secret: [u8; SECRET_LEN],
     pub port: u16,
     pub stop: AtomicBool,
     pub mrs: Mutex<HashMap<u32, MrInfo>>,
@@ -190,6 +213,24 @@ pub struct Dev {
     /// device completes gets an error status instead of its data.
     pub fail_recv: Option<u64>,
     pub recvs_done: AtomicU64,
+}
+
+/// What `softrdma_join_run` set: the run's secret and the address its devices listen on.
+#[derive(Clone, Copy)]
+pub struct Run {
+    pub secret: [u8; SECRET_LEN],
+    pub addr: Option<Ipv4Addr>,
+}
+
+static RUN: Mutex<Run> = Mutex::new(Run {
+    secret: [0; SECRET_LEN],
+    addr: None,
+});
+
+/// Joins a run: devices opened from now on listen on `addr` alone (every address when None)
+/// and hold `secret`, which every hello to them must carry and theirs carry.
+pub fn join_run(run: Run) {
+    *lock(&RUN) = run;
 }
 
 /// The host's IPv4 addresses, the one to put first at GID index 1 leading: a chosen one
@@ -256,19 +297,24 @@ fn as_ipv4(g: &[u8; 16]) -> Option<Ipv4Addr> {
 
 /// The GID table: index 0 a link-local address (as real ports have), then one IPv4-mapped
 /// entry per host address, the chosen one at index 1.
-fn gid_table() -> Vec<[u8; 16]> {
+/// A device that listens on one address lists that one alone.
+fn gid_table(bound: Option<Ipv4Addr>) -> Vec<[u8; 16]> {
     let mut link_local = [0u8; 16];
     link_local[0] = 0xfe;
     link_local[1] = 0x80;
     link_local[8..].copy_from_slice(&[0x02, 0x50, 0x5e, 0xff, 0xfe, 0xd0, 0x00, 0x01]);
     let mut t = vec![link_local];
-    t.extend(host_ipv4s().into_iter().map(ipv4_mapped));
+    match bound {
+        Some(ip) => t.push(ipv4_mapped(ip)),
+        None => t.extend(host_ipv4s().into_iter().map(ipv4_mapped)),
+    }
     t
 }
 
 impl Dev {
     pub fn open(rules: &'static Rules) -> io::Result<Arc<Dev>> {
-        let listener = TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0))?;
+        let run = *lock(&RUN);
+        let listener = TcpListener::bind((run.addr.unwrap_or(Ipv4Addr::UNSPECIFIED), 0))?;
         listener.set_nonblocking(true)?;
         let port = listener.local_addr()?.port();
         // Keys start at a point that differs per process and device, so a stale key from
@@ -281,7 +327,8 @@ impl Dev {
             ^ port as u32;
         let dev = Arc::new(Dev {
             rules,
-            gids: gid_table(),
+            gids: gid_table(run.addr),
+            secret: run.secret,
             port,
             stop: AtomicBool::new(false),
             mrs: Mutex::new(HashMap::new()),
@@ -381,31 +428,55 @@ fn quiet(f: impl FnOnce()) {
 }
 
 fn accept_loop(dev: Arc<Dev>, listener: TcpListener) {
-    use std::os::fd::AsRawFd;
+    let mut door = tbbench_gate::Gate::new(format!("tbbench: {}: ", dev.rules.name), "device");
     while !dev.stop.load(Ordering::SeqCst) {
-        let mut pfd = libc::pollfd {
-            fd: listener.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        unsafe { libc::poll(&mut pfd, 1, TICK.as_millis() as i32) };
-        match listener.accept() {
-            Ok((s, _)) => {
-                let d = dev.clone();
-                let spawned = std::thread::Builder::new()
-                    .name(format!("{}-rx", dev.rules.name))
-                    .spawn(move || quiet(|| reader(d, s)));
-                if let Ok(h) = spawned {
-                    let mut t = lock(&dev.threads);
-                    // Keep the list from growing with finished readers.
-                    t.retain(|h| !h.is_finished());
-                    t.push(h);
-                }
+        door.wait(&listener, TICK);
+        let before = door.refused();
+        for (s, _, hello) in door.step(&listener, |got| judge_hello(&dev, got)) {
+            let d = dev.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("{}-rx", dev.rules.name))
+                .spawn(move || quiet(|| reader(d, s, hello)));
+            if let Ok(h) = spawned {
+                let mut t = lock(&dev.threads);
+                // Keep the list from growing with finished readers.
+                t.retain(|h| !h.is_finished());
+                t.push(h);
             }
-            Err(_) => continue,
         }
+        dev.c
+            .refused_connections
+            .fetch_add((door.refused() - before) as u64, Ordering::Relaxed);
     }
+}
+
+/// A connection's hello, once whole and proved to come from this run.
+struct Hello {
+    /// The queue pair that sends on this connection.
+    src: u32,
+}
+
+/// What the door makes of a hello's bytes so far: the secret is checked before anything
+/// else is believed.
+fn judge_hello(dev: &Dev, got: &[u8]) -> tbbench_gate::Verdict<Hello> {
+    use tbbench_gate::Verdict;
+    if got.len() < HELLO_LEN {
+        return Verdict::Need(HELLO_LEN);
+    }
+    if u32_at(got, 0) != HELLO_MAGIC || u32_at(got, 4) != HELLO_VERSION {
+        return Verdict::Refuse("not a software RDMA hello of this version".into());
+    }
+    if !tbbench_gate::same_secret(&got[24..HELLO_LEN], &dev.secret) {
+        return Verdict::Refuse("not this run's secret".into());
+    }
+    // Apple's stack and a ConnectX do not talk to each other; neither do these two.
+    if u32_at(got, 16) != rules_id(dev.rules) {
+        dev.c.dropped_not_ready.fetch_add(1, Ordering::Relaxed);
+        return Verdict::Refuse("the other platform's device".into());
+    }
+    Verdict::Admit(Hello {
+        src: u32_at(got, 8),
+    })
 }
 
 /// Reads exactly `buf.len()` bytes, giving up when `stop` says so.
@@ -482,22 +553,17 @@ fn rules_id(r: &Rules) -> u32 {
     }
 }
 
-/// One accepted connection: a peer queue pair's frames, in order.
-fn reader(dev: Arc<Dev>, s: TcpStream) {
-    let _ = s.set_nonblocking(false);
+/// One admitted connection: a peer queue pair's frames, in order.
+fn reader(dev: Arc<Dev>, mut s: TcpStream, hello: Hello) {
     let _ = s.set_read_timeout(Some(TICK));
+    let _ = s.set_write_timeout(Some(TICK));
     let _ = s.set_nodelay(true);
+    let stop = || dev.stop.load(Ordering::SeqCst);
+    if write_full(&mut s, &WELCOME_MAGIC.to_le_bytes(), &stop).is_err() {
+        return;
+    }
     let mut s = io::BufReader::with_capacity(1 << 16, s);
     let stop = || dev.stop.load(Ordering::SeqCst);
-    let mut hello = [0u8; HELLO_LEN];
-    if read_full(&mut s, &mut hello, &stop).is_err() || u32_at(&hello, 0) != HELLO_MAGIC {
-        return;
-    }
-    // Apple's stack and a ConnectX do not talk to each other; neither do these two.
-    if u32_at(&hello, 16) != rules_id(dev.rules) {
-        dev.c.dropped_not_ready.fetch_add(1, Ordering::Relaxed);
-        return;
-    }
     let mut scratch = vec![0u8; 1 << 16];
     loop {
         let mut h = [0u8; HDR_LEN];
@@ -513,6 +579,13 @@ fn reader(dev: Arc<Dev>, s: TcpStream) {
             rkey: u32_at(&h, 28),
             remote_addr: u64_at(&h, 32),
         };
+        // A connection carries one queue pair's frames: a frame naming another source is
+        // not believed (as a UC queue pair takes packets only from the one it is connected
+        // to), and the connection is not either.
+        if hdr.src != hello.src {
+            dev.c.dropped_wrong_source.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         if on_frame(&dev, &mut s, &hdr, &mut scratch).is_err() {
             return;
         }
@@ -706,6 +779,10 @@ impl Qp {
     }
 }
 
+/// Connects to the peer queue pair's device and is admitted there. A device that drops the
+/// connection before its welcome had it pushed out of its door by a crowd of strangers (a
+/// connection accepted before its hello arrived waits among them): that is tried again, for
+/// a few seconds, where a peer that refuses the connection (no device there) fails at once.
 fn connect(qp: &Qp) -> io::Result<TcpStream> {
     let (dgid, dqpn) = {
         let st = lock(&qp.st);
@@ -713,21 +790,46 @@ fn connect(qp: &Qp) -> io::Result<TcpStream> {
     };
     let ip = as_ipv4(&dgid).ok_or(io::ErrorKind::AddrNotAvailable)?;
     let port = (dqpn >> 8) as u16;
-    let mut s = TcpStream::connect_timeout(
-        &SocketAddr::new(IpAddr::V4(ip), port),
-        Duration::from_secs(3),
-    )?;
-    s.set_nodelay(true)?;
-    s.set_write_timeout(Some(TICK))?;
     let mut hello = [0u8; HELLO_LEN];
     hello[0..4].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
-    hello[4..8].copy_from_slice(&1u32.to_le_bytes());
+    hello[4..8].copy_from_slice(&HELLO_VERSION.to_le_bytes());
     hello[8..12].copy_from_slice(&qp.qpn.to_le_bytes());
     hello[12..16].copy_from_slice(&dqpn.to_le_bytes());
     hello[16..20].copy_from_slice(&rules_id(qp.dev.rules).to_le_bytes());
+    hello[24..].copy_from_slice(&qp.dev.secret);
     let stop = || qp.destroyed.load(Ordering::SeqCst) || qp.dev.stop.load(Ordering::SeqCst);
-    write_full(&mut s, &hello, &stop)?;
-    Ok(s)
+    let give_up = std::time::Instant::now() + ADMISSION_LIMIT;
+    loop {
+        // A full accept queue drops the handshake (the kernel's, before the door sees it):
+        // that is tried again too, as is a timeout; only a refusal (no device there) is final.
+        let mut s = match TcpStream::connect_timeout(
+            &SocketAddr::new(IpAddr::V4(ip), port),
+            Duration::from_secs(1),
+        ) {
+            Ok(s) => s,
+            Err(e)
+                if e.kind() == io::ErrorKind::ConnectionRefused
+                    || stop()
+                    || std::time::Instant::now() >= give_up =>
+            {
+                return Err(e)
+            }
+            Err(_) => continue,
+        };
+        s.set_nodelay(true)?;
+        s.set_write_timeout(Some(TICK))?;
+        s.set_read_timeout(Some(TICK))?;
+        let mut welcome = [0u8; 4];
+        let admitted =
+            write_full(&mut s, &hello, &stop).and_then(|()| read_full(&mut s, &mut welcome, &stop));
+
+        match admitted {
+            Ok(()) if u32::from_le_bytes(welcome) == WELCOME_MAGIC => return Ok(s),
+            Ok(()) => return Err(io::ErrorKind::InvalidData.into()),
+            Err(e) if stop() || std::time::Instant::now() >= give_up => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
 }
 
 fn send_frame(qp: &Qp, conn: &mut Option<TcpStream>, job: &Job) -> io::Result<()> {

@@ -1057,6 +1057,35 @@ pub extern "C" fn softrdma_version() -> *const c_char {
     c"tbbench-softrdma 1".as_ptr()
 }
 
+/// Joins a run: devices opened after this listen on `ipv4` alone (an address in host byte
+/// order; 0 for every address) and hold `secret` (`len` bytes, at most 16; shorter is padded
+/// with zeros), which every connection between two devices must carry in its hello. tbbench
+/// calls it with its session token and the rank's data address before it opens a device, so
+/// a process outside the run can neither reach another network's listener nor be heard.
+/// Returns 0, or -1 with errno EINVAL for a longer secret.
+///
+/// # Safety
+/// `secret` has `len` readable bytes (or is null with `len` 0).
+#[no_mangle]
+pub unsafe extern "C" fn softrdma_join_run(secret: *const u8, len: usize, ipv4: u32) -> c_int {
+    guard(-1, || {
+        if len > device::SECRET_LEN || (secret.is_null() && len > 0) {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        let mut s = [0u8; device::SECRET_LEN];
+        if len > 0 {
+            // SAFETY: the caller gives `len` readable bytes.
+            s[..len].copy_from_slice(unsafe { std::slice::from_raw_parts(secret, len) });
+        }
+        device::join_run(device::Run {
+            secret: s,
+            addr: (ipv4 != 0).then(|| std::net::Ipv4Addr::from(ipv4)),
+        });
+        0
+    })
+}
+
 /// The device's counters as one JSON object, written into `buf` (NUL-terminated, cut at
 /// `len`). Returns the length the whole text needs, or -1.
 ///

@@ -337,6 +337,9 @@ pub struct Lib {
     /// What `softrdma_version` says, where the library exports it: the library is tbbench's
     /// software device (runners/softrdma), a stand-in whose figures are not RDMA's.
     pub emulated: Option<String>,
+    /// `softrdma_join_run`, where the library exports it (the software device): gives it the
+    /// run's secret and address, so no process outside the run can reach its queue pairs.
+    pub join_run: Option<unsafe extern "C" fn(*const u8, usize, u32) -> c_int>,
 }
 
 // The handle and function pointers are process-wide and immutable once loaded.
@@ -415,6 +418,10 @@ impl Lib {
                 modify_qp: f!("ibv_modify_qp"),
                 query_qp: f!("ibv_query_qp"),
                 wc_status_str: f!("ibv_wc_status_str"),
+                // SAFETY: softrdma_join_run is `int (const uint8_t *, size_t, uint32_t)`.
+                join_run: sym("softrdma_join_run")
+                    .ok()
+                    .map(|p| unsafe { std::mem::transmute(p) }),
                 emulated: sym("softrdma_version").ok().map(|p| {
                     // SAFETY: softrdma_version is `const char *(void)` returning a static
                     // string.

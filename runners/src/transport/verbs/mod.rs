@@ -106,6 +106,9 @@ pub struct VerbsOptions {
     pub timeout: Duration,
     /// The verbs library; the platform's own when None.
     pub library: Option<String>,
+    /// The run's secret and the address this rank listens on, for a library that takes them
+    /// (the software device: see `Lib::join_run`). Hardware needs neither.
+    pub run: Option<([u8; 16], Option<Ipv4Addr>)>,
 }
 
 /// What the result file records about the RDMA link.
@@ -346,6 +349,13 @@ pub fn prepare(rank: usize, size: usize, opts: &VerbsOptions) -> Result<Prepared
         .clone()
         .unwrap_or_else(|| default_library().to_string());
     let lib = Arc::new(Lib::open(&path).map_err(|e| no_device(&e))?);
+    if let (Some(join), Some((secret, addr))) = (lib.join_run, opts.run) {
+        // SAFETY: 16 readable bytes; the address in host byte order, 0 for every address.
+        let rc = unsafe { join(secret.as_ptr(), secret.len(), addr.map_or(0, u32::from)) };
+        if rc != 0 {
+            bail!("transport verbs: {path} refused the run's secret");
+        }
+    }
 
     // SAFETY: plain library calls; the list is freed once the device is open.
     let (ctx, dev_name) = unsafe {
@@ -909,6 +919,15 @@ impl VerbsOpening {
                     .verbs_lib
                     .as_ref()
                     .map(|p| p.to_string_lossy().into_owned()),
+                // The software device listens where this rank's data goes (loopback for
+                // local ranks) and hears only this run's ranks.
+                run: Some((
+                    plan.token.0,
+                    match plan.data_ip {
+                        Some(std::net::IpAddr::V4(v4)) if !v4.is_unspecified() => Some(v4),
+                        _ => None,
+                    },
+                )),
             },
         )?;
         Ok(Box::new(VerbsOpening { prepared }))

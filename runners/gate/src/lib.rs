@@ -89,6 +89,11 @@ impl Gate {
         }
     }
 
+    /// Connections refused so far (each counted once, with or without its line).
+    pub fn refused(&self) -> usize {
+        self.refused
+    }
+
     /// Connections waiting for their first frame now.
     pub fn waiting(&self) -> usize {
         self.waiting.len()
