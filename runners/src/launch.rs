@@ -66,7 +66,18 @@ fn shown_name(p: &Placement) -> String {
 }
 
 fn is_local(host: &str) -> bool {
-    matches!(host, "localhost" | "127.0.0.1")
+    matches!(host, "localhost" | "127.0.0.1" | "::1" | "[::1]")
+}
+
+/// The address a hostfile host names itself by, if it is one: `10.0.0.2`, `user@10.0.0.2`,
+/// `[fe80::1]`, `::1`.
+fn address_literal(host: &str) -> Option<std::net::IpAddr> {
+    let bare = host.rsplit('@').next().unwrap_or(host);
+    bare.strip_prefix('[')
+        .and_then(|b| b.strip_suffix(']'))
+        .unwrap_or(bare)
+        .parse()
+        .ok()
 }
 
 /// The most ranks one run takes: far beyond the 2-8 machines tbbench is for, and small enough
@@ -174,9 +185,13 @@ fn plan(opts: &RunOptions) -> Result<Vec<Placement>> {
         .map(|i| {
             let h = hosts[i].clone();
             let local = is_local(&h.name);
-            // Loopback only when every rank is here: a remote rank cannot reach 127.0.0.1.
+            // A host given as an address is reached there (an IPv6 one included, which rank
+            // 0 must listen on: its default is IPv4's any-address). Loopback only when every
+            // rank is here: a remote rank cannot reach 127.0.0.1.
             let addr = h.ips.first().cloned().or_else(|| {
-                if local && all_local {
+                if let Some(ip) = address_literal(&h.name) {
+                    Some(ip.to_string())
+                } else if local && all_local {
                     Some("127.0.0.1".into())
                 } else {
                     None

@@ -509,3 +509,33 @@ fn a_host_name_only_ssh_resolves_is_named_by_the_rank_that_cannot() {
         "{err}"
     );
 }
+
+/// A host given by its IPv6 address (OpenMPI's bracketed form): rank 0 listens there, not on
+/// IPv4's any-address, and the others reach it. `[0:0:0:0:0:0:0:1]` is loopback spelled so
+/// the launcher takes it for another host and starts its ranks through the remote shell.
+#[test]
+fn a_host_given_by_its_ipv6_address_runs() {
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        skipped("this host has no IPv6 loopback");
+        return;
+    }
+    let dir = tmpdir("ipv6-host");
+    let out = dir.join("r.json");
+    let o = link_through_shell(
+        "ipv6",
+        "#!/bin/sh\nshift\nexec \"$@\"\n",
+        "[0:0:0:0:0:0:0:1] slots=2\n",
+        &[
+            "--iters",
+            "3",
+            "--timeout",
+            "10",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let r: serde_json::Value = read_json(&out);
+    assert_eq!(r["verification"]["passed"], true);
+    assert_eq!(r["ranks"].as_array().unwrap().len(), 2);
+}
