@@ -438,6 +438,10 @@ fn decode_predictions(
         }
         let (compute, compute_from) = compute_ms(w, runs, n)?;
         for net in nets {
+            if let Some(why) = cannot_hold(net, n) {
+                warnings.push(why);
+                continue;
+            }
             let Some((comm_us, comm_from)) =
                 model::decode_comm_us(net, w.tensor_parallel, n, w.layers, w.cfg.dim, algo)
             else {
@@ -517,6 +521,10 @@ fn hpl_predictions(
         let (p, q) = (grid.p, grid.q);
         let compute_s = flops / (ranks as f64 * rate.0 * eff_value * 1e9);
         for net in nets {
+            if let Some(why) = cannot_hold(net, ranks) {
+                warnings.push(why);
+                continue;
+            }
             let Some(comm_s) = model::hpl_comm_s(net, n_size, nb, p, q) else {
                 warnings.push(format!("{}: no figures for {ranks} ranks", net.label));
                 continue;
@@ -613,6 +621,18 @@ fn print_table(workload: &str, predictions: &[Value], hpl: bool) {
     }
 }
 
+/// Why `net` cannot carry a run of `ranks` at all (so no figure is predicted for it): shared
+/// memory joins the ranks of one host, in one segment of at most `shm::MAX_RANKS`.
+fn cannot_hold(net: &NetworkFigures, ranks: usize) -> Option<String> {
+    let most = tbbench_runners::transport::shm::MAX_RANKS;
+    (net.link_kind == "shm" && ranks > most).then(|| {
+        format!(
+            "{}: shared memory joins at most {most} ranks on one host: no prediction for {ranks} ranks",
+            net.label
+        )
+    })
+}
+
 pub fn run(o: &PredictOptions, tool: &Tool) -> Result<i32> {
     if let Some(j) = &o.json {
         tbbench_schema::write::check_writable(j)?;
@@ -626,6 +646,16 @@ pub fn run(o: &PredictOptions, tool: &Tool) -> Result<i32> {
     }
     if o.nodes.is_empty() || o.nodes.contains(&0) {
         bail!("--nodes: give one or more rank counts, each at least 1");
+    }
+    if let Some(n) = o
+        .nodes
+        .iter()
+        .find(|&&n| n > tbbench_runners::launch::MAX_RANKS)
+    {
+        bail!(
+            "--nodes {n}: tbbench runs at most {} ranks, so it predicts no more",
+            tbbench_runners::launch::MAX_RANKS
+        );
     }
     if let WorkloadSpec::Hpl { n, .. } = &o.workload {
         if let Some(too_many) = o.nodes.iter().find(|&&r| r as u64 > *n as u64) {

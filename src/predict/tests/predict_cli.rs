@@ -163,6 +163,44 @@ fn hpl_is_predicted_from_the_dgemm_rate_and_the_networks() {
     }
 }
 
+/// Configurations no run can have are not predicted: shared memory past the ranks one
+/// segment joins (named, the other networks predicted), more ranks than tbbench starts
+/// (refused in one line).
+#[test]
+fn impossible_rank_counts_are_not_predicted() {
+    let (o, doc) = predict(&[
+        &fixtures("network"),
+        &fixtures("hpl"),
+        "--hpl-n",
+        "20000",
+        "--nodes",
+        "4,100",
+    ]);
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let p = doc.unwrap()["predictions"].as_array().unwrap().clone();
+    let at = |label: &str, ranks: u64| {
+        p.iter()
+            .any(|x| x["label"] == label && x["ranks"].as_u64() == Some(ranks))
+    };
+    assert!(at("shm", 4) && !at("shm", 100), "{p:?}");
+    assert!(at("tcp/lo (loopback)", 100), "{p:?}");
+    assert!(
+        err.contains(
+            "shared memory joins at most 64 ranks on one host: no prediction for 100 ranks"
+        ),
+        "{err}"
+    );
+    let (o, doc) = predict(&[&fixtures("network"), "--hpl-n", "100000", "--nodes", "2000"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--nodes 2000: tbbench runs at most 1024 ranks"),
+        "{err}"
+    );
+    assert!(doc.is_none());
+}
+
 /// Pipeline stages run one after another: a 2-stage decode's computation is its stages'
 /// summed, taken from the fixtures' 2-stage SmolLM2 decode (whose rate stands beside it).
 /// Needs the model scripts/setup.sh installs (its header gives the shape); without it the
