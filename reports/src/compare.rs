@@ -241,6 +241,17 @@ fn fmt(v: Option<f64>) -> String {
 }
 
 /// The table on stdout: one line per figure, regressions first so a CI log shows them at once.
+/// The widest cell of the terminal table.
+const MAX_CELL_CHARS: usize = 80;
+
+/// `c`, cut to `max` characters with an ellipsis where it was longer.
+fn cut_cell(c: String, max: usize) -> String {
+    match c.char_indices().nth(max.saturating_sub(1)) {
+        Some((i, _)) if c.chars().count() > max => format!("{}…", &c[..i]),
+        _ => c,
+    }
+}
+
 pub fn text_table(c: &Comparison) -> String {
     let mut rows: Vec<&Row> = c.rows.iter().collect();
     rows.sort_by_key(|r| {
@@ -266,6 +277,16 @@ pub fn text_table(c: &Comparison) -> String {
                     .unwrap_or_else(|| "–".into()),
                 r.verdict.as_str().to_string(),
             ]
+        })
+        .collect();
+    // A cell wider than a terminal line (a long label in a figure's name) is cut here, so
+    // one cell does not pad every line; the JSON keeps it whole.
+    let cells: Vec<Vec<String>> = cells
+        .into_iter()
+        .map(|row| {
+            row.into_iter()
+                .map(|c| cut_cell(c, MAX_CELL_CHARS))
+                .collect()
         })
         .collect();
     let headers = [

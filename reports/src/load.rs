@@ -189,9 +189,49 @@ pub fn parse_result(text: &str, known_suites: &[&str]) -> Result<Option<ResultFi
             known_suites.join(", ")
         ));
     }
+    let mut value = value;
+    cap_strings(&mut value);
     serde_json::from_value(value)
         .map(Some)
         .map_err(|e| format!("does not match the result schema: {e}"))
+}
+
+/// The most characters any one string of a result keeps once read: far past any label,
+/// command line or warning tbbench writes, and small enough that a file of a few huge
+/// strings (a 50 MB label) cannot make a report of gigabytes or a table that wide.
+pub const MAX_STRING_CHARS: usize = 2048;
+
+/// Cuts every string in `v` longer than [`MAX_STRING_CHARS`], saying where and how much.
+fn cap_strings(v: &mut serde_json::Value) {
+    use serde_json::Value;
+    match v {
+        Value::String(s) if s.len() > MAX_STRING_CHARS => {
+            let keep = s
+                .char_indices()
+                .nth(MAX_STRING_CHARS)
+                .map_or(s.len(), |(i, _)| i);
+            if keep < s.len() {
+                let cut = s.len() - keep;
+                s.truncate(keep);
+                s.push_str(&format!("… [{cut} more bytes not read]"));
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(cap_strings),
+        Value::Object(o) => {
+            if o.keys().any(|k| k.len() > MAX_STRING_CHARS) {
+                *o = std::mem::take(o)
+                    .into_iter()
+                    .map(|(k, v)| {
+                        let mut k = Value::String(k);
+                        cap_strings(&mut k);
+                        (k.as_str().unwrap_or_default().to_string(), v)
+                    })
+                    .collect();
+            }
+            o.values_mut().for_each(cap_strings)
+        }
+        _ => {}
+    }
 }
 
 #[cfg(test)]

@@ -295,6 +295,61 @@ fn hostile_strings_in_a_result_show_as_text() {
     assert!(page.contains("&lt;img src=x onerror=alert(2)&gt;"));
 }
 
+/// A 50 MB label (any string far past what tbbench writes) is cut when read: the report, its
+/// JSON and compare's table stay the size of an ordinary run's, and say what was cut.
+#[test]
+fn a_huge_label_is_cut_when_read() {
+    let dir = tmpdir("report-huge-label");
+    let huge = "x".repeat(50 << 20);
+    let base = dir.join("base");
+    std::fs::create_dir(&base).unwrap();
+    let mut files = Vec::new();
+    for name in ["link-run1", "link-run2", "link-run3"] {
+        let mut v = fixture(&format!("history/{name}.json"));
+        v["network"]["label"] = huge.clone().into();
+        let path = if name == "link-run3" {
+            dir.clone()
+        } else {
+            base.clone()
+        }
+        .join(format!("{name}.json"));
+        write_json(&path, &v);
+        files.push(path);
+    }
+    let (html, json) = (dir.join("r.html"), dir.join("r.json"));
+    let o = run(
+        &[
+            "report",
+            files[0].to_str().unwrap(),
+            "-o",
+            html.to_str().unwrap(),
+            "--json",
+            json.to_str().unwrap(),
+        ],
+        LIMIT,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    for f in [&html, &json] {
+        let size = std::fs::metadata(f).unwrap().len();
+        assert!(size < 4 << 20, "{}: {size} bytes", f.display());
+    }
+    assert!(std::fs::read_to_string(&html)
+        .unwrap()
+        .contains("more bytes not read]"));
+    let o = run(
+        &[
+            "compare",
+            base.to_str().unwrap(),
+            files[2].to_str().unwrap(),
+        ],
+        LIMIT,
+    );
+    let out = text(&o.stdout);
+    assert!(out.lines().count() > 2, "{out}");
+    let widest = out.lines().map(|l| l.chars().count()).max().unwrap();
+    assert!(widest < 300, "a {widest}-character line");
+}
+
 #[test]
 fn compare_flags_a_slowdown_beyond_the_spread_and_gates_with_exit_1() {
     let dir = tmpdir("compare-slow");
