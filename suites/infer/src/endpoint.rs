@@ -43,15 +43,23 @@ fn first_model(url: &Url, auth: Option<&str>, timeout: Duration) -> Result<Strin
     }
     let mut resp = http::send(url, "GET", "/models", &headers, b"", timeout)
         .map_err(|f| anyhow!("cannot reach {}: {f}", url_text(url)))?;
-    let text = resp.text(1 << 20);
     if resp.status != 200 {
+        let text = resp.text(8192);
         bail!(
             "GET {}/models answered {} ({}); name the model with --model",
             url_text(url),
-            resp.status,
+            resp.status_text(),
             openai::error_body_message(&text)
         );
     }
+    const MOST: usize = 1 << 20;
+    let Some(text) = resp.whole_text(MOST) else {
+        bail!(
+            "GET {}/models answered more than {} MiB, far more than a list of models; name the model with --model",
+            url_text(url),
+            MOST >> 20
+        );
+    };
     let v: Value = serde_json::from_str(&text)
         .with_context(|| format!("GET {}/models did not answer JSON", url_text(url)))?;
     v.get("data")
@@ -75,7 +83,11 @@ fn whole_answer(target: &Target, body: &[u8]) -> Result<String, http::Failure> {
     if resp.status != 200 {
         return Err(http::Failure::new(
             FailKind::Http(resp.status),
-            openai::error_body_message(&text),
+            format!(
+                "{}: {}",
+                resp.status_text(),
+                openai::error_body_message(&text)
+            ),
         ));
     }
     Ok(text)

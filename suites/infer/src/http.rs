@@ -182,6 +182,34 @@ impl Response {
         let _ = (&mut self.body).take(limit as u64).read_to_end(&mut buf);
         String::from_utf8_lossy(&buf).into_owned()
     }
+
+    /// The whole body as text, or None where it is longer than `limit` bytes (an answer that
+    /// size is not the one asked for; a cut one would read as corrupt).
+    pub fn whole_text(&mut self, limit: usize) -> Option<String> {
+        let mut buf = Vec::new();
+        let _ = (&mut self.body)
+            .take(limit as u64 + 1)
+            .read_to_end(&mut buf);
+        (buf.len() <= limit).then(|| String::from_utf8_lossy(&buf).into_owned())
+    }
+
+    /// The status for a message: "404 Not Found"; a redirect names where it points, as
+    /// tbbench does not follow one (a benchmark's requests go where the user said).
+    pub fn status_text(&self) -> String {
+        let mut t = format!("{} {}", self.status, clip(&self.reason, 80))
+            .trim_end()
+            .to_string();
+        if (300..400).contains(&self.status) {
+            match self.header("location") {
+                Some(to) => t.push_str(&format!(
+                    ", a redirect to {} (tbbench does not follow redirects: give that URL)",
+                    clip(to, 200)
+                )),
+                None => t.push_str(", a redirect that names no Location"),
+            }
+        }
+        t
+    }
 }
 
 /// Sends one request and reads the status line and headers. Callers start their clock before
@@ -329,12 +357,24 @@ fn clip(s: &str, n: usize) -> &str {
     }
 }
 
+/// The longest status or header line read.
+const MAX_LINE: usize = 16 * 1024;
+
 fn read_line(reader: &mut BufReader<TcpStream>, what: &str) -> Result<String, Failure> {
     let mut buf = Vec::new();
     let n = (&mut *reader)
-        .take(16 * 1024)
+        .take(MAX_LINE as u64)
         .read_until(b'\n', &mut buf)
         .map_err(|e| Failure::from_io(&e, &format!("reading {what}"), FailKind::Broken))?;
+    if n == MAX_LINE && buf.last() != Some(&b'\n') {
+        return Err(Failure::new(
+            FailKind::BadResponse,
+            format!(
+                "a line of {what} longer than {} KiB: not an HTTP answer tbbench reads",
+                MAX_LINE >> 10
+            ),
+        ));
+    }
     if n == 0 || buf.last() != Some(&b'\n') {
         return Err(Failure::new(
             FailKind::Broken,
@@ -547,6 +587,72 @@ mod tests {
         let url = serve(vec![b"HTTP/1.0 200 OK\r\n\r\nuntil close".to_vec()]);
         let mut r = send(&url, "GET", "/", &[], b"", Duration::from_secs(5)).unwrap();
         assert_eq!(r.text(100), "until close");
+    }
+
+    /// Serves one connection with `answer`, ignoring a client that stops reading.
+    fn serve_loose(answer: Vec<u8>) -> Url {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut req = [0u8; 4096];
+            let _ = s.read(&mut req);
+            let _ = s.write_all(&answer);
+        });
+        Url::parse(&format!("http://127.0.0.1:{port}/v1")).unwrap()
+    }
+
+    /// A redirect is named with where it points; a header line past the cap is called that
+    /// (not a connection that ended); a body past what the caller takes is told apart from a
+    /// short one.
+    #[test]
+    fn redirects_long_lines_and_long_bodies_are_named() {
+        let url = serve(vec![
+            b"HTTP/1.1 301 Moved Permanently\r\nLocation: http://10.0.0.9:8080/v1/models\r\nContent-Length: 0\r\n\r\n".to_vec(),
+        ]);
+        let r = send(&url, "GET", "/models", &[], b"", Duration::from_secs(5)).unwrap();
+        let t = r.status_text();
+        assert!(
+            t.starts_with("301 Moved Permanently, a redirect to http://10.0.0.9:8080/v1/models"),
+            "{t}"
+        );
+        let mut long = b"HTTP/1.1 200 OK\r\nX-Big: ".to_vec();
+        long.extend(std::iter::repeat_n(b'a', 1 << 20));
+        long.extend_from_slice(b"\r\n\r\n");
+        let e = send(
+            &serve_loose(long),
+            "GET",
+            "/",
+            &[],
+            b"",
+            Duration::from_secs(5),
+        )
+        .err()
+        .expect("a 1 MiB header line is refused");
+        assert_eq!(e.kind, FailKind::BadResponse, "{e}");
+        assert!(e.message.contains("longer than 16 KiB"), "{e}");
+        let mut body = b"HTTP/1.1 200 OK\r\nContent-Length: 2000\r\n\r\n".to_vec();
+        body.extend(std::iter::repeat_n(b'{', 2000));
+        let mut r = send(
+            &serve_loose(body.clone()),
+            "GET",
+            "/",
+            &[],
+            b"",
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        assert_eq!(r.whole_text(1999), None);
+        let mut r = send(
+            &serve_loose(body),
+            "GET",
+            "/",
+            &[],
+            b"",
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        assert_eq!(r.whole_text(2000).map(|t| t.len()), Some(2000));
     }
 
     #[test]

@@ -211,9 +211,8 @@ fn stream(target: &Target, body: &[u8], start: Instant, rec: &mut Record) -> Res
         return Err(Failure::new(
             FailKind::Http(resp.status),
             format!(
-                "{} {}: {}",
-                resp.status,
-                resp.reason,
+                "{}: {}",
+                resp.status_text(),
                 openai::error_body_message(&text)
             ),
         ));
