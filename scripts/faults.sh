@@ -4,8 +4,9 @@
 #
 #   scripts/faults.sh [--short] [--rounds N] [--seed S] [--only SUITE:TRANSPORT:FAULT]
 #
-# Suites: link, coll, hpl and the built-in decode (infer --gguf, where scripts/setup.sh installed the
-# model), on 3 local ranks over tcp and over shm. Faults: kill -9 of a random non-zero rank,
+# Suites: link, coll, hpl, doctor and the built-in decode (infer --gguf, where scripts/setup.sh
+# installed the model), on 3 local ranks over tcp, shm and the verbs transport (on the software
+# RDMA device with Apple's rules, runners/softrdma). Faults: kill -9 of a random non-zero rank,
 # of rank 0, of the launcher; SIGINT to the launcher (Ctrl-C); SIGSTOP of a random rank and of
 # rank 0. Each case waits at most 40 s for the launcher to end, then checks:
 #   hang        the launcher was still running after 40 s
@@ -41,13 +42,15 @@ if [ -z "${TBBENCH_BIN:-}" ]; then
 fi
 [ -x "$bin" ] || { echo "faults: $bin is missing" >&2; exit 2; }
 
-suites=(link coll hpl)
+suites=(link coll hpl doctor)
 if "$bin" infer --gguf --nodes 1 --max-tokens 1 --no-verify --out /dev/null 2>&1 | grep -q "not installed"; then
   echo "faults: the decode is left out: no model installed (scripts/setup.sh installs SmolLM2-135M)"
 else
   suites+=(decode)
 fi
-transports=(tcp shm)
+transports=(tcp shm verbs)
+softrdma="$(dirname "$bin")/libtbbench_softrdma.so"
+[ -f "$softrdma" ] || { echo "faults: $softrdma is missing (cargo build --release builds it)" >&2; exit 2; }
 faults=(kill-rank kill-rank0 kill-launcher sigint stop-rank stop-rank0)
 
 work=$(mktemp -d)
@@ -58,7 +61,15 @@ args_for() { # suite -> the run's arguments: long enough that a fault lands mid-
     link) echo "link --sizes 1..4MiB --iters 300" ;;
     coll) echo "coll --op all --algo all --sizes 8..16MiB --iters 20" ;;
     hpl) echo "hpl --n 5000 --no-dgemm-probe" ;;
+    doctor) echo "doctor --hpl-n 4000" ;;
     decode) echo "infer --gguf --parallel pp --max-tokens 48 --no-verify" ;;
+  esac
+}
+
+transport_args() { # transport -> the flags that pick it
+  case $1 in
+    verbs) echo "--transport verbs --verbs-lib $softrdma --rdma-device softrdma_apple0" ;;
+    *) echo "--transport $1" ;;
   esac
 }
 
@@ -84,7 +95,7 @@ run_case() { # suite transport fault
   local shm_before
   shm_before=$(ls /dev/shm 2>/dev/null | grep -c '^tbbench-' || true)
   # shellcheck disable=SC2046
-  setsid "$bin" $(args_for "$suite") --nodes 3 --transport "$transport" --out "$out" \
+  setsid "$bin" $(args_for "$suite") --nodes 3 $(transport_args "$transport") --out "$out" \
     >"$dir/stdout" 2>"$dir/stderr" </dev/null &
   local launcher=$! delay_ms=$((300 + RANDOM % 2200))
   sleep "$(printf '0.%03d' $((delay_ms % 1000)))"; sleep $((delay_ms / 1000))
@@ -137,7 +148,7 @@ run_case() { # suite transport fault
   for v in "${verdict[@]}"; do total[$v]=$((total[$v] + 1)); done
   local last
   last=$(grep '^tbbench: ' "$dir/stderr" | tail -n 1 | cut -c1-110 || true)
-  printf '%-7s %-4s %-14s at %4d ms  exit %-3s %-10s %s%s\n' "$suite" "$transport" "$fault" \
+  printf '%-7s %-5s %-14s at %4d ms  exit %-3s %-10s %s%s\n' "$suite" "$transport" "$fault" \
     "$delay_ms" "$code" "${verdict[*]:-ok}" "$last" "$note"
   if [ ${#verdict[@]} -gt 0 ]; then
     sed 's/^/    | /' "$dir/stderr" | tail -n 8
@@ -150,7 +161,7 @@ if [ -n "$only" ]; then
   run_case "$s" "$t" "$f"
 elif [ $short = 1 ]; then
   for fault in "${faults[@]}"; do
-    run_case "${suites[RANDOM % ${#suites[@]}]}" "${transports[RANDOM % 2]}" "$fault"
+    run_case "${suites[RANDOM % ${#suites[@]}]}" "${transports[RANDOM % ${#transports[@]}]}" "$fault"
   done
 else
   for _ in $(seq "$rounds"); do

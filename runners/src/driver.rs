@@ -231,17 +231,36 @@ fn rank_main<S: Suite>(
     let (table, conns, rdv_listener) = if rank == 0 {
         // The others reach rank 0 where the launcher placed it, which need not be the data
         // network: ssh and the rendezvous over Ethernet, data over Thunderbolt.
+        // Without an address from the launcher the others reach rank 0 by its host's name,
+        // which resolves to whatever network that name is on (the management network beside
+        // a --over subnet or --iface): every address, then, and the gate keeps strangers off.
+        // (IPv6's any-address takes IPv4 too where the host has IPv6.)
+        let listener = match (bound, control_ip) {
+            (Some(l), _) => l,
+            (None, Some(ip)) => {
+                let bind = SocketAddr::new(ip, opts.port);
+                TcpListener::bind(bind)
+                    .with_context(|| format!("cannot listen for the rendezvous on {bind}"))?
+            }
+            (None, None) => TcpListener::bind(SocketAddr::new(
+                IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+                opts.port,
+            ))
+            .or_else(|_| {
+                TcpListener::bind(SocketAddr::new(
+                    IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                    opts.port,
+                ))
+            })
+            .with_context(|| format!("cannot listen for the rendezvous on port {}", opts.port))?,
+        };
+        // Where a person starting the others by hand should point them.
         let bind = SocketAddr::new(
             control_ip
                 .or(data_ip)
                 .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
             opts.port,
         );
-        let listener = match bound {
-            Some(l) => l,
-            None => TcpListener::bind(bind)
-                .with_context(|| format!("cannot listen for the rendezvous on {bind}"))?,
-        };
         let port = listener.local_addr()?.port();
         if launched {
             println!("{PROTOCOL_PREFIX}RENDEZVOUS {port}");

@@ -102,3 +102,51 @@ fn hpl_and_the_decode_move_their_data_over_the_cables_of_a_mesh() {
         ]
     );
 }
+
+/// A hostfile of names alone (OpenMPI's form) and the data on one cable's subnet: the others
+/// reach rank 0 by its name, on the management network, so rank 0 listens there too (on
+/// every address), not on the subnet's, where they would wait for it until the timeout.
+#[test]
+fn names_alone_and_a_subnet_for_the_data_meet_on_the_management_network() {
+    let Some(lab) = netlab::CabledLab::up("pair2", "tbs", &["1000mbit"]) else {
+        return;
+    };
+    let dir = tmpdir("links-subnet");
+    let hosts = lab.hostfile(&dir, "openmpi");
+    let out = dir.join("r.json");
+    let before = lab.tx_bytes(0);
+    let o = run(
+        &[
+            "link",
+            "--hostfile",
+            hosts.to_str().unwrap(),
+            "--rsh",
+            "ip netns exec",
+            "--over",
+            "tcp:192.168.0.0/30",
+            "--sizes",
+            "1MiB",
+            "--iters",
+            "20",
+            "--timeout",
+            "10",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let r = read_json(&out);
+    assert_eq!(r["verification"]["passed"], true);
+    let after = lab.tx_bytes(0);
+    let sent = |name: &str| {
+        let b = |v: &[(String, u64)]| v.iter().find(|(n, _)| n == name).map_or(0, |x| x.1);
+        b(&after) - b(&before)
+    };
+    assert!(
+        sent("en1") > 20 << 20 && sent("mgmt") < sent("en1") / 10,
+        "en1 {} bytes, mgmt {}",
+        sent("en1"),
+        sent("mgmt")
+    );
+}

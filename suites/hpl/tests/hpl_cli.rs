@@ -719,7 +719,8 @@ fn the_output_says_which_limit_chose_n() {
         .find(|l| l.starts_with("tbbench: N "))
         .unwrap_or_else(|| panic!("{o}"));
     assert!(
-        line.contains("from the time budget (--max-minutes 0.02)"),
+        line.contains("from the time budget (--max-minutes 0.02,")
+            && line.contains("spent probing)"),
         "{line}"
     );
     let n: usize = line["tbbench: N ".len()..]
@@ -728,7 +729,12 @@ fn the_output_says_which_limit_chose_n() {
         .unwrap()
         .parse()
         .unwrap();
-    assert_eq!(read_json(&out)["results"]["runs"][0]["n"], n);
+    let r = read_json(&out);
+    assert_eq!(r["results"]["runs"][0]["n"], n);
+    // The budget is the whole run's: recorded beside what the whole run took.
+    let budget = &r["results"]["time_budget"];
+    assert_eq!(budget["max_minutes"], 0.02);
+    assert!(budget["whole_run_s"].as_f64().unwrap() > 0.0, "{budget}");
 }
 
 /// Without --nb, NB is the fastest of the candidates that fit, each measured on the run's

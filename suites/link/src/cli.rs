@@ -36,6 +36,10 @@ pub struct LinkArgs {
     /// Untimed warm-up iterations per size (default: a tenth of --iters, 2 to 100).
     #[arg(long)]
     pub warmup: Option<u64>,
+    /// Without --iters: fit the whole sweep into about this many minutes, choosing each size's
+    /// iterations from the rate its warm-up measures [default: 2].
+    #[arg(long, conflicts_with = "iters", value_parser = parse_minutes)]
+    pub max_minutes: Option<f64>,
     /// Messages in flight per bandwidth iteration (osu_bw's window).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub window: u64,
@@ -86,6 +90,20 @@ fn parse_pairs(s: &str) -> Result<PairList, String> {
     Ok(PairList(out))
 }
 
+fn parse_minutes(s: &str) -> Result<f64, String> {
+    let m: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of minutes"))?;
+    let most = tbbench_runners::units::MAX_DURATION_S / 60.0;
+    if !(m > 0.0 && m <= most) {
+        return Err(format!(
+            "{s} minutes: give more than 0 and at most {most:.0}"
+        ));
+    }
+    Ok(m)
+}
+
 fn parse_sizes(s: &str) -> Result<SizeList, String> {
     parse_size_list(s).map(SizeList)
 }
@@ -108,6 +126,10 @@ impl LinkArgs {
             window: self.window as usize,
             ceiling_bits_per_s: self.ceiling,
             pairs: self.pairs.clone().map(|p| p.0),
+            max_seconds: match self.iters {
+                Some(_) => None,
+                None => Some(self.max_minutes.unwrap_or(crate::DEFAULT_MAX_MINUTES) * 60.0),
+            },
         }
     }
 }

@@ -32,6 +32,9 @@ pub struct LinkConfig {
     /// The pairs to measure (`--pairs`); None: every pair with a cable (every pair on one
     /// network), or ranks 0 and 1 alone where there are two.
     pub pairs: Option<Vec<[usize; 2]>>,
+    /// Where `iters` is None: the whole sweep's time, in seconds, that each size's iterations
+    /// are chosen to fit, from the rate its warm-up measures (`--max-minutes`).
+    pub max_seconds: Option<f64>,
 }
 
 impl Default for LinkConfig {
@@ -44,9 +47,15 @@ impl Default for LinkConfig {
             window: 64,
             ceiling_bits_per_s: None,
             pairs: None,
+            max_seconds: Some(DEFAULT_MAX_MINUTES * 60.0),
         }
     }
 }
+
+/// The default sweep's time on any link: iperf3 takes 10 s, a person reads a few silent
+/// minutes as a hang, and the 14 default sizes at their full iterations take about a minute
+/// over loopback but 9 over a 700 Mbit/s link.
+pub const DEFAULT_MAX_MINUTES: f64 = 2.0;
 
 /// Powers of four from 4 B to 256 MiB: the whole curve, from latency-bound to bandwidth-bound,
 /// in fourteen sizes.
@@ -137,6 +146,29 @@ pub struct LinkResults {
     /// The hosts' energy over the whole sweep, or why there is none (reports/README.md).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub energy: Option<serde_json::Value>,
+    /// Where iterations were chosen to fit a time (no `--iters`): that time and what the
+    /// sweep took.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_budget: Option<TimeBudget>,
+    /// Default sizes the time budget had no room for (--iters or --sizes measures them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<LeftOut>,
+}
+
+/// A default size the time budget had no room for.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LeftOut {
+    pub pattern: Pattern,
+    pub pair: [usize; 2],
+    pub size_bytes: u64,
+    /// What its fewest iterations would have taken, at the rate the sizes before it reached.
+    pub seconds: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TimeBudget {
+    pub max_minutes: f64,
+    pub sweep_s: f64,
 }
 
 /// One pair's key figures: p50 one-way latency at the smallest size measured and the best
@@ -340,14 +372,16 @@ fn gather_rows(
     ceiling: Option<f64>,
     source: Option<&str>,
 ) -> Result<()> {
-    let mine = serde_json::to_vec(&(&results.latency, &results.bandwidth))?;
+    let mine = serde_json::to_vec(&(&results.latency, &results.bandwidth, &results.left_out))?;
     let Some(all) = ctx.comm.gather(0, &mine)? else {
         return Ok(());
     };
     for bytes in all.iter().skip(1) {
-        let (lat, bw): (Vec<LatencyRow>, Vec<BandwidthRow>) = serde_json::from_slice(bytes)?;
+        let (lat, bw, left): (Vec<LatencyRow>, Vec<BandwidthRow>, Vec<LeftOut>) =
+            serde_json::from_slice(bytes)?;
         results.latency.extend(lat);
         results.bandwidth.extend(bw);
+        results.left_out.extend(left);
     }
     let order = |p: [usize; 2]| pairs.iter().position(|x| *x == p).unwrap_or(usize::MAX);
     results.latency.sort_by_key(|r| order(r.pair));
@@ -437,8 +471,17 @@ impl Suite for LinkSuite {
             pairs: Vec::new(),
             concurrent: None,
             energy: None,
+            time_budget: None,
+            left_out: Vec::new(),
         };
         let pairs = pairs_to_measure(config, ctx)?;
+        let mut budget = harness::Budget::new(config, pairs.len());
+        if let (0, Some(b)) = (ctx.rank(), &budget) {
+            println!(
+                "# iterations per size chosen to fit --max-minutes {} from the rate each size's warm-up measures (--iters fixes them)",
+                b.minutes()
+            );
+        }
         if let (0, Some(tcp)) = (ctx.rank(), ctx.network.tcp_setup()) {
             // TCP's rates follow these (BBR paces even loopback): said before any table.
             println!("# {}, {tcp}", ctx.network.label);
@@ -457,7 +500,10 @@ impl Suite for LinkSuite {
                     ceiling,
                     source == Some("memcpy"),
                     &mut results,
+                    budget.as_mut(),
                 )?;
+            } else if let Some(b) = budget.as_mut() {
+                b.skip_pair();
             }
             // The ranks outside this pair wait here for its whole sweep.
             ctx.comm.barrier_patient()?;
@@ -491,7 +537,33 @@ impl Suite for LinkSuite {
             return Ok(None);
         }
         let checks = vec![harness::payload_check(&results)];
-        let warnings = harness::noise_warnings(&results);
+        let mut warnings = harness::noise_warnings(&results);
+        if let Some(b) = &budget {
+            let (limit, took) = (b.minutes() * 60.0, b.elapsed_s());
+            // A size's smallest sweep (a warm-up and two iterations) can outlast its share on
+            // a slow link: the sweep then says so, and what would fit.
+            if took > limit * 1.25 {
+                warnings.push(format!(
+                    "the sweep took {took:.0} s, past --max-minutes {} even at the fewest iterations per size: fewer or smaller --sizes fit it",
+                    b.minutes()
+                ));
+            }
+            for l in &results.left_out {
+                warnings.push(format!(
+                    "{} at {} between ranks {} and {} left out: its fewest iterations would take about {:.0} s at the rate the sizes before it reached, more than --max-minutes {} leaves it (--max-minutes, --sizes or --iters measures it)",
+                    l.pattern.name(),
+                    tbbench_runners::units::format_size(l.size_bytes),
+                    l.pair[0],
+                    l.pair[1],
+                    l.seconds,
+                    b.minutes()
+                ));
+            }
+            results.time_budget = Some(TimeBudget {
+                max_minutes: b.minutes(),
+                sweep_s: took,
+            });
+        }
         Ok(Some(SuiteOutput {
             results: serde_json::to_value(&results)?,
             checks,

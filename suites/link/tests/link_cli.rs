@@ -569,3 +569,83 @@ fn a_run_beside_busy_processes_says_so() {
     assert!(busy[0].contains(", the busiest "), "{busy:?}");
     assert!(text(&o.stderr).contains("busy host"), "{}", text(&o.stderr));
 }
+
+/// Without --iters the sweep fits --max-minutes: each size's iterations come from the rate
+/// its warm-up measured, never past the fixed defaults nor under two, and the result records
+/// the budget and what the sweep took. --iters fixes them instead (and cannot be given with
+/// a budget); a budget of no time is refused in one line.
+#[test]
+fn the_sweep_fits_its_time_budget_unless_iters_fix_it() {
+    let dir = tmpdir("link-budget");
+    let out = dir.join("r.json");
+    let o = run(
+        &[
+            "link",
+            "--nodes",
+            "2",
+            "--sizes",
+            "4,64k,4MiB",
+            "--mode",
+            "latency,bw",
+            "--max-minutes",
+            "0.05",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).contains("iterations per size chosen to fit --max-minutes 0.05"),
+        "{}",
+        text(&o.stdout)
+    );
+    let r = result(&out);
+    let budget = &r["results"]["time_budget"];
+    assert_eq!(budget["max_minutes"], 0.05);
+    assert!(budget["sweep_s"].as_f64().unwrap() > 0.0);
+    // Fixed defaults: 1000 ping-pongs up to 256 KiB, then fewer; bw 100 at most.
+    for (rows, most) in [("latency", 1000), ("bandwidth", 100)] {
+        for row in r["results"][rows].as_array().unwrap() {
+            let iters = row["iters"].as_u64().unwrap();
+            assert!((2..=most).contains(&iters), "{row}");
+            assert!(row["warmup"].as_u64().unwrap() >= 1, "{row}");
+        }
+    }
+    // --iters fixes them: no budget recorded.
+    let o = run(
+        &[
+            "link",
+            "--nodes",
+            "2",
+            "--sizes",
+            "64",
+            "--iters",
+            "7",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let r = result(&out);
+    assert!(r["results"].get("time_budget").is_none());
+    assert_eq!(r["results"]["latency"][0]["iters"], 7);
+    for (args, want) in [
+        (
+            &["--iters", "7", "--max-minutes", "1"][..],
+            "cannot be used with",
+        ),
+        (&["--max-minutes", "0"][..], "give more than 0"),
+    ] {
+        let mut all = vec!["link", "--nodes", "2"];
+        all.extend(args);
+        let o = run(&all, Duration::from_secs(10));
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(
+            text(&o.stderr).contains(want),
+            "{args:?}: {}",
+            text(&o.stderr)
+        );
+    }
+}
