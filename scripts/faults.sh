@@ -61,7 +61,7 @@ args_for() { # suite -> the run's arguments: long enough that a fault lands mid-
     link) echo "link --sizes 1..4MiB --iters 300" ;;
     coll) echo "coll --op all --algo all --sizes 8..16MiB --iters 20" ;;
     hpl) echo "hpl --n 5000 --no-dgemm-probe" ;;
-    doctor) echo "doctor --hpl-n 4000" ;;
+    doctor) echo "doctor --hpl-n 7000" ;;
     decode) echo "infer --gguf --parallel pp --max-tokens 48 --no-verify" ;;
   esac
 }
