@@ -39,6 +39,32 @@ pub struct HostCables {
     pub hints: Vec<CableHint>,
 }
 
+impl HostCables {
+    /// What the launcher said of this rank's host ([`ENV_CABLES`]); None where it said
+    /// nothing (no hostfile, or a rank not started by the launcher).
+    pub fn from_launcher() -> Result<Option<HostCables>> {
+        match std::env::var(ENV_CABLES) {
+            Ok(v) => Ok(Some(serde_json::from_str(&v).map_err(|e| {
+                anyhow::anyhow!("{ENV_CABLES} is not what the launcher writes: {e}")
+            })?)),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// The RDMA devices the hostfile names for this host's cables, each once, in its order.
+    pub fn devices(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for h in &self.hints {
+            if let Via::Device(d) = &h.via {
+                if !out.contains(d) {
+                    out.push(d.clone());
+                }
+            }
+        }
+        out
+    }
+}
+
 /// One IPv4 address of an interface, with what the OS says of the interface.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IfAddr {
@@ -108,12 +134,7 @@ impl LinkInfo {
                 .map(|i| i.name.clone()),
             IpAddr::V6(_) => None,
         });
-        let cables: Option<HostCables> = match std::env::var(ENV_CABLES) {
-            Ok(v) => Some(serde_json::from_str(&v).map_err(|e| {
-                anyhow::anyhow!("{ENV_CABLES} is not what the launcher writes: {e}")
-            })?),
-            Err(_) => None,
-        };
+        let cables = HostCables::from_launcher()?;
         let mut named = Vec::new();
         let mut devices = Vec::new();
         for h in cables.iter().flat_map(|c| &c.hints) {

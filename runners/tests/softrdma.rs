@@ -400,6 +400,66 @@ fn hostfile_run_across_network_namespaces() {
     );
 }
 
+/// A pair of hosts cabled as Macs are (scripts/netlab.sh `cabled pair2`) and the hostfile MLX's
+/// jaccl backend reads, naming per host the device of its cable to the other (`rdma_en1` on one,
+/// `rdma_en0` on the other): the library lists a device per interface with Apple's rules,
+/// bound to that interface's address, and each rank opens the one its hostfile names, so the
+/// data moves on that cable, not the second one nor the management network.
+#[test]
+fn each_rank_opens_the_device_its_hostfile_names_for_its_cable() {
+    let Some(lab) = netlab::CabledLab::up("pair2", "tbv", &["1000mbit"]) else {
+        return;
+    };
+    let dir = tmpdir("sr-cable");
+    let hosts = lab.hostfile(&dir, "jaccl");
+    let out = dir.join("r.json");
+    let sd = dir.join("stats");
+    let before = lab.tx_bytes(0);
+    let o = run_soft(
+        &[
+            "link",
+            "--hostfile",
+            hosts.to_str().unwrap(),
+            "--rsh",
+            "ip netns exec",
+            "--transport",
+            "verbs",
+            "--sizes",
+            "64,1MiB",
+            "--iters",
+            "10",
+            "--timeout",
+            "20s",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &sd,
+        Duration::from_secs(120),
+    );
+    check_clean(&o, &out, &sd, 2);
+    let r = read_json(&out);
+    let net = &r["network"];
+    assert_eq!(net["label"], "verbs/rdma_en1 (emulated)", "{net}");
+    assert_eq!(net["interface"], "en1", "{net}");
+    assert_eq!(
+        net["addresses"],
+        serde_json::json!(["192.168.0.1", "192.168.0.2"]),
+        "{net}"
+    );
+    let after = lab.tx_bytes(0);
+    let sent = |name: &str| {
+        let b = |v: &[(String, u64)]| v.iter().find(|(n, _)| n == name).map_or(0, |x| x.1);
+        b(&after) - b(&before)
+    };
+    assert!(
+        sent("en1") > 10 << 20 && sent("en1c1") < 1 << 20 && sent("mgmt") < sent("en1") / 10,
+        "en1 {} bytes, en1c1 {}, mgmt {}",
+        sent("en1"),
+        sent("en1c1"),
+        sent("mgmt")
+    );
+}
+
 /// The device fails one receive (`TBBENCH_SOFTRDMA_FAIL_RECV`): tbbench reports the error
 /// status in one line and writes no result, never using the buffer as data.
 #[test]

@@ -198,6 +198,8 @@ pub struct Qp {
 }
 
 pub struct Dev {
+    /// As listed: `softrdma_apple0`, `rdma_en3`.
+    pub name: String,
     pub rules: &'static Rules,
     pub gids: Vec<[u8; 16]>,
     /// The run's secret when the device was opened: every hello carries it.
@@ -231,6 +233,40 @@ static RUN: Mutex<Run> = Mutex::new(Run {
 /// and hold `secret`, which every hello to them must carry and theirs carry.
 pub fn join_run(run: Run) {
     *lock(&RUN) = run;
+}
+
+/// Every interface that is up and not loopback, with its first IPv4 address, in the order
+/// the system lists them.
+pub fn interface_ipv4s() -> Vec<(String, Ipv4Addr)> {
+    let mut out: Vec<(String, Ipv4Addr)> = Vec::new();
+    // SAFETY: getifaddrs fills a list freed with freeifaddrs; each entry is read while alive.
+    unsafe {
+        let mut ifa: *mut libc::ifaddrs = std::ptr::null_mut();
+        if libc::getifaddrs(&mut ifa) == 0 {
+            let mut p = ifa;
+            while !p.is_null() {
+                let e = &*p;
+                if !e.ifa_addr.is_null()
+                    && !e.ifa_name.is_null()
+                    && (*e.ifa_addr).sa_family as i32 == libc::AF_INET
+                    && e.ifa_flags as u64 & libc::IFF_UP as u64 != 0
+                    && e.ifa_flags as u64 & libc::IFF_LOOPBACK as u64 == 0
+                {
+                    let sin = &*(e.ifa_addr as *const libc::sockaddr_in);
+                    let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+                    let name = std::ffi::CStr::from_ptr(e.ifa_name)
+                        .to_string_lossy()
+                        .into_owned();
+                    if !out.iter().any(|(n, _)| *n == name) {
+                        out.push((name, ip));
+                    }
+                }
+                p = e.ifa_next;
+            }
+            libc::freeifaddrs(ifa);
+        }
+    }
+    out
 }
 
 /// The host's IPv4 addresses, the one to put first at GID index 1 leading: a chosen one
@@ -312,9 +348,13 @@ fn gid_table(bound: Option<Ipv4Addr>) -> Vec<[u8; 16]> {
 }
 
 impl Dev {
-    pub fn open(rules: &'static Rules) -> io::Result<Arc<Dev>> {
+    pub fn open(spec: &crate::DevSpec) -> io::Result<Arc<Dev>> {
+        let rules = spec.rules;
         let run = *lock(&RUN);
-        let listener = TcpListener::bind((run.addr.unwrap_or(Ipv4Addr::UNSPECIFIED), 0))?;
+        // A device that stands for one interface's cable listens there, whatever the run's
+        // address (which may be the management network's).
+        let addr = spec.bound.or(run.addr);
+        let listener = TcpListener::bind((addr.unwrap_or(Ipv4Addr::UNSPECIFIED), 0))?;
         listener.set_nonblocking(true)?;
         let port = listener.local_addr()?.port();
         // Keys start at a point that differs per process and device, so a stale key from
@@ -327,7 +367,8 @@ impl Dev {
             ^ port as u32;
         let dev = Arc::new(Dev {
             rules,
-            gids: gid_table(run.addr),
+            name: spec.name.clone(),
+            gids: gid_table(addr),
             secret: run.secret,
             port,
             stop: AtomicBool::new(false),
@@ -343,7 +384,7 @@ impl Dev {
         });
         let d = dev.clone();
         let h = std::thread::Builder::new()
-            .name(format!("{}-accept", rules.name))
+            .name(format!("{}-accept", spec.name))
             .spawn(move || quiet(|| accept_loop(d, listener)))?;
         lock(&dev.threads).push(h);
         Ok(dev)
@@ -401,7 +442,7 @@ impl Dev {
             static SEQ: AtomicU32 = AtomicU32::new(0);
             let path = dir.join(format!(
                 "{}-{}-{}.json",
-                self.rules.name,
+                self.name,
                 std::process::id(),
                 SEQ.fetch_add(1, Ordering::Relaxed)
             ));
@@ -412,7 +453,7 @@ impl Dev {
     pub fn stats_json(&self) -> String {
         format!(
             "{{\"device\": \"{}\", \"pid\": {}, {}}}\n",
-            self.rules.name,
+            self.name,
             std::process::id(),
             self.c.json()
         )
@@ -428,14 +469,14 @@ fn quiet(f: impl FnOnce()) {
 }
 
 fn accept_loop(dev: Arc<Dev>, listener: TcpListener) {
-    let mut door = tbbench_gate::Gate::new(format!("tbbench: {}: ", dev.rules.name), "device");
+    let mut door = tbbench_gate::Gate::new(format!("tbbench: {}: ", dev.name), "device");
     while !dev.stop.load(Ordering::SeqCst) {
         door.wait(&listener, TICK);
         let before = door.refused();
         for (s, _, hello) in door.step(&listener, |got| judge_hello(&dev, got)) {
             let d = dev.clone();
             let spawned = std::thread::Builder::new()
-                .name(format!("{}-rx", dev.rules.name))
+                .name(format!("{}-rx", dev.name))
                 .spawn(move || quiet(|| reader(d, s, hello)));
             if let Ok(h) = spawned {
                 let mut t = lock(&dev.threads);
@@ -767,7 +808,7 @@ impl Qp {
         let (tx, rx) = mpsc::channel();
         let q = self.clone();
         let h = std::thread::Builder::new()
-            .name(format!("{}-tx", self.dev.rules.name))
+            .name(format!("{}-tx", self.dev.name))
             .spawn(move || quiet(|| sender(q, rx)))?;
         *slot = Some((tx, h));
         Ok(())

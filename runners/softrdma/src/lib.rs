@@ -60,42 +60,73 @@ fn fail<T>(e: c_int) -> *mut T {
     std::ptr::null_mut()
 }
 
-struct DeviceList(Vec<IbvDevice>);
+/// What one listed device is: its rules, and the address it listens on where it stands for
+/// one interface's cable.
+pub struct DevSpec {
+    pub name: String,
+    pub rules: &'static Rules,
+    pub bound: Option<std::net::Ipv4Addr>,
+}
+
+struct DeviceList(Vec<IbvDevice>, Vec<DevSpec>);
 // The device records are written once and only read after.
 unsafe impl Send for DeviceList {}
 unsafe impl Sync for DeviceList {}
 
+/// The devices: the two rule sets' (`softrdma_apple0`, `softrdma_linux0`, listening on every
+/// address or the run's), then one per interface that is up with an IPv4 address, named as
+/// Apple names a Thunderbolt port's (`rdma_en3`), with Apple's rules, bound to that
+/// interface's address: so a cluster cabled as Macs are, one device per cable, runs verbs
+/// per cable in the lab. Listed once per process.
 fn devices() -> &'static DeviceList {
     static LIST: OnceLock<DeviceList> = OnceLock::new();
     LIST.get_or_init(|| {
-        DeviceList(
-            rules::ALL
-                .iter()
-                .map(|r| {
-                    let mut d = IbvDevice {
-                        ops: [std::ptr::null_mut(); 2],
-                        node_type: 1,      // IBV_NODE_CA
-                        transport_type: 0, // IBV_TRANSPORT_IB (RoCE reports this too)
-                        name: [0; 64],
-                        dev_name: [0; 64],
-                        dev_path: [0; 256],
-                        ibdev_path: [0; 256],
-                    };
-                    d.name[..r.name.len()].copy_from_slice(r.name.as_bytes());
-                    d.dev_name[..r.name.len()].copy_from_slice(r.name.as_bytes());
-                    d
-                })
-                .collect(),
-        )
+        let mut specs: Vec<DevSpec> = rules::ALL
+            .iter()
+            .map(|r| DevSpec {
+                name: r.name.to_string(),
+                rules: r,
+                bound: None,
+            })
+            .collect();
+        for (iface, ip) in device::interface_ipv4s() {
+            let name = format!("rdma_{iface}");
+            // A name as long as the C field holds; an interface listed twice, once.
+            if name.len() < 64 && !specs.iter().any(|s| s.name == name) {
+                specs.push(DevSpec {
+                    name,
+                    rules: &rules::APPLE,
+                    bound: Some(ip),
+                });
+            }
+        }
+        let records = specs
+            .iter()
+            .map(|spec| {
+                let mut d = IbvDevice {
+                    ops: [std::ptr::null_mut(); 2],
+                    node_type: 1,      // IBV_NODE_CA
+                    transport_type: 0, // IBV_TRANSPORT_IB (RoCE reports this too)
+                    name: [0; 64],
+                    dev_name: [0; 64],
+                    dev_path: [0; 256],
+                    ibdev_path: [0; 256],
+                };
+                d.name[..spec.name.len()].copy_from_slice(spec.name.as_bytes());
+                d.dev_name[..spec.name.len()].copy_from_slice(spec.name.as_bytes());
+                d
+            })
+            .collect();
+        DeviceList(records, specs)
     })
 }
 
-fn rules_of(dev: *mut IbvDevice) -> Option<&'static Rules> {
-    devices()
-        .0
+fn spec_of(dev: *mut IbvDevice) -> Option<&'static DevSpec> {
+    let list = devices();
+    list.0
         .iter()
         .position(|d| std::ptr::eq(d, dev))
-        .map(|i| rules::ALL[i])
+        .map(|i| &list.1[i])
 }
 
 #[repr(C)]
@@ -172,7 +203,7 @@ pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut IbvDevice) {
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_device_name(dev: *mut IbvDevice) -> *const c_char {
     guard(std::ptr::null(), || {
-        if rules_of(dev).is_none() {
+        if spec_of(dev).is_none() {
             return std::ptr::null();
         }
         (*dev).name.as_ptr() as *const c_char
@@ -184,10 +215,10 @@ pub unsafe extern "C" fn ibv_get_device_name(dev: *mut IbvDevice) -> *const c_ch
 #[no_mangle]
 pub unsafe extern "C" fn ibv_open_device(dev: *mut IbvDevice) -> *mut IbvContext {
     guard(std::ptr::null_mut(), || {
-        let Some(rules) = rules_of(dev) else {
+        let Some(spec) = spec_of(dev) else {
             return fail(libc::ENODEV);
         };
-        let d = match Dev::open(rules) {
+        let d = match Dev::open(spec) {
             Ok(d) => d,
             Err(e) => return fail(e.raw_os_error().unwrap_or(libc::EIO)),
         };

@@ -458,16 +458,17 @@ pub fn prepare(rank: usize, size: usize, opts: &VerbsOptions) -> Result<Prepared
         );
     }
     let roce = pattr.link_layer == IBV_LINK_LAYER_ETHERNET || pattr.lid == 0;
+    // The device's own interface (the software device's `rdma_en3` names it as Apple's do):
+    // its address is the GID, before the rank's data address, which may be another network's.
     let iface = opts
         .iface
         .clone()
-        .or_else(|| profile::iface_for_device(host, &dev_name));
+        .or_else(|| profile::iface_for_device(platform, &dev_name));
     warn_if_bridged(host, iface.as_deref());
-    let want_ip = opts.ip.or_else(|| {
-        iface
-            .as_deref()
-            .and_then(|i| crate::netinfo::ipv4_of(i).ok())
-    });
+    let want_ip = iface
+        .as_deref()
+        .and_then(|i| crate::netinfo::ipv4_of(i).ok())
+        .or(opts.ip);
     let gids: Vec<Gid> = (0..pattr.gid_tbl_len.max(0))
         .map(|i| {
             let mut g = IbvGid::default();
@@ -902,11 +903,27 @@ pub struct VerbsOpening {
 impl VerbsOpening {
     pub fn prepare(plan: &OpenPlan) -> Result<Box<dyn Opening>> {
         let opts = plan.opts;
+        // Without --rdma-device, the device a hostfile names for this host's cable (MLX's
+        // `rdma`): one per rank, so a pair, or a star's leaves; a rank with several cables'
+        // devices needs a device per peer, which this transport does not open yet.
+        let named = match (&opts.rdma_device, crate::links::HostCables::from_launcher()?) {
+            (Some(d), _) => Some(d.clone()),
+            (None, Some(c)) => match c.devices().as_slice() {
+                [] => None,
+                [one] => Some(one.clone()),
+                several => bail!(
+                    "transport verbs: the hostfile names {} RDMA devices for this host's cables ({}); verbs opens one device per rank so far: give --rdma-device (one cable), or run --over tcp:links for every cable",
+                    several.len(),
+                    several.join(", ")
+                ),
+            },
+            (None, None) => None,
+        };
         let prepared = prepare(
             plan.rank,
             plan.size,
             &VerbsOptions {
-                device: opts.rdma_device.clone(),
+                device: named,
                 iface: opts.iface.clone(),
                 ip: match plan.data_ip {
                     Some(std::net::IpAddr::V4(v4)) if !v4.is_loopback() && !v4.is_unspecified() => {
@@ -934,6 +951,27 @@ impl VerbsOpening {
     }
 }
 
+/// Each rank's address as its GID carries it (RoCE and the software device: an IPv4-mapped
+/// GID is the address the RDMA traffic goes to), else the data address it published: on a
+/// cable's device that is the cable's address, not the management network's.
+fn gid_addresses(table: &[RankInfo]) -> Vec<String> {
+    table
+        .iter()
+        .map(|i| {
+            let from_gid = i
+                .rdma
+                .as_deref()
+                .and_then(|h| handshake::Hello::decode(h, table.len()).ok())
+                .and_then(|h| {
+                    let g = h.gid;
+                    (g[..10].iter().all(|b| *b == 0) && g[10] == 0xff && g[11] == 0xff)
+                        .then(|| std::net::Ipv4Addr::new(g[12], g[13], g[14], g[15]).to_string())
+                });
+            from_gid.or_else(|| i.data_ip.clone()).unwrap_or_default()
+        })
+        .collect()
+}
+
 impl Opening for VerbsOpening {
     fn advertise(&self, me: &mut RankInfo) {
         me.rdma = Some(self.prepared.hello());
@@ -958,7 +996,7 @@ impl Opening for VerbsOpening {
             link_kind: if v.emulated { "rdma-emulated" } else { "rdma" }.into(),
             nominal_gbit_per_s: speed,
             mtu: Some(v.mtu_bytes),
-            addresses: super::published_addresses(p.table),
+            addresses: gid_addresses(p.table),
             streams: None,
             streams_auto: false,
             congestion: None,

@@ -205,9 +205,10 @@ pub fn select_gid(table: &[Gid], want: Option<Ipv4Addr>) -> Result<usize, String
 }
 
 /// The rules a device of tbbench's software RDMA library follows, from its name:
-/// `softrdma_apple0` Apple's, `softrdma_linux0` (and any other) rdma-core's.
+/// `softrdma_apple0` and the per-interface `rdma_en3` Apple's, `softrdma_linux0` (and any
+/// other) rdma-core's.
 pub fn platform_of_emulated(device: &str) -> Platform {
-    if device.starts_with("softrdma_apple") {
+    if device.starts_with("softrdma_apple") || device.starts_with("rdma_") {
         Platform::MacOs
     } else {
         Platform::Linux
