@@ -419,8 +419,13 @@ fn run_suite<S: Suite>(
     let hosts = group_hosts(table);
     let rank_hosts = table.iter().map(|i| i.hostname.clone()).collect();
     let progress = rank == 0 && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut comm = Comm::new(transport);
+    // On a partial cabling (a ring's diagonals), collectives keep to the cables.
+    if let Some(t) = &network.topology {
+        comm.set_unlinked(t.unlinked.clone());
+    }
     let mut ctx = Context {
-        comm: Comm::new(transport),
+        comm,
         network,
         hosts,
         rank_hosts,

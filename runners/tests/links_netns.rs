@@ -150,3 +150,66 @@ fn names_alone_and_a_subnet_for_the_data_meet_on_the_management_network() {
         sent("mgmt")
     );
 }
+
+/// Collectives on a ring of four (no diagonals) over its cables: an algorithm that moves
+/// data between 0 and 2 or 1 and 3 is refused in one line naming those pairs and what runs;
+/// `--algo all` runs what fits and leaves the rest out; `auto` keeps to the cables; every
+/// byte is checked.
+#[test]
+fn collectives_on_a_ring_keep_to_its_cables() {
+    let Some(lab) = netlab::CabledLab::up("ring4", "tbq", &["1000mbit"]) else {
+        return;
+    };
+    let dir = tmpdir("links-coll-ring");
+    let hosts = lab.hostfile(&dir, "jaccl-ring");
+    let coll = |extra: &[&str], out: &std::path::Path| {
+        let mut args = vec![
+            "coll",
+            "--hostfile",
+            hosts.to_str().unwrap(),
+            "--rsh",
+            "ip netns exec",
+            "--nodes",
+            "4",
+            "--over",
+            "tcp:links",
+            "--op",
+            "allreduce",
+            "--sizes",
+            "4k,1MiB",
+            "--iters",
+            "5",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        run(&args, Duration::from_secs(120))
+    };
+    let out = dir.join("mesh.json");
+    let o = coll(&["--algo", "mesh"], &out);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("all-reduce by mesh moves data between ranks with no cable between them (0-2, 1-3): --algo ring runs on the cables"),
+        "{err}"
+    );
+    assert!(!out.exists());
+    for (algo, name) in [("all", "all.json"), ("auto", "auto.json")] {
+        let out = dir.join(name);
+        let o = coll(&["--algo", algo], &out);
+        assert!(o.status.success(), "--algo {algo}: {}", text(&o.stderr));
+        let r = read_json(&out);
+        assert_eq!(r["verification"]["passed"], true, "--algo {algo}");
+        assert_eq!(r["network"]["topology"]["shape"], "ring");
+        let ran: Vec<&str> = r["results"]["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|row| row["algo"].as_str().unwrap())
+            .collect();
+        assert!(
+            !ran.is_empty() && ran.iter().all(|a| *a == "ring"),
+            "--algo {algo}: {ran:?}"
+        );
+    }
+}

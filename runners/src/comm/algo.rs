@@ -142,6 +142,72 @@ impl CollOp {
         Ok(())
     }
 
+    /// The pairs of group members (indices into the group, lower first) that `algo` moves
+    /// data between on `n` members, the root at index `root` (broadcast, reduce): what the
+    /// cabling must link for it to run on cables alone. Ring: neighbours round the ring
+    /// (broadcast and reduce: the chain from the root, no wrap); mesh and every all-to-all:
+    /// every pair; rd: the folded extra ranks and the partners of each doubling step; tree:
+    /// the binomial tree's edges (all-reduce's rooted at 0).
+    pub fn pairs(self, algo: Algo, n: usize, root: usize) -> Vec<[usize; 2]> {
+        let mut out: Vec<[usize; 2]> = Vec::new();
+        let mut add = |a: usize, b: usize| {
+            let p = [a.min(b), a.max(b)];
+            if a != b && !out.contains(&p) {
+                out.push(p);
+            }
+        };
+        if n < 2 {
+            return out;
+        }
+        let chain = matches!(self, CollOp::Broadcast | CollOp::Reduce);
+        match algo {
+            _ if self == CollOp::AllToAll || algo == Algo::Mesh => {
+                for a in 0..n {
+                    for b in a + 1..n {
+                        add(a, b);
+                    }
+                }
+            }
+            Algo::Ring if chain => {
+                for k in 0..n - 1 {
+                    add((root + k) % n, (root + k + 1) % n);
+                }
+            }
+            Algo::Ring => {
+                for i in 0..n {
+                    add(i, (i + 1) % n);
+                }
+            }
+            Algo::Rd => {
+                let p2 = 1usize << (usize::BITS - 1 - n.leading_zeros());
+                for r in p2..n {
+                    add(r - p2, r);
+                }
+                let mut mask = 1;
+                while mask < p2 {
+                    for i in 0..p2 {
+                        add(i, i ^ mask);
+                    }
+                    mask *= 2;
+                }
+            }
+            Algo::Tree => {
+                let root = if chain { root } else { 0 };
+                let mut mask = 1;
+                while mask < n {
+                    let mut rel = 0;
+                    while rel + mask < n {
+                        add((rel + root) % n, (rel + mask + root) % n);
+                        rel += 2 * mask;
+                    }
+                    mask *= 2;
+                }
+            }
+            Algo::Mesh | Algo::Auto => {}
+        }
+        out
+    }
+
     /// nccl-tests' bus bandwidth factor: busbw = algbw × factor, the bytes each rank's link
     /// must carry relative to the array, so figures compare across rank counts.
     pub fn bus_factor(self, n: usize) -> f64 {
@@ -281,22 +347,111 @@ impl Comm {
         self.tuning = tuning;
     }
 
-    /// What `algo` means for this op and size: itself, or auto's choice.
+    /// Tells the collectives which pairs of ranks have no cable (a ring's diagonals, a
+    /// partial mesh): an algorithm that would move data between them is refused, and `auto`
+    /// chooses among the others.
+    pub fn set_unlinked(&mut self, pairs: Vec<[usize; 2]>) {
+        self.unlinked = pairs
+            .into_iter()
+            .map(|[a, b]| [a.min(b), a.max(b)])
+            .collect();
+    }
+
+    /// The pairs (ranks) `algo` needs on `group` that have no cable; empty where it runs on
+    /// the cables alone (or every pair is linked).
+    pub fn uncabled(&self, op: CollOp, algo: Algo, group: Group, root_i: usize) -> Vec<[usize; 2]> {
+        if self.unlinked.is_empty() {
+            return Vec::new();
+        }
+        let n = group.len(self.size());
+        op.pairs(algo, n, root_i)
+            .into_iter()
+            .map(|[a, b]| {
+                let (x, y) = (group.rank(a), group.rank(b));
+                [x.min(y), x.max(y)]
+            })
+            .filter(|p| self.unlinked.contains(p))
+            .collect()
+    }
+
+    /// What `algo` means for this op and size: itself, or auto's choice (on a partial
+    /// cabling, the first of ring, tree, rd and mesh that runs on cables alone where the
+    /// choice would not).
     pub fn resolve(&self, op: CollOp, algo: Algo, bytes: usize, n: usize) -> Algo {
+        self.resolve_in(op, algo, bytes, n, Group::All, 0)
+    }
+
+    fn resolve_in(
+        &self,
+        op: CollOp,
+        algo: Algo,
+        bytes: usize,
+        n: usize,
+        group: Group,
+        root_i: usize,
+    ) -> Algo {
         if algo != Algo::Auto {
             return algo;
         }
-        self.tuning
+        let chosen = self
+            .tuning
             .pick(op, bytes)
             .filter(|a| op.supports(*a, n).is_ok())
-            .unwrap_or_else(|| default_algo(op, bytes, n))
+            .unwrap_or_else(|| default_algo(op, bytes, n));
+        if self.uncabled(op, chosen, group, root_i).is_empty() {
+            return chosen;
+        }
+        [Algo::Ring, Algo::Tree, Algo::Rd, Algo::Mesh]
+            .into_iter()
+            .find(|a| op.supports(*a, n).is_ok() && self.uncabled(op, *a, group, root_i).is_empty())
+            .unwrap_or(chosen)
     }
 
-    /// `resolve`, refusing an algorithm the op does not have on `n` ranks in one line.
-    fn plan(&self, op: CollOp, algo: Algo, bytes: usize, n: usize) -> Result<Algo> {
-        let algo = self.resolve(op, algo, bytes, n);
-        op.supports(algo, n).map_err(anyhow::Error::msg)?;
+    /// `resolve`, refusing in one line an algorithm the op does not have on `n` ranks, or
+    /// one that needs a pair of ranks with no cable between them.
+    fn plan(
+        &self,
+        op: CollOp,
+        algo: Algo,
+        bytes: usize,
+        group: Group,
+        root_i: usize,
+    ) -> Result<Algo> {
+        let n = group.len(self.size());
+        let algo = self.resolve_in(op, algo, bytes, n, group, root_i);
+        self.check(op, algo, group, root_i)?;
         Ok(algo)
+    }
+
+    /// Whether `algo` runs `op` on `group` here: Err, in one line, where the op has no such
+    /// algorithm on this many ranks, or where it needs a pair of ranks with no cable.
+    pub fn check(&self, op: CollOp, algo: Algo, group: Group, root_i: usize) -> Result<()> {
+        let n = group.len(self.size());
+        op.supports(algo, n).map_err(anyhow::Error::msg)?;
+        let missing = self.uncabled(op, algo, group, root_i);
+        if !missing.is_empty() {
+            let pairs: Vec<String> = missing.iter().map(|[a, b]| format!("{a}-{b}")).collect();
+            let fits: Vec<&str> = op
+                .algos()
+                .iter()
+                .filter(|a| {
+                    op.supports(**a, n).is_ok() && self.uncabled(op, **a, group, root_i).is_empty()
+                })
+                .map(|a| a.name())
+                .collect();
+            bail!(
+                "{} by {} moves data between ranks with no cable between them ({}){}",
+                op.name(),
+                algo.name(),
+                pairs.join(", "),
+                if fits.is_empty() {
+                    " and no algorithm of it runs on this cabling alone".to_string()
+                } else {
+                    format!(": --algo {} runs on the cables", fits.join(" or "))
+                }
+            );
+        }
+        Ok(())
     }
 
     /// One exchange, leaving out empty messages (both ends compute the same sizes, so both
@@ -442,7 +597,19 @@ impl Comm {
         algo: Algo,
     ) -> Result<Algo> {
         let n = group.len(self.size());
-        let algo = self.resolve(CollOp::AllReduce, algo, std::mem::size_of_val(data), n);
+        if n < 2 || data.is_empty() {
+            if let Some(input) = input {
+                data.copy_from_slice(input);
+            }
+            return Ok(self.resolve(CollOp::AllReduce, algo, std::mem::size_of_val(data), n));
+        }
+        let algo = self.plan(
+            CollOp::AllReduce,
+            algo,
+            std::mem::size_of_val(data),
+            group,
+            0,
+        )?;
         if n < 2 || data.is_empty() {
             if let Some(input) = input {
                 data.copy_from_slice(input);
@@ -763,7 +930,13 @@ impl Comm {
         algo: Algo,
     ) -> Result<Algo> {
         let n = group.len(self.size());
-        let algo = self.plan(CollOp::ReduceScatter, algo, std::mem::size_of_val(data), n)?;
+        let algo = self.plan(
+            CollOp::ReduceScatter,
+            algo,
+            std::mem::size_of_val(data),
+            group,
+            0,
+        )?;
         check_blocks(data.len(), n)?;
         let (me, block) = (group.index_of(self.rank())?, data.len() / n);
         let bounds = |i: usize| i * block..(i + 1) * block;
@@ -851,7 +1024,13 @@ impl Comm {
         algo: Algo,
     ) -> Result<Algo> {
         let n = group.len(self.size());
-        let algo = self.plan(CollOp::AllGather, algo, std::mem::size_of_val(data), n)?;
+        let algo = self.plan(
+            CollOp::AllGather,
+            algo,
+            std::mem::size_of_val(data),
+            group,
+            0,
+        )?;
         check_blocks(data.len(), n)?;
         let (me, block) = (group.index_of(self.rank())?, data.len() / n);
         let bounds = |i: usize| i * block..(i + 1) * block;
@@ -917,7 +1096,14 @@ impl Comm {
         algo: Algo,
     ) -> Result<Algo> {
         let n = group.len(self.size());
-        let algo = self.plan(CollOp::Broadcast, algo, std::mem::size_of_val(data), n)?;
+        let root_at = group.index_of(root)?;
+        let algo = self.plan(
+            CollOp::Broadcast,
+            algo,
+            std::mem::size_of_val(data),
+            group,
+            root_at,
+        )?;
         let (me, root_i) = (group.index_of(self.rank())?, group.index_of(root)?);
         if n < 2 || data.is_empty() {
             return Ok(algo);
@@ -999,7 +1185,14 @@ impl Comm {
         algo: Algo,
     ) -> Result<Algo> {
         let n = group.len(self.size());
-        let algo = self.plan(CollOp::Reduce, algo, std::mem::size_of_val(data), n)?;
+        let root_at = group.index_of(root)?;
+        let algo = self.plan(
+            CollOp::Reduce,
+            algo,
+            std::mem::size_of_val(data),
+            group,
+            root_at,
+        )?;
         let (me, root_i) = (group.index_of(self.rank())?, group.index_of(root)?);
         if n < 2 || data.is_empty() {
             if let Some(input) = input {
@@ -1139,7 +1332,13 @@ impl Comm {
         algo: Algo,
     ) -> Result<Algo> {
         let n = group.len(self.size());
-        let algo = self.plan(CollOp::AllToAll, algo, std::mem::size_of_val(send), n)?;
+        let algo = self.plan(
+            CollOp::AllToAll,
+            algo,
+            std::mem::size_of_val(send),
+            group,
+            0,
+        )?;
         check_blocks(send.len(), n)?;
         anyhow::ensure!(
             send.len() == recv.len(),

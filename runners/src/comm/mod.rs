@@ -32,6 +32,8 @@ pub struct Comm {
     scratch: Option<Buffer>,
     /// What `Algo::Auto` follows where a probe was run.
     tuning: Tuning,
+    /// Pairs of ranks with no cable between them (a partial cabling over links).
+    unlinked: Vec<[usize; 2]>,
 }
 
 impl Comm {
@@ -40,6 +42,7 @@ impl Comm {
             t,
             scratch: None,
             tuning: Tuning::default(),
+            unlinked: Vec::new(),
         }
     }
     pub fn rank(&self) -> usize {

@@ -406,3 +406,174 @@ fn auto_follows_the_probed_size_nearest_on_a_log_scale() {
     assert_eq!(pick(usize::MAX), Some(Algo::Ring));
     assert_eq!(tuning.pick(CollOp::Broadcast, 8), None);
 }
+
+/// A transport that notes every pair of ranks it moves bytes between.
+struct Recorder {
+    inner: Box<dyn crate::transport::Transport>,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<[usize; 2]>>>,
+}
+
+impl crate::transport::Transport for Recorder {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+    fn alloc(&mut self, len: usize) -> Result<crate::transport::Buffer> {
+        self.inner.alloc(len)
+    }
+    fn exchange(
+        &mut self,
+        sends: &[crate::transport::SendOp],
+        recvs: &mut [crate::transport::RecvOp],
+    ) -> Result<()> {
+        let me = self.inner.rank();
+        let peers = sends
+            .iter()
+            .filter(|s| !s.buf.is_empty())
+            .map(|s| s.peer)
+            .chain(recvs.iter().filter(|r| !r.buf.is_empty()).map(|r| r.peer));
+        let mut seen = self.seen.lock().unwrap();
+        for p in peers {
+            let pair = [me.min(p), me.max(p)];
+            if !seen.contains(&pair) {
+                seen.push(pair);
+            }
+        }
+        drop(seen);
+        self.inner.exchange(sends, recvs)
+    }
+    fn timeout(&self) -> Duration {
+        self.inner.timeout()
+    }
+    fn set_timeout(&mut self, timeout: Duration) -> Result<()> {
+        self.inner.set_timeout(timeout)
+    }
+    fn set_waiting(&mut self, waiting: crate::transport::Waiting) {
+        self.inner.set_waiting(waiting)
+    }
+    fn set_traffic(&mut self, traffic: crate::transport::Traffic) {
+        self.inner.set_traffic(traffic)
+    }
+    fn reduce_segment(&self) -> Option<usize> {
+        self.inner.reduce_segment()
+    }
+}
+
+/// `CollOp::pairs` is what a cabling must link for an algorithm to keep to its cables, so it
+/// must hold every pair the algorithm really moves bytes between: checked by recording them,
+/// for every op and algorithm on 2 to 8 ranks, short and long (halving-doubling) sizes,
+/// broadcast and reduce from a root other than 0.
+#[test]
+fn every_algorithm_moves_data_only_between_the_pairs_it_declares() {
+    use crate::comm::algo::CollOp;
+    let ops = [
+        CollOp::AllReduce,
+        CollOp::ReduceScatter,
+        CollOp::AllGather,
+        CollOp::Broadcast,
+        CollOp::Reduce,
+        CollOp::AllToAll,
+    ];
+    let mut case = 0u8;
+    for n in [2usize, 3, 4, 5, 6, 8] {
+        for op in ops {
+            for &algo in op.algos() {
+                if op.supports(algo, n).is_err() {
+                    continue;
+                }
+                for count in [8usize * n, 24_000] {
+                    case = case.wrapping_add(1);
+                    let token = [
+                        0xA7,
+                        case,
+                        n as u8,
+                        count as u8,
+                        9,
+                        9,
+                        9,
+                        9,
+                        9,
+                        9,
+                        9,
+                        9,
+                        9,
+                        9,
+                        9,
+                        9,
+                    ];
+                    create_segment(&token, n).unwrap();
+                    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+                    let root = 1 % n;
+                    let handles: Vec<_> = (0..n)
+                        .map(|rank| {
+                            let seen = seen.clone();
+                            std::thread::spawn(move || {
+                                let names = (0..n)
+                                    .map(|rank| PeerName {
+                                        rank,
+                                        host: "test".into(),
+                                    })
+                                    .collect();
+                                let t = ShmTransport::attach(
+                                    rank,
+                                    n,
+                                    &token,
+                                    names,
+                                    Duration::from_secs(20),
+                                )
+                                .unwrap();
+                                let mut c = Comm::new(Box::new(Recorder {
+                                    inner: Box::new(t),
+                                    seen,
+                                }));
+                                let mut data = vec![rank as f64; count];
+                                let g = Group::All;
+                                match op {
+                                    CollOp::AllReduce => c
+                                        .all_reduce_in(g, &mut data, ReduceOp::Sum, algo)
+                                        .map(|_| ()),
+                                    CollOp::ReduceScatter => c
+                                        .reduce_scatter_in(g, &mut data, ReduceOp::Sum, algo)
+                                        .map(|_| ()),
+                                    CollOp::AllGather => {
+                                        c.all_gather_in(g, &mut data, algo).map(|_| ())
+                                    }
+                                    CollOp::Broadcast => {
+                                        c.broadcast_in(g, root, &mut data, algo).map(|_| ())
+                                    }
+                                    CollOp::Reduce => c
+                                        .reduce_in(g, root, &mut data, ReduceOp::Sum, algo)
+                                        .map(|_| ()),
+                                    CollOp::AllToAll => {
+                                        let send = data.clone();
+                                        c.all_to_all_in(g, &send, &mut data, algo).map(|_| ())
+                                    }
+                                }
+                                .unwrap();
+                            })
+                        })
+                        .collect();
+                    for h in handles {
+                        h.join().unwrap();
+                    }
+                    crate::transport::shm::unlink_segment(&token);
+                    let declared = op.pairs(algo, n, root);
+                    let seen = seen.lock().unwrap().clone();
+                    for p in &seen {
+                        assert!(
+                            declared.contains(p),
+                            "{} by {} on {n} ranks ({count} elements) moved data between {p:?}, not among {declared:?}",
+                            op.name(),
+                            algo.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

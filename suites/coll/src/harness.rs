@@ -262,10 +262,11 @@ fn timed<T: Element, C: Collective>(
     if run.check && !call.in_place {
         wrong = count_wrong::<T, C>(input, me, n, count, call, recv);
     }
-    // Each iteration is as slow as its slowest rank; wrong elements add up over ranks.
-    comm.all_reduce(&mut times_us, ReduceOp::Max, Algo::Rd)?;
+    // Each iteration is as slow as its slowest rank; wrong elements add up over ranks. Auto:
+    // recursive doubling where the cabling allows it, else what keeps to the cables.
+    comm.all_reduce(&mut times_us, ReduceOp::Max, Algo::Auto)?;
     let mut w = [wrong as f64];
-    comm.all_reduce(&mut w, ReduceOp::Sum, Algo::Rd)?;
+    comm.all_reduce(&mut w, ReduceOp::Sum, Algo::Auto)?;
     Ok(Some(Measured {
         ran,
         count,
@@ -410,7 +411,7 @@ fn probe(
         .algos()
         .iter()
         .copied()
-        .filter(|&a| op.supports(a, n).is_ok())
+        .filter(|&a| runs_here(op, a, config, ctx).is_ok())
         .collect();
     // Per algorithm, its times so far; None once it cannot run at this size.
     let mut samples: Vec<Option<Vec<f64>>> = vec![Some(Vec::new()); algos.len()];
@@ -526,6 +527,17 @@ pub fn check_memory(config: &CollConfig, ctx: &Context) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Whether `algo` runs `op` on this run's ranks: the op has it on this many ranks, and on a
+/// partial cabling every pair it moves data between has a cable. Err says why not, in one
+/// line.
+pub fn runs_here(op: CollOp, algo: Algo, config: &CollConfig, ctx: &Context) -> anyhow::Result<()> {
+    if algo == Algo::Auto {
+        return Ok(());
+    }
+    ctx.comm
+        .check(op, algo, tbbench_runners::comm::Group::All, config.root)
 }
 
 #[cfg(test)]

@@ -170,6 +170,13 @@ impl Suite for CollSuite {
     const NAME: &'static str = "coll";
     type Config = CollConfig;
 
+    /// Runs on a partial cabling: each algorithm that would move data between ranks with no
+    /// cable is left out (named where it is the only one asked for), and auto keeps to the
+    /// others.
+    fn needs_every_pair(_config: &CollConfig) -> bool {
+        false
+    }
+
     fn run(config: &CollConfig, ctx: &mut Context) -> Result<Option<SuiteOutput>> {
         let n = ctx.size();
         if config.root >= n {
@@ -179,9 +186,11 @@ impl Suite for CollSuite {
                 n - 1
             );
         }
+        // An algorithm the op lacks, or one that needs a pair of ranks with no cable (a
+        // ring's diagonals): named when it is the only one asked for, else left out.
         for op in &config.ops {
             for algo in &config.algos {
-                if let Err(e) = op.supports(*algo, n) {
+                if let Err(e) = harness::runs_here(*op, *algo, config, ctx) {
                     if config.algos.len() == 1 {
                         bail!("{e}");
                     }
@@ -229,7 +238,7 @@ impl Suite for CollSuite {
                     probed.extend(t.before_row(op, size, config, ctx)?);
                 }
                 for &algo in &config.algos {
-                    if op.supports(algo, n).is_err() {
+                    if harness::runs_here(op, algo, config, ctx).is_err() {
                         continue;
                     }
                     let Some(row) = harness::measure(op, algo, size, config, ctx, ceiling)? else {
