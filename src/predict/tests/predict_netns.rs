@@ -25,6 +25,31 @@ fn ok(args: &[&str]) {
 }
 
 /// Every file's decode rate, by network label.
+/// The "busy host" warnings (runners/src/others.rs) of every result file under `dir` (or of
+/// `dir` itself, a file): other processes took a share of the cores while it ran.
+fn busy(path: &Path) -> Vec<String> {
+    let files: Vec<std::path::PathBuf> = if path.is_dir() {
+        std::fs::read_dir(path)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension() == Some(std::ffi::OsStr::new("json")))
+            .collect()
+    } else {
+        vec![path.to_path_buf()]
+    };
+    files
+        .iter()
+        .flat_map(|f| {
+            read_json(f)["warnings"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|w| w.as_str().map(str::to_string))
+        .filter(|w| w.starts_with("busy host"))
+        .collect()
+}
+
 fn decode_rates(dir: &Path) -> Vec<(String, f64)> {
     let mut v = Vec::new();
     for e in std::fs::read_dir(dir).unwrap() {
@@ -54,9 +79,12 @@ fn tensor_parallel_decode_predictions_hold_on_each_network() {
     let h = hosts.to_str().unwrap();
     let lab: [&str; 6] = ["--hostfile", h, "--rsh", "ip netns exec", "--over", OVER];
     let mut off = Vec::new();
+    let mut quiet_attempts = 0;
     // Rates on two vCPUs shift with a neighbour's burst (the 1-rank basis and the 2-rank runs
     // are minutes apart, and an EPYC VM's 2-rank decodes read 15-25% below the basis in some
-    // hours): retries absorb it; a model that is wrong fails every time.
+    // hours): retries absorb it; a model that is wrong fails every time. An attempt whose
+    // runs record a busy host (other processes took a share of the cores: a build or another
+    // test beside this one) tells nothing about the model and is not held to it.
     for attempt in 1..=3 {
         let figures = dir.join(format!("figures-{attempt}"));
         let measured = dir.join(format!("measured-{attempt}"));
@@ -136,6 +164,11 @@ fn tensor_parallel_decode_predictions_hold_on_each_network() {
             }
         }
         let predicted = read_json(&json);
+        let mut crowded = busy(&figures.join("decode-1.json"));
+        for r in 1..=3 {
+            crowded.extend(busy(&measured.join(format!("lab-{r}"))));
+            crowded.extend(busy(&measured.join(format!("shm-{r}"))));
+        }
         off.clear();
         for (label, rate) in &rates {
             let p = predicted["predictions"]
@@ -174,7 +207,16 @@ fn tensor_parallel_decode_predictions_hold_on_each_network() {
             assert_eq!(beside, 3, "{both}");
             return;
         }
+        if !crowded.is_empty() {
+            eprintln!("attempt {attempt}: not held to the model, the host was busy: {crowded:?}");
+            continue;
+        }
+        quiet_attempts += 1;
         eprintln!("attempt {attempt}: {off:?}");
+    }
+    if quiet_attempts == 0 {
+        skipped("every attempt ran on a busy host (other processes took a share of its cores): the predictions could not be held to the measured rates");
+        return;
     }
     panic!("{off:#?}");
 }
