@@ -401,6 +401,7 @@ fn run_suite<S: Suite>(
     } else {
         None
     };
+    let rank_names: Vec<String> = names.iter().map(|n| n.host.clone()).collect();
     let Opened {
         transport,
         mut network,
@@ -429,6 +430,7 @@ fn run_suite<S: Suite>(
         network,
         hosts,
         rank_hosts,
+        rank_names,
         progress,
         timeout: opts.timeout,
     };

@@ -202,6 +202,7 @@ fn plan(opts: &RunOptions) -> Result<Vec<Placement>> {
                 cables: Some(HostCables {
                     host: i,
                     hints: h.cables.clone(),
+                    backend: file.backend.clone(),
                 }),
                 envs: file.envs.clone(),
                 host: if local { None } else { Some(h) },

@@ -37,6 +37,9 @@ pub struct CableHint {
 pub struct HostCables {
     pub host: usize,
     pub hints: Vec<CableHint>,
+    /// The hostfile's backend (MLX's `jaccl`, `jaccl-ring`, `ring`), where it names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
 }
 
 impl HostCables {
@@ -102,6 +105,9 @@ pub struct LinkInfo {
     pub devices: Vec<Option<String>>,
     /// The interface its control traffic (ssh, rendezvous) uses: never a cable.
     pub control_iface: Option<String>,
+    /// The hostfile's backend, as the launcher passed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
 }
 
 impl LinkInfo {
@@ -163,7 +169,8 @@ impl LinkInfo {
             devices.push(device);
         }
         Ok(LinkInfo {
-            host_index: cables.map(|c| c.host),
+            host_index: cables.as_ref().map(|c| c.host),
+            backend: cables.and_then(|c| c.backend),
             interfaces,
             named,
             devices,
@@ -416,6 +423,7 @@ pub fn derive(hosts: &[String], infos: &[LinkInfo]) -> Result<Cabling> {
             shape: shape.into(),
             ring,
             unlinked,
+            backend: infos.iter().find_map(|i| i.backend.clone()),
         },
     })
 }

@@ -38,6 +38,10 @@ pub struct Context {
     pub hosts: Vec<Host>,
     /// `rank_hosts[r]`: the hostname rank r runs on.
     pub rank_hosts: Vec<String>,
+    /// `rank_names[r]`: the host rank r runs on as the run names it (the hostfile's name,
+    /// else the hostname): what `network.links` and `network.topology` call hosts, and what
+    /// tells hosts apart where they share a hostname (network namespaces).
+    pub rank_names: Vec<String>,
     /// Show progress bars (rank 0 with a terminal on stderr).
     pub progress: bool,
     pub timeout: Duration,

@@ -215,6 +215,10 @@ pub struct Topology {
     /// Pairs of ranks with no cable between them, lower rank first.
     #[serde(default)]
     pub unlinked: Vec<[usize; 2]>,
+    /// The backend the hostfile names (MLX's `jaccl`, `jaccl-ring`, `ring`): the cabling it
+    /// needs (the doctor holds the cables to it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
 }
 
 impl Network {

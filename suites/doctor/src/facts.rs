@@ -37,6 +37,10 @@ pub struct Route {
     pub interface: Option<String>,
     /// How it was found: "ip route get", "route get", or "source address".
     pub how: String,
+    /// The interface the traffic should leave by where it is not the run's one: over links,
+    /// the cable's own interface.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<String>,
 }
 
 /// The name this rank's host goes by in the run: the launcher's label (a hostfile entry),
@@ -90,6 +94,28 @@ fn routes(ctx: &Context, interfaces: &[netinfo::Interface]) -> Vec<Route> {
         })
     };
     let mut out: Vec<Route> = Vec::new();
+    // Over links: each cable's far end, which must be reached by the cable's own interface
+    // (not the management network, not a bridge that took the port).
+    if !ctx.network.links.is_empty() {
+        for l in &ctx.network.links {
+            let Some(me) = l.ranks.iter().position(|&r| r == ctx.rank()) else {
+                continue;
+            };
+            let (mine, far) = (&l.ends[me], &l.ends[1 - me]);
+            let Ok(ip) = far.address.parse::<IpAddr>() else {
+                continue;
+            };
+            let (interface, how) = route_to(ip);
+            out.push(Route {
+                rank: l.ranks[1 - me],
+                address: far.address.clone(),
+                interface,
+                how,
+                expected: Some(mine.interface.clone()),
+            });
+        }
+        return out;
+    }
     for (rank, addr) in ctx.network.addresses.iter().enumerate() {
         let Ok(ip) = addr.parse::<IpAddr>() else {
             continue;
@@ -106,6 +132,7 @@ fn routes(ctx: &Context, interfaces: &[netinfo::Interface]) -> Vec<Route> {
             address: addr.clone(),
             interface: found.0,
             how: found.1,
+            expected: None,
         });
     }
     out

@@ -259,12 +259,19 @@ pub fn problems(network: &str, facts: &[RankFacts], pairs: &[Pair], plan: &Plan)
             let Some(via) = &route.interface else {
                 continue;
             };
-            if peer.host == f.host || via == run_iface || seen.contains(&peer.host.as_str()) {
+            // Over links each cable has its own interface; else the run's one.
+            let want = route.expected.as_ref().unwrap_or(run_iface);
+            if peer.host == f.host || via == want || seen.contains(&peer.host.as_str()) {
                 continue;
             }
             seen.push(&peer.host);
+            let what = if route.expected.is_some() {
+                "the cable's own interface"
+            } else {
+                "the interface the run uses"
+            };
             add("route-mismatch", vec![f.host.clone(), peer.host.clone()], format!(
-                "{} would send to {} ({}) by {via} ({}), not by {run_iface}, the interface the run uses — fix the routes (a second address in the same subnet, or a default route winning) or name the interface with --iface or --over tcp:SUBNET",
+                "{} would send to {} ({}) by {via} ({}), not by {want}, {what} — fix the routes (a second address in the same subnet, or a default route winning) or name the interface with --iface or --over tcp:SUBNET",
                 f.host, peer.host, route.address, route.how
             ));
         }
@@ -354,6 +361,85 @@ pub fn problems(network: &str, facts: &[RankFacts], pairs: &[Pair], plan: &Plan)
 }
 
 /// The first rank of each host, in rank order.
+/// The cabling held to what the hostfile's backend needs and to itself: a cable missing for
+/// the backend's shape (`cable-missing`: MLX's jaccl runs a full mesh, so every pair of hosts
+/// needs one; jaccl-ring and ring run round the hosts in the file's order, so each host needs
+/// one to the next), and a cable whose two ends report different MTUs
+/// (`cable-mtu-differs`). `hosts[r]` is rank r's host; the links and topology are the
+/// result's `network.links` and `network.topology`.
+pub fn cabling_problems(
+    network: &str,
+    hosts: &[String],
+    links: &[tbbench_schema::Link],
+    topology: Option<&tbbench_schema::Topology>,
+) -> Vec<Problem> {
+    let mut out = Vec::new();
+    let Some(t) = topology else {
+        return out;
+    };
+    // One rank per host, in the order the hosts first appear (the hostfile's).
+    let mut firsts: Vec<usize> = Vec::new();
+    for (r, h) in hosts.iter().enumerate() {
+        if !firsts.iter().any(|&f| hosts[f] == *h) {
+            firsts.push(r);
+        }
+    }
+    let needed: Vec<[usize; 2]> = match t.backend.as_deref() {
+        Some("jaccl") => pairs_of(&firsts),
+        Some("jaccl-ring") | Some("ring") if firsts.len() > 2 => (0..firsts.len())
+            .map(|i| {
+                let (a, b) = (firsts[i], firsts[(i + 1) % firsts.len()]);
+                [a.min(b), a.max(b)]
+            })
+            .collect(),
+        Some("jaccl-ring") | Some("ring") => pairs_of(&firsts),
+        _ => Vec::new(),
+    };
+    let backend = t.backend.as_deref().unwrap_or_default();
+    for pair in needed.iter().filter(|p| t.unlinked.contains(p)) {
+        let (a, b) = (&hosts[pair[0]], &hosts[pair[1]]);
+        let what = if backend == "jaccl" {
+            "runs a full mesh: every pair of hosts needs a cable of its own"
+        } else {
+            "runs round the hosts in the hostfile's order: each needs a cable to the next"
+        };
+        out.push(Problem {
+            kind: "cable-missing".into(),
+            network: network.into(),
+            hosts: vec![a.clone(), b.clone()],
+            detail: format!(
+                "no cable between {a} and {b}, and the hostfile's backend {backend} {what} — cable {a} to {b}{}",
+                if backend == "jaccl" {
+                    ", or run jaccl-ring on a ring"
+                } else {
+                    ", or list the hosts in the order they are cabled"
+                }
+            ),
+        });
+    }
+    for l in links {
+        let (x, y) = (&l.ends[0], &l.ends[1]);
+        if let (Some(mx), Some(my)) = (x.mtu, y.mtu) {
+            if mx != my {
+                out.push(Problem {
+                    kind: "cable-mtu-differs".into(),
+                    network: network.into(),
+                    hosts: vec![l.hosts[0].clone(), l.hosts[1].clone()],
+                    detail: format!(
+                        "the cable between {} ({}, MTU {mx}) and {} ({}, MTU {my}) has a different MTU at each end: packets the larger end sends are dropped or fragmented — set one MTU on both ({} on each)",
+                        l.hosts[0],
+                        x.interface,
+                        l.hosts[1],
+                        y.interface,
+                        mx.max(my)
+                    ),
+                });
+            }
+        }
+    }
+    out
+}
+
 pub fn first_of_each_host(facts: &[RankFacts]) -> Vec<usize> {
     let mut firsts: Vec<usize> = Vec::new();
     for f in facts {
@@ -603,12 +689,14 @@ mod tests {
                 address: "10.0.1.2".into(),
                 interface: Some("en0".into()),
                 how: "route get".into(),
+                expected: None,
             },
             Route {
                 rank: 2,
                 address: "10.0.1.2".into(),
                 interface: Some("en0".into()),
                 how: "route get".into(),
+                expected: None,
             },
         ];
         let mut b = rank(1, "mac2", "en3", "thunderbolt-ip", None, 1500);
@@ -617,6 +705,7 @@ mod tests {
             address: "10.0.1.1".into(),
             interface: Some("en3".into()),
             how: "route get".into(),
+            expected: None,
         }];
         let c = rank(2, "mac2", "en3", "thunderbolt-ip", None, 1500);
         let p = judge(&[a, b, c], &[timed(0, 1, 18.0)], &Plan::default());
@@ -724,6 +813,63 @@ mod tests {
 
     /// What `tbbench env` finds on a host is a problem of that host, once, however many ranks
     /// run there.
+    /// A ring of four against MLX's backends: jaccl (a full mesh) misses the two diagonals,
+    /// jaccl-ring misses nothing, a ring listed out of its cabled order misses the pairs it
+    /// would need; a cable with two MTUs is named once, with both hosts.
+    #[test]
+    fn the_cabling_is_held_to_the_backend_and_each_cable_to_itself() {
+        let hosts: Vec<String> = (0..4).map(|h| format!("m{h}")).collect();
+        let ring = |backend: &str| tbbench_schema::Topology {
+            shape: "ring".into(),
+            ring: hosts.clone(),
+            unlinked: vec![[0, 2], [1, 3]],
+            backend: Some(backend.into()),
+        };
+        let found = |t: &tbbench_schema::Topology, links: &[tbbench_schema::Link]| {
+            cabling_problems("tcp/links", &hosts, links, Some(t))
+                .into_iter()
+                .map(|p| (p.kind, p.hosts))
+                .collect::<Vec<_>>()
+        };
+        let h = |a: &str, b: &str| vec![a.to_string(), b.to_string()];
+        assert_eq!(
+            found(&ring("jaccl"), &[]),
+            [
+                ("cable-missing".to_string(), h("m0", "m2")),
+                ("cable-missing".to_string(), h("m1", "m3"))
+            ]
+        );
+        assert!(found(&ring("jaccl-ring"), &[]).is_empty());
+        // Cabled 0-2-1-3-0, listed 0 1 2 3: the ring backend needs 0-1, 1-2, 2-3, 3-0.
+        let crossed = tbbench_schema::Topology {
+            unlinked: vec![[0, 1], [2, 3]],
+            ..ring("ring")
+        };
+        assert_eq!(
+            found(&crossed, &[]),
+            [
+                ("cable-missing".to_string(), h("m0", "m1")),
+                ("cable-missing".to_string(), h("m2", "m3"))
+            ]
+        );
+        let end = |mtu: u32| tbbench_schema::LinkEnd {
+            interface: "en1".into(),
+            mtu: Some(mtu),
+            ..Default::default()
+        };
+        let link = tbbench_schema::Link {
+            ranks: [1, 2],
+            hosts: [hosts[1].clone(), hosts[2].clone()],
+            cable: 0,
+            ends: [end(9000), end(1500)],
+        };
+        assert_eq!(
+            found(&ring("jaccl-ring"), &[link]),
+            [("cable-mtu-differs".to_string(), h("m1", "m2"))]
+        );
+        assert!(cabling_problems("tcp/en0", &hosts, &[], None).is_empty());
+    }
+
     #[test]
     fn each_hosts_env_problems_come_through_once() {
         let mut f = vec![

@@ -75,6 +75,12 @@ impl Suite for DoctorSuite {
     /// connection's pacing timers (as `tbbench link`).
     const STREAMS_WHEN_PACED: usize = 1;
 
+    /// Runs on any cabling: it times the pairs that have a cable and names the ones the
+    /// hostfile's backend needs and lacks.
+    fn needs_every_pair(_config: &DoctorConfig) -> bool {
+        false
+    }
+
     fn run(config: &DoctorConfig, ctx: &mut Context) -> Result<Option<SuiteOutput>> {
         let mine = facts::gather(ctx, &config.tool);
         let gathered = ctx.comm.gather(0, &serde_json::to_vec(&mine)?)?;
@@ -89,9 +95,18 @@ impl Suite for DoctorSuite {
                 .collect::<Result<_>>()?,
             None => vec![],
         };
-        // Rank 0 knows every rank's host, so it picks the pairs and tells the others.
+        // Rank 0 knows every rank's host, so it picks the pairs and tells the others. Over
+        // links, only the pairs with a cable (the others' absence is a problem of its own).
+        let unlinked: Vec<[usize; 2]> = ctx
+            .network
+            .topology
+            .as_ref()
+            .map(|t| t.unlinked.clone())
+            .unwrap_or_default();
         let pairs = if ctx.rank() == 0 {
-            judge::pairs_of(&judge::endpoints(&all))
+            let mut p = judge::pairs_of(&judge::endpoints(&all));
+            p.retain(|pair| !unlinked.contains(pair));
+            p
         } else {
             vec![]
         };
@@ -150,7 +165,13 @@ fn verdict(
     let plan = config.plan();
     let pairs = judge::pairs(facts, timed, &plan);
     let network = ctx.network.label.clone();
-    let problems = judge::problems(&network, facts, &pairs, &plan);
+    let mut problems = judge::problems(&network, facts, &pairs, &plan);
+    problems.extend(judge::cabling_problems(
+        &network,
+        &ctx.rank_names,
+        &ctx.network.links,
+        ctx.network.topology.as_ref(),
+    ));
     let hosts: Vec<facts::RankFacts> = judge::first_of_each_host(facts)
         .into_iter()
         .filter_map(|r| facts.get(r).cloned())

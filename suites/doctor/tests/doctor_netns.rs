@@ -366,3 +366,89 @@ fn hosts_with_different_tcp_congestion_controls_are_named() {
         )
     );
 }
+
+/// A ring of four cabled as Thunderbolt clusters are, checked against the hostfile's backend:
+/// MLX's jaccl runs a full mesh, so the ring's two missing diagonals are each named with their
+/// hosts; jaccl-ring runs on the ring, so none is; a cable whose ends differ in MTU is named
+/// with both hosts.
+#[test]
+fn the_cabling_is_held_to_the_backend_and_each_cable_to_itself() {
+    let Some(lab) = netlab::CabledLab::up("ring4", "tbc", &["1000mbit"]) else {
+        return;
+    };
+    let dir = tmpdir("doctor-cabling");
+    let doctor = |form: &str| -> (Output, serde_json::Value) {
+        let hosts = lab.hostfile(&dir, form);
+        let out = dir.join(format!("doctor-{form}.json"));
+        let o = run(
+            &[
+                "doctor",
+                "--hostfile",
+                hosts.to_str().unwrap(),
+                "--rsh",
+                "ip netns exec",
+                "--nodes",
+                "4",
+                "--over",
+                "tcp:links",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            Duration::from_secs(120),
+        );
+        assert!(out.exists(), "{form}: {}", text(&o.stderr));
+        (o, read_json(&out))
+    };
+    let cable_problems = |r: &serde_json::Value| -> Vec<(String, Vec<String>)> {
+        r["results"]["problems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["kind"].as_str().unwrap().starts_with("cable-"))
+            .map(|p| {
+                (
+                    p["kind"].as_str().unwrap().to_string(),
+                    p["hosts"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|h| h.as_str().unwrap().to_string())
+                        .collect(),
+                )
+            })
+            .collect()
+    };
+    let (o, r) = doctor("jaccl");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stdout));
+    assert_eq!(r["network"]["topology"]["backend"], "jaccl");
+    let found = cable_problems(&r);
+    let h = |a: &str, b: &str| vec![a.to_string(), b.to_string()];
+    assert_eq!(
+        found,
+        vec![
+            ("cable-missing".to_string(), h("tbc0", "tbc2")),
+            ("cable-missing".to_string(), h("tbc1", "tbc3")),
+        ],
+        "{}",
+        text(&o.stdout)
+    );
+    assert!(text(&o.stdout).contains("backend jaccl runs a full mesh"));
+    // Only the four cables were timed.
+    assert_eq!(r["results"]["pairs"].as_array().unwrap().len(), 4);
+    let (o, r) = doctor("jaccl-ring");
+    assert!(kinds(&r).is_empty(), "{}", text(&o.stdout));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    // Host 1's end of its cable to host 2 (its interface en2) at another MTU.
+    let set = Command::new("ip")
+        .args(["-n", "tbc1", "link", "set", "en2", "mtu", "1500"])
+        .status()
+        .unwrap();
+    assert!(set.success());
+    let (o, r) = doctor("jaccl-ring");
+    assert_eq!(
+        cable_problems(&r),
+        vec![("cable-mtu-differs".to_string(), h("tbc1", "tbc2"))],
+        "{}",
+        text(&o.stdout)
+    );
+}
