@@ -20,6 +20,10 @@ pub struct RankFacts {
     pub tool: Tool,
     pub blas: Blas,
     pub memory_available_bytes: u64,
+    /// "macOS 26.2", "Debian GNU/Linux 12": the OS and its version, as the host record has
+    /// them (empty from an older tbbench).
+    #[serde(default)]
+    pub os: String,
     /// The network as this rank's transport describes it: its own interface, kind, speed, MTU.
     pub network: Network,
     /// Where the kernel would send to each peer's data address.
@@ -77,6 +81,11 @@ pub fn gather(ctx: &Context, tool: &Tool) -> RankFacts {
         tool: tool.clone(),
         blas,
         memory_available_bytes: host.memory_available_bytes,
+        os: if host.os_version.is_empty() {
+            host.os.clone()
+        } else {
+            host.os_version.clone()
+        },
         network: ctx.network.clone(),
         routes,
         rdma: serde_json::to_value(&rdma).unwrap_or_default(),

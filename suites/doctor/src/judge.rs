@@ -308,6 +308,15 @@ pub fn problems(network: &str, facts: &[RankFacts], pairs: &[Pair], plan: &Plan)
             say(&versions)
         ));
     }
+    // Apple's RDMA over Thunderbolt needs one macOS build on every Mac (26.2 or later);
+    // elsewhere kernels and drivers differ with the build.
+    let oses = groups(&|h| h.os.clone());
+    if oses.len() > 1 && oses.iter().all(|(os, _)| !os.is_empty()) {
+        add("os-mismatch", all.clone(), format!(
+            "{} — update every host to one OS build (RDMA over Thunderbolt needs macOS 26.2 or later on every Mac)",
+            say(&oses)
+        ));
+    }
     let blas = groups(&|h| format!("{}: {}", h.blas.name, h.blas.kernel));
     if blas.len() > 1 {
         add("blas-mismatch", all.clone(), format!(
@@ -482,6 +491,7 @@ mod tests {
                 note: None,
             },
             memory_available_bytes: 64 << 30,
+            os: "macOS 26.2".into(),
             network: Network {
                 transport: "tcp".into(),
                 interface: Some(iface.into()),
@@ -726,8 +736,19 @@ mod tests {
         let mut c = rank(2, "n3", "eth0", "ethernet", None, 1500);
         b.tool.git_commit = "25b679e0000".into();
         c.blas.kernel = "Prescott (OpenBLAS 0.3.21 DYNAMIC_ARCH)".into();
+        c.os = "macOS 26.1".into();
         let p = judge(&[a, b, c], &[], &Plan::default());
-        assert_eq!(kinds(&p), ["version-mismatch", "blas-mismatch"]);
+        assert_eq!(
+            kinds(&p),
+            ["version-mismatch", "os-mismatch", "blas-mismatch"]
+        );
+        assert!(
+            p[1].detail
+                .starts_with("macOS 26.2 on n1, n2; macOS 26.1 on n3 — update every host"),
+            "{}",
+            p[1].detail
+        );
+        let p = vec![p[0].clone(), p[2].clone()];
         assert_eq!(p[0].hosts, ["n1", "n2", "n3"]);
         assert!(
             p[0].detail.starts_with(

@@ -451,4 +451,48 @@ fn the_cabling_is_held_to_the_backend_and_each_cable_to_itself() {
         "{}",
         text(&o.stdout)
     );
+    // The same ring with one cable (2-3) at a fifth of the others' rate, as a Thunderbolt 4
+    // cable among Thunderbolt 5 ones: that pair, and no other, is named.
+    drop(lab);
+    let Some(lab) = netlab::CabledLab::up(
+        "ring4",
+        "tbc",
+        &["1000mbit", "1000mbit", "200mbit", "1000mbit"],
+    ) else {
+        return;
+    };
+    let hosts = lab.hostfile(&dir, "jaccl-ring");
+    let out = dir.join("doctor-slow.json");
+    let o = run(
+        &[
+            "doctor",
+            "--hostfile",
+            hosts.to_str().unwrap(),
+            "--rsh",
+            "ip netns exec",
+            "--nodes",
+            "4",
+            "--over",
+            "tcp:links",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(120),
+    );
+    let r = read_json(&out);
+    let slow: Vec<(String, serde_json::Value)> = r["results"]["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["kind"].as_str().unwrap().to_string(), p["hosts"].clone()))
+        .collect();
+    assert_eq!(
+        slow,
+        vec![(
+            "pair-slower-than-others".to_string(),
+            serde_json::json!(["tbc2", "tbc3"])
+        )],
+        "{}",
+        text(&o.stdout)
+    );
 }
