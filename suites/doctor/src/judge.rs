@@ -748,7 +748,7 @@ mod tests {
             "{}",
             p[1].detail
         );
-        let p = vec![p[0].clone(), p[2].clone()];
+        let p = [p[0].clone(), p[2].clone()];
         assert_eq!(p[0].hosts, ["n1", "n2", "n3"]);
         assert!(
             p[0].detail.starts_with(
