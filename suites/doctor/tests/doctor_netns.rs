@@ -377,9 +377,9 @@ fn the_cabling_is_held_to_the_backend_and_each_cable_to_itself() {
         return;
     };
     let dir = tmpdir("doctor-cabling");
-    let doctor = |form: &str| -> (Output, serde_json::Value) {
-        let hosts = lab.hostfile(&dir, form);
-        let out = dir.join(format!("doctor-{form}.json"));
+    // Doctor over the cables with a hostfile of `form`, its result saved as `name`.
+    let doctor_with = |hosts: &Path, name: &str| -> (Output, serde_json::Value) {
+        let out = dir.join(format!("doctor-{name}.json"));
         let o = run(
             &[
                 "doctor",
@@ -396,9 +396,10 @@ fn the_cabling_is_held_to_the_backend_and_each_cable_to_itself() {
             ],
             Duration::from_secs(120),
         );
-        assert!(out.exists(), "{form}: {}", text(&o.stderr));
+        assert!(out.exists(), "{name}: {}", text(&o.stderr));
         (o, read_json(&out))
     };
+    let doctor = |form: &str| doctor_with(&lab.hostfile(&dir, form), form);
     let cable_problems = |r: &serde_json::Value| -> Vec<(String, Vec<String>)> {
         r["results"]["problems"]
             .as_array()
@@ -453,6 +454,7 @@ fn the_cabling_is_held_to_the_backend_and_each_cable_to_itself() {
     );
     // The same ring with one cable (2-3) at a fifth of the others' rate, as a Thunderbolt 4
     // cable among Thunderbolt 5 ones: that pair, and no other, is named.
+    drop(doctor);
     drop(lab);
     let Some(lab) = netlab::CabledLab::up(
         "ring4",
@@ -461,25 +463,7 @@ fn the_cabling_is_held_to_the_backend_and_each_cable_to_itself() {
     ) else {
         return;
     };
-    let hosts = lab.hostfile(&dir, "jaccl-ring");
-    let out = dir.join("doctor-slow.json");
-    let o = run(
-        &[
-            "doctor",
-            "--hostfile",
-            hosts.to_str().unwrap(),
-            "--rsh",
-            "ip netns exec",
-            "--nodes",
-            "4",
-            "--over",
-            "tcp:links",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-        Duration::from_secs(120),
-    );
-    let r = read_json(&out);
+    let (o, r) = doctor_with(&lab.hostfile(&dir, "jaccl-ring"), "slow");
     let slow: Vec<(String, serde_json::Value)> = r["results"]["problems"]
         .as_array()
         .unwrap()
