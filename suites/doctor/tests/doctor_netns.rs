@@ -454,7 +454,6 @@ fn the_cabling_is_held_to_the_backend_and_each_cable_to_itself() {
     );
     // The same ring with one cable (2-3) at a fifth of the others' rate, as a Thunderbolt 4
     // cable among Thunderbolt 5 ones: that pair, and no other, is named.
-    drop(doctor);
     drop(lab);
     let Some(lab) = netlab::CabledLab::up(
         "ring4",
