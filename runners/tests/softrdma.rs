@@ -783,7 +783,10 @@ impl Dev {
             let names: Vec<String> = devs.iter().map(|d| lib.device_name(*d)).collect();
             // The two rule sets first, then one device per interface (`rdma_<ifname>`).
             assert_eq!(names[..2], [APPLE, LINUX]);
-            assert!(names[2..].iter().all(|n| n.starts_with("rdma_")), "{names:?}");
+            assert!(
+                names[2..].iter().all(|n| n.starts_with("rdma_")),
+                "{names:?}"
+            );
             let i = names.iter().position(|x| x == name).unwrap();
             let ctx = (lib.open_device)(devs[i]);
             (lib.free_device_list)(list);

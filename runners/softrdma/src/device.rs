@@ -235,9 +235,9 @@ pub fn join_run(run: Run) {
     *lock(&RUN) = run;
 }
 
-/// Every interface that is up and not loopback, with its first IPv4 address, in the order
-/// the system lists them.
-pub fn interface_ipv4s() -> Vec<(String, Ipv4Addr)> {
+/// Every IPv4 address of an interface that is up, with the interface's name, in the order
+/// the system lists them (loopback included).
+fn up_ipv4s() -> Vec<(String, Ipv4Addr)> {
     let mut out: Vec<(String, Ipv4Addr)> = Vec::new();
     // SAFETY: getifaddrs fills a list freed with freeifaddrs; each entry is read while alive.
     unsafe {
@@ -250,16 +250,13 @@ pub fn interface_ipv4s() -> Vec<(String, Ipv4Addr)> {
                     && !e.ifa_name.is_null()
                     && (*e.ifa_addr).sa_family as i32 == libc::AF_INET
                     && e.ifa_flags as u64 & libc::IFF_UP as u64 != 0
-                    && e.ifa_flags as u64 & libc::IFF_LOOPBACK as u64 == 0
                 {
                     let sin = &*(e.ifa_addr as *const libc::sockaddr_in);
                     let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
                     let name = std::ffi::CStr::from_ptr(e.ifa_name)
                         .to_string_lossy()
                         .into_owned();
-                    if !out.iter().any(|(n, _)| *n == name) {
-                        out.push((name, ip));
-                    }
+                    out.push((name, ip));
                 }
                 p = e.ifa_next;
             }
@@ -269,36 +266,26 @@ pub fn interface_ipv4s() -> Vec<(String, Ipv4Addr)> {
     out
 }
 
+/// Every interface that is up and not loopback, with its first IPv4 address, in the order
+/// the system lists them.
+pub fn interface_ipv4s() -> Vec<(String, Ipv4Addr)> {
+    let mut out: Vec<(String, Ipv4Addr)> = Vec::new();
+    for (name, ip) in up_ipv4s() {
+        if !ip.is_loopback() && !out.iter().any(|(n, _)| *n == name) {
+            out.push((name, ip));
+        }
+    }
+    out
+}
+
 /// The host's IPv4 addresses, the one to put first at GID index 1 leading: a chosen one
 /// (`TBBENCH_SOFTRDMA_ADDR`), else the first address of an interface that is up and not
 /// loopback, else 127.0.0.1. Loopback comes last so a rank bound to 127.0.0.1 finds it too.
 fn host_ipv4s() -> Vec<Ipv4Addr> {
-    let mut up: Vec<Ipv4Addr> = Vec::new();
-    let mut lo: Vec<Ipv4Addr> = Vec::new();
-    // SAFETY: getifaddrs fills a list freed with freeifaddrs; each entry is read while alive.
-    unsafe {
-        let mut ifa: *mut libc::ifaddrs = std::ptr::null_mut();
-        if libc::getifaddrs(&mut ifa) == 0 {
-            let mut p = ifa;
-            while !p.is_null() {
-                let e = &*p;
-                if !e.ifa_addr.is_null()
-                    && (*e.ifa_addr).sa_family as i32 == libc::AF_INET
-                    && e.ifa_flags as u64 & libc::IFF_UP as u64 != 0
-                {
-                    let sin = &*(e.ifa_addr as *const libc::sockaddr_in);
-                    let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
-                    if ip.is_loopback() {
-                        lo.push(ip);
-                    } else {
-                        up.push(ip);
-                    }
-                }
-                p = e.ifa_next;
-            }
-            libc::freeifaddrs(ifa);
-        }
-    }
+    let (lo, up): (Vec<Ipv4Addr>, Vec<Ipv4Addr>) = up_ipv4s()
+        .into_iter()
+        .map(|(_, ip)| ip)
+        .partition(|ip| ip.is_loopback());
     let mut all: Vec<Ipv4Addr> = Vec::new();
     if let Some(ip) = std::env::var("TBBENCH_SOFTRDMA_ADDR")
         .ok()
