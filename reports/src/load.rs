@@ -205,32 +205,33 @@ pub const MAX_STRING_CHARS: usize = 2048;
 fn cap_strings(v: &mut serde_json::Value) {
     use serde_json::Value;
     match v {
-        Value::String(s) if s.len() > MAX_STRING_CHARS => {
-            let keep = s
-                .char_indices()
-                .nth(MAX_STRING_CHARS)
-                .map_or(s.len(), |(i, _)| i);
-            if keep < s.len() {
-                let cut = s.len() - keep;
-                s.truncate(keep);
-                s.push_str(&format!("… [{cut} more bytes not read]"));
-            }
-        }
+        Value::String(s) => cut(s),
         Value::Array(a) => a.iter_mut().for_each(cap_strings),
         Value::Object(o) => {
             if o.keys().any(|k| k.len() > MAX_STRING_CHARS) {
                 *o = std::mem::take(o)
                     .into_iter()
-                    .map(|(k, v)| {
-                        let mut k = Value::String(k);
-                        cap_strings(&mut k);
-                        (k.as_str().unwrap_or_default().to_string(), v)
+                    .map(|(mut k, v)| {
+                        cut(&mut k);
+                        (k, v)
                     })
                     .collect();
             }
             o.values_mut().for_each(cap_strings)
         }
         _ => {}
+    }
+}
+
+/// `s` cut to [`MAX_STRING_CHARS`] characters, saying how many bytes went.
+fn cut(s: &mut String) {
+    if s.len() <= MAX_STRING_CHARS {
+        return;
+    }
+    if let Some((keep, _)) = s.char_indices().nth(MAX_STRING_CHARS) {
+        let gone = s.len() - keep;
+        s.truncate(keep);
+        s.push_str(&format!("… [{gone} more bytes not read]"));
     }
 }
 
