@@ -280,16 +280,20 @@ fn rank_main<S: Suite>(
         // A name only ssh knows (an alias in ~/.ssh/config) does not resolve here: said now,
         // by the rank that cannot resolve it, rather than lost behind "rank 0 dropped its
         // control connections".
-        if let Err((alt, e)) = rendezvous::resolve(&rdv) {
-            let host = alt.rsplit_once(':').map_or(alt.as_str(), |(h, _)| h);
-            bail!(
-                "rank {rank} ({label}) cannot resolve rank 0's host {host}: {e} (a name only ssh knows, such as an alias in ~/.ssh/config, does not resolve for tbbench: give the host's address in the hostfile's \"ips\", or a name every host resolves)"
-            );
-        }
+        let addrs = match rendezvous::resolve(&rdv) {
+            Ok(a) => a,
+            Err((alt, e)) => {
+                let host = alt.rsplit_once(':').map_or(alt.as_str(), |(h, _)| h);
+                bail!(
+                    "rank {rank} ({label}) cannot resolve rank 0's host {host}: {e} (a name only ssh knows, such as an alias in ~/.ssh/config, does not resolve for tbbench: give the host's address in the hostfile's \"ips\", or a name every host resolves)"
+                );
+            }
+        };
         // Rank 0 waits `timeout` for every rank and then names the ones missing; this rank
         // waits a little longer, so that line (the cause) comes first.
         let joined = rendezvous::join(
             &rdv,
+            &addrs,
             &token,
             size,
             me,

@@ -346,20 +346,21 @@ pub fn resolve(rdv: &str) -> std::result::Result<Vec<SocketAddr>, (String, std::
     }
 }
 
+/// Joins rank 0's rendezvous at `addrs` (what [`resolve`] made of `rdv`, which names it in
+/// messages).
 pub fn join(
     rdv: &str,
+    addrs: &[SocketAddr],
     token: &Token,
     size: usize,
     me: RankInfo,
     timeout: Duration,
 ) -> Result<(Vec<RankInfo>, TcpStream)> {
     let deadline = Instant::now() + timeout;
-    let addrs = resolve(rdv)
-        .map_err(|(alt, e)| anyhow!("cannot resolve the rendezvous address {alt}: {e}"))?;
     let greeting = join_greeting(token, size, me)?;
     let mut attempt = 1;
     loop {
-        let stream = connect_any(&addrs, rdv, deadline, timeout)?;
+        let stream = connect_any(addrs, rdv, deadline, timeout)?;
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(timeout))?;
         let reply = (&stream)
