@@ -68,6 +68,24 @@ hostfile() {
 }
 
 # The cables of a shape, "a-b" each, in cable order.
+# A cable's tbf burst: 10 ms at its rate (at least 64 KiB, two timer ticks at 250 Hz and
+# several jumbo frames). A fixed burst of megabytes lets a slow cable run far above its rate
+# for the first tenths of a second after an idle spell, which short measurements (every cable
+# at once) would report.
+burst_for() {
+  local r=$1 n unit bps
+  n=${r%%[a-z]*}
+  unit=${r#"$n"}
+  case "$unit" in
+    gbit) bps=$((n * 1000000000)) ;;
+    mbit) bps=$((n * 1000000)) ;;
+    kbit) bps=$((n * 1000)) ;;
+    *) echo "netlab: rate '$r' is not N{kbit,mbit,gbit}" >&2; exit 2 ;;
+  esac
+  local b=$((bps / 8 / 100))
+  echo $((b < 65536 ? 65536 : b))
+}
+
 cables_of() {
   case "$1" in
     mesh3) echo "0-1 0-2 1-2" ;;
@@ -139,7 +157,7 @@ cabled_up() {
     local end
     for end in "$p$a:$ia" "$p$b:$ib"; do
       ip -n "${end%%:*}" link set "${end#*:}" mtu 9000 up
-      tc -n "${end%%:*}" qdisc add dev "${end#*:}" root tbf rate "$rate" burst 4mb latency 20ms
+      tc -n "${end%%:*}" qdisc add dev "${end#*:}" root tbf rate "$rate" burst "$(burst_for "$rate")" latency 20ms
     done
     k=$((k + 1))
   done

@@ -320,6 +320,37 @@ fn rank_main<S: Suite>(
             },
         })
         .collect();
+    // Over links: the cables every pair has, derived alike on every rank from the table. An
+    // error waits for the control channel, as the opening's does.
+    let cabling = if opts.links {
+        derive_cabling(&table, &names).map(Some)
+    } else {
+        Ok(None)
+    };
+    // Verbs over links says how to reach it only now (each peer's queue pairs on its cable's
+    // device), in a second round on the rendezvous connections. A rank that cannot say (its
+    // device failed, the cabling did not derive) says nothing and keeps its error.
+    let mut opening = opening;
+    let cabled = if transport::cabled_round(opts) {
+        let word = match (&mut opening, &cabling) {
+            (Ok(o), Ok(Some(c))) => match o.advertise_cabled(c) {
+                Ok(w) => w,
+                Err(e) => {
+                    opening = Err(e);
+                    None
+                }
+            },
+            _ => None,
+        };
+        let wait = opts.timeout + Duration::from_secs(if rank == 0 { 0 } else { 5 });
+        match rendezvous::second_round(rank, &conns, word, wait) {
+            Ok(all) => Some(all),
+            Err(_) if launched && rank != 0 => rendezvous::exit_now(launch::EXIT_RANK0_LOST),
+            Err(e) => return Err(e),
+        }
+    } else {
+        None
+    };
     let ctl = Control::start(rank, names.clone(), conns, rdv_listener, token, launched)?;
     // From here on an error ends the run on every rank, with one line naming where it started.
     match run_suite::<S>(
@@ -332,6 +363,8 @@ fn rank_main<S: Suite>(
         &table,
         names.clone(),
         opening,
+        cabling,
+        cabled.as_deref(),
         launched,
     ) {
         Ok(code) => {
@@ -358,6 +391,30 @@ fn rank_main<S: Suite>(
     }
 }
 
+/// The cables between every pair of ranks, from what each published at the rendezvous.
+fn derive_cabling(table: &[RankInfo], names: &[PeerName]) -> Result<crate::links::Cabling> {
+    let hosts: Vec<String> = names.iter().map(|n| n.host.clone()).collect();
+    // A rank that could not tell its control interface (rank 0 with no address from the
+    // hostfile) is known by the address the others reached it at, which the rendezvous
+    // recorded.
+    let infos: Vec<crate::links::LinkInfo> = table
+        .iter()
+        .map(|i| {
+            let mut info = i.links.clone().unwrap_or_default();
+            if info.control_iface.is_none() {
+                let seen: Option<Ipv4Addr> = i.data_ip.as_deref().and_then(|a| a.parse().ok());
+                info.control_iface = info
+                    .interfaces
+                    .iter()
+                    .find(|x| Some(x.ip) == seen)
+                    .map(|x| x.name.clone());
+            }
+            info
+        })
+        .collect();
+    crate::links::derive(&hosts, &infos)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run_suite<S: Suite>(
     config: &S::Config,
@@ -369,42 +426,22 @@ fn run_suite<S: Suite>(
     table: &[RankInfo],
     names: Vec<PeerName>,
     opening: Result<Box<dyn Opening>>,
+    cabling: Result<Option<crate::links::Cabling>>,
+    cabled: Option<&[Option<String>]>,
     launched: bool,
 ) -> Result<i32> {
-    // Over links: the cables every pair has, derived alike on every rank from the table; a
-    // suite that needs a pair with none ends here, before anything is opened.
-    let cabling = if opts.links {
-        let hosts: Vec<String> = names.iter().map(|n| n.host.clone()).collect();
-        // A rank that could not tell its control interface (rank 0 with no address from the
-        // hostfile) is known by the address the others reached it at, which the rendezvous
-        // recorded.
-        let infos: Vec<crate::links::LinkInfo> = table
-            .iter()
-            .map(|i| {
-                let mut info = i.links.clone().unwrap_or_default();
-                if info.control_iface.is_none() {
-                    let seen: Option<Ipv4Addr> = i.data_ip.as_deref().and_then(|a| a.parse().ok());
-                    info.control_iface = info
-                        .interfaces
-                        .iter()
-                        .find(|x| Some(x.ip) == seen)
-                        .map(|x| x.name.clone());
-                }
-                info
-            })
-            .collect();
-        let c = crate::links::derive(&hosts, &infos)?;
+    // A suite that needs a pair with no cable ends here, before anything is opened.
+    let cabling = cabling?;
+    if let Some(c) = &cabling {
         if !c.topology.unlinked.is_empty() && S::needs_every_pair(config) {
+            let hosts: Vec<String> = names.iter().map(|n| n.host.clone()).collect();
             bail!(
                 "{} needs a cable between every pair of ranks, and these have none: {} (run it over one network, e.g. --over tcp:IFACE, or cable those hosts)",
                 S::NAME,
                 c.unlinked_line(&hosts)
             );
         }
-        Some(c)
-    } else {
-        None
-    };
+    }
     let rank_names: Vec<String> = names.iter().map(|n| n.host.clone()).collect();
     let Opened {
         transport,
@@ -416,9 +453,13 @@ fn run_suite<S: Suite>(
         token,
         opts,
         cabling: cabling.as_ref(),
+        cabled,
     })?;
     if let Some(c) = cabling {
-        network.links = c.links;
+        // A transport may have filled in what it learnt of each cable (its RDMA devices).
+        if network.links.is_empty() {
+            network.links = c.links;
+        }
         network.topology = Some(c.topology);
     }
     let hosts = group_hosts(table);

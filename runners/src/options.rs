@@ -117,8 +117,8 @@ pub enum NetTarget {
     Subnet(Ipv4Addr, u8),
     /// An RDMA device (`verbs:rdma_en3`, `verbs:mlx5_0`).
     Device(String),
-    /// Each pair of ranks over its own cable(s) (`tcp:links`), from the hostfile or found by
-    /// subnet (`crate::links`).
+    /// Each pair of ranks over its own cable(s) (`tcp:links`, `verbs:links`: each peer on its
+    /// cable's RDMA device), from the hostfile or found by subnet (`crate::links`).
     Links,
 }
 
@@ -137,8 +137,8 @@ impl NetSpec {
             Some("") => anyhow::bail!("network '{s}': nothing after ':'"),
             Some(w) => {
                 if w == "links" {
-                    if transport != TransportKind::Tcp {
-                        anyhow::bail!("network '{s}': links per pair run over tcp only so far (tcp:links); verbs uses one device per rank (verbs:rdma_en3)");
+                    if transport == TransportKind::Shm {
+                        anyhow::bail!("network '{s}': shm runs between ranks of one host, over no cable (links per pair: tcp:links or verbs:links)");
                     }
                     NetTarget::Links
                 } else if let Some((ip, bits)) = w.split_once('/') {

@@ -218,10 +218,21 @@ fn judge_join(token: &Token, got: &[u8]) -> Verdict<Join> {
 /// Frames on the control channel, after the rendezvous.
 #[derive(Debug, Serialize, Deserialize)]
 enum Ctrl {
-    Table { ranks: Vec<RankInfo> },
+    Table {
+        ranks: Vec<RankInfo>,
+    },
+    /// A second round ([`second_round`]): one rank's word to rank 0, then every rank's.
+    Word {
+        text: Option<String>,
+    },
+    Words {
+        all: Vec<Option<String>>,
+    },
     Heartbeat,
     Bye,
-    Abort { message: String },
+    Abort {
+        message: String,
+    },
 }
 
 fn write_frame(mut s: &TcpStream, msg: &Ctrl) -> std::io::Result<()> {
@@ -318,6 +329,56 @@ pub fn gather_ranks(
         .context("sending the rank table")?;
     }
     Ok((table, conns))
+}
+
+/// A second round on the rendezvous connections, after the table, for what a rank can say only
+/// once it knows the others (verbs over links: each peer's queue pairs on the device of its
+/// cable). Every rank gives its word (None where it has none, e.g. its device did not open:
+/// its own error comes later, on the control channel) and gets every rank's, in rank order.
+/// Rank 0 holds `conns` (from [`gather_ranks`]), the others their one stream to rank 0; the
+/// connections are the token-checked ones, and every wait ends after `timeout`.
+pub fn second_round(
+    rank: usize,
+    conns: &[Option<TcpStream>],
+    word: Option<String>,
+    timeout: Duration,
+) -> Result<Vec<Option<String>>> {
+    if rank == 0 {
+        let mut all: Vec<Option<String>> = vec![None; conns.len()];
+        all[0] = word;
+        for (r, c) in conns.iter().enumerate() {
+            let Some(c) = c else { continue };
+            c.set_nonblocking(false)?;
+            c.set_read_timeout(Some(timeout))?;
+            match read_frame(c) {
+                Ok(Ctrl::Word { text }) => all[r] = text,
+                Ok(Ctrl::Abort { message }) => bail!("{message}"),
+                Ok(other) => bail!("rank {r} sent {other:?} in the rendezvous' second round"),
+                Err(e) => bail!("rank {r} left the rendezvous before its second round: {e}"),
+            }
+        }
+        for c in conns.iter().flatten() {
+            c.set_write_timeout(Some(timeout))?;
+            write_frame(c, &Ctrl::Words { all: all.clone() })
+                .context("sending the second round's words")?;
+        }
+        Ok(all)
+    } else {
+        let c = conns
+            .first()
+            .and_then(|c| c.as_ref())
+            .ok_or_else(|| anyhow!("no connection to rank 0"))?;
+        c.set_read_timeout(Some(timeout))?;
+        c.set_write_timeout(Some(timeout))?;
+        write_frame(c, &Ctrl::Word { text: word })
+            .context("rendezvous second round: telling rank 0")?;
+        match read_frame(c) {
+            Ok(Ctrl::Words { all }) => Ok(all),
+            Ok(Ctrl::Abort { message }) => bail!("{message}"),
+            Ok(other) => bail!("rank 0 sent {other:?} in the rendezvous' second round"),
+            Err(e) => bail!("rank 0 did not finish the rendezvous' second round: {e}"),
+        }
+    }
 }
 
 /// A non-zero rank's side: connects (retrying while rank 0 comes up), joins, waits for the table.

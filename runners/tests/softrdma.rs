@@ -12,36 +12,13 @@ mod netlab;
 mod support;
 
 use netlab::{netlab, Lab};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 use support::*;
 use tbbench_runners::transport::verbs::ffi::*;
 
 const APPLE: &str = "softrdma_apple0";
 const LINUX: &str = "softrdma_linux0";
-
-/// The device library: the newest of the one `cargo test` builds as this package's
-/// dev-dependency (target/<profile>/deps) and the one `cargo build` puts beside the binary.
-fn so() -> PathBuf {
-    let dir = Path::new(bin()).parent().unwrap();
-    let name = format!(
-        "{}tbbench_softrdma{}",
-        std::env::consts::DLL_PREFIX,
-        std::env::consts::DLL_SUFFIX
-    );
-    let name = name.as_str();
-    let newest = [dir.join("deps").join(name), dir.join(name)]
-        .into_iter()
-        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
-        .max();
-    match newest {
-        Some((_, p)) => p,
-        None => panic!(
-            "{name} is missing in {}: build it with `cargo build -p tbbench-softrdma` (same profile as the tests)",
-            dir.display()
-        ),
-    }
-}
 
 /// The device's counters as the stats files written at close hold them, one per process.
 fn stats(dir: &Path) -> Vec<serde_json::Value> {

@@ -220,3 +220,26 @@ pub fn kill_and_finish(child: Child, victim: u32) -> (Output, Duration) {
     let (o, _) = finish(child, Duration::from_secs(30));
     (o, killed_at.elapsed())
 }
+
+/// The device library: the newest of the one `cargo test` builds as this package's
+/// dev-dependency (target/<profile>/deps) and the one `cargo build` puts beside the binary.
+pub fn so() -> PathBuf {
+    let dir = std::path::Path::new(bin()).parent().unwrap();
+    let name = format!(
+        "{}tbbench_softrdma{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    );
+    let name = name.as_str();
+    let newest = [dir.join("deps").join(name), dir.join(name)]
+        .into_iter()
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .max();
+    match newest {
+        Some((_, p)) => p,
+        None => panic!(
+            "{name} is missing in {}: build it with `cargo build -p tbbench-softrdma` (same profile as the tests)",
+            dir.display()
+        ),
+    }
+}

@@ -8,6 +8,7 @@
 //! that).
 
 pub mod algo;
+mod cables;
 pub mod element;
 #[cfg(test)]
 mod tests;
@@ -113,8 +114,12 @@ impl Comm {
         )
     }
 
-    /// Dissemination barrier: ⌈log2 N⌉ rounds of one-byte messages.
+    /// Dissemination barrier: ⌈log2 N⌉ rounds of one-byte messages (on a partial cabling,
+    /// up the cables' tree and back: [`cables`]).
     pub fn barrier(&mut self) -> Result<()> {
+        if self.on_cable_tree() {
+            return self.tree_barrier();
+        }
         let (r, n) = (self.rank(), self.size());
         let mut step = 1;
         while step < n {
@@ -144,6 +149,9 @@ impl Comm {
 
     /// Broadcast within `group` from its member `root` (a world rank).
     pub fn bcast_in(&mut self, group: Group, root: usize, buf: &mut [u8]) -> Result<()> {
+        if matches!(group, Group::All) && self.on_cable_tree() {
+            return self.tree_bcast(root, buf);
+        }
         let n = group.len(self.size());
         let (me, root_i) = (group.index_of(self.rank())?, group.index_of(root)?);
         let rel = (me + n - root_i) % n;
@@ -271,6 +279,9 @@ impl Comm {
 
     /// Gathers each rank's bytes (of any length) at `root`, in rank order.
     pub fn gather(&mut self, root: usize, mine: &[u8]) -> Result<Option<Vec<Vec<u8>>>> {
+        if self.on_cable_tree() {
+            return self.tree_gather(root, mine);
+        }
         if self.rank() != root {
             self.t.send(root, &(mine.len() as u64).to_le_bytes())?;
             self.t.send(root, mine)?;
@@ -373,7 +384,7 @@ impl Comm {
     pub fn allreduce_f64_in(&mut self, group: Group, data: &mut [f64], op: ReduceOp) -> Result<()> {
         // Commutative, as reduce_all needs: IEEE addition is; max and min by the total
         // order (f64::max may return either zero of ±0, so two partners could disagree).
-        self.reduce_all(group, None, data, |acc, other| {
+        self.small_reduce_all(group, data, |acc, other| {
             for (a, b) in acc.iter_mut().zip(other) {
                 *a = match op {
                     ReduceOp::Sum => *a + *b,
@@ -411,7 +422,7 @@ impl Comm {
         index: u64,
     ) -> Result<(f64, u64)> {
         let mut pair = [value, f64::from_bits(index)];
-        self.reduce_all(group, None, &mut pair, |acc, other| {
+        self.small_reduce_all(group, &mut pair, |acc, other| {
             let (v, i) = (other[0], other[1].to_bits());
             let take = match v.total_cmp(&acc[0]) {
                 std::cmp::Ordering::Greater => true,
@@ -423,6 +434,20 @@ impl Comm {
             }
         })?;
         Ok((pair[0], pair[1].to_bits()))
+    }
+
+    /// The all-reduce of a few values the suites use to agree (times, counts, HPL's pivots):
+    /// recursive doubling, or on a partial cabling along the cables' tree.
+    fn small_reduce_all<T: Element>(
+        &mut self,
+        group: Group,
+        data: &mut [T],
+        combine: impl Fn(&mut [T], &[T]),
+    ) -> Result<()> {
+        if matches!(group, Group::All) && self.on_cable_tree() {
+            return self.tree_reduce_all(data, combine);
+        }
+        self.reduce_all(group, None, data, combine)
     }
 
     /// All-reduce by recursive doubling: members beyond the largest power of two first hand

@@ -146,6 +146,8 @@ pub struct Peers<'a> {
     pub opts: &'a RunOptions,
     /// Over links: the cables each pair has (None: one network for every pair).
     pub cabling: Option<&'a crate::links::Cabling>,
+    /// What every rank said in the rendezvous' second round ([`cabled_round`]), in rank order.
+    pub cabled: Option<&'a [Option<String>]>,
 }
 
 /// A transport connected, and the network it runs on as the result file records it.
@@ -160,8 +162,19 @@ pub struct Opened {
 pub trait Opening {
     /// Puts what the peers need into this rank's rendezvous entry (a port, queue pair numbers).
     fn advertise(&self, me: &mut RankInfo);
+    /// For a transport that can say how to reach it only once the cables are known
+    /// ([`cabled_round`]): what goes to every rank in the rendezvous' second round.
+    fn advertise_cabled(&mut self, _cabling: &crate::links::Cabling) -> Result<Option<String>> {
+        Ok(None)
+    }
     /// Connects to every peer and describes the network from what the OS says about it.
     fn connect(self: Box<Self>, peers: &Peers) -> Result<Opened>;
+}
+
+/// Whether the run needs the rendezvous' second round: verbs over links puts each peer's queue
+/// pairs on the device of its cable, which only the table of every rank's cables says.
+pub fn cabled_round(opts: &RunOptions) -> bool {
+    opts.links && opts.transport == TransportKind::Verbs
 }
 
 /// Starts opening the transport the options name. The one place a transport kind picks its

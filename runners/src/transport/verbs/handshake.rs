@@ -1,6 +1,8 @@
-//! The connection data each rank publishes at the rendezvous: its port's LID and GID, the
-//! path MTU it can do, the largest chunk its queues take, and for every peer the numbers (QPN) and first packet sequence numbers
-//! (PSN) of the two queue pairs it made for that peer. Carried as hex text inside the rank's
+//! The connection data each rank publishes at the rendezvous: the largest chunk its queues
+//! take, and for every peer the numbers (QPN) and first packet sequence numbers (PSN) of the
+//! two queue pairs it made for that peer, with the LID, GID and MTU of the port they are on (a
+//! rank cabled to several hosts puts each peer's queue pairs on the device of its cable). The
+//! header's LID, GID and MTU are the first port's. Carried as hex text inside the rank's
 //! rendezvous record, so it travels the existing, token-checked rendezvous untouched.
 //!
 //! Decoding is strict: a record from another tbbench version or a damaged one is refused with
@@ -10,13 +12,14 @@ use super::ffi::Gid;
 use super::profile::{Platform, Remote};
 
 const MAGIC: &[u8; 4] = b"TBV1";
+const VERSION: u8 = 2;
 const HEADER: usize = 4 + 4 + 2 + 2 + 4 + 16;
-const ENTRY: usize = 2 + 4 * 4;
+const ENTRY: usize = 2 + 4 * 4 + 2 + 1 + 1 + 16;
 /// QPNs and PSNs are 24-bit quantities on the wire.
 const MAX_24: u32 = 0x00ff_ffff;
 
 /// Both queue pairs one rank made for one peer: data, and the control one that carries
-/// "ready to receive" notices.
+/// "ready to receive" notices; and the port they are on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerQps {
     pub peer: usize,
@@ -24,6 +27,10 @@ pub struct PeerQps {
     pub data_psn: u32,
     pub ctl_qpn: u32,
     pub ctl_psn: u32,
+    pub lid: u16,
+    /// The port's active MTU (`IBV_MTU_*`).
+    pub mtu: u32,
+    pub gid: Gid,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,7 +49,7 @@ impl Hello {
     pub fn encode(&self) -> String {
         let mut b = Vec::with_capacity(HEADER + ENTRY * self.qps.len());
         b.extend_from_slice(MAGIC);
-        b.push(1); // version
+        b.push(VERSION);
         b.push(match self.platform {
             Platform::MacOs => 0,
             Platform::Linux => 1,
@@ -58,6 +65,10 @@ impl Hello {
             for v in [q.data_qpn, q.data_psn, q.ctl_qpn, q.ctl_psn] {
                 b.extend_from_slice(&v.to_le_bytes());
             }
+            b.extend_from_slice(&q.lid.to_le_bytes());
+            b.push(q.mtu as u8);
+            b.push(0);
+            b.extend_from_slice(&q.gid);
         }
         b.iter().map(|x| format!("{x:02x}")).collect()
     }
@@ -81,18 +92,26 @@ impl Hello {
         if &b[0..4] != MAGIC {
             return Err("not tbbench RDMA connection data".into());
         }
-        if b[4] != 1 {
-            return Err(format!("version {} (this tbbench reads version 1)", b[4]));
+        if b[4] != VERSION {
+            return Err(format!(
+                "version {} (this tbbench reads version {VERSION})",
+                b[4]
+            ));
         }
         let platform = match b[5] {
             0 => Platform::MacOs,
             1 => Platform::Linux,
             x => return Err(format!("unknown platform {x}")),
         };
-        let mtu = b[6] as u32;
-        if !(1..=5).contains(&mtu) {
-            return Err(format!("MTU code {mtu} is not an IBV_MTU value"));
-        }
+        let mtu_code = |m: u8| {
+            let m = m as u32;
+            if (1..=5).contains(&m) {
+                Ok(m)
+            } else {
+                Err(format!("MTU code {m} is not an IBV_MTU value"))
+            }
+        };
+        let mtu = mtu_code(b[6])?;
         let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
         let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
         let lid = u16_at(8);
@@ -113,12 +132,17 @@ impl Hello {
         let mut qps: Vec<PeerQps> = Vec::with_capacity(count);
         for i in 0..count {
             let o = HEADER + i * ENTRY;
+            let mut gid = [0u8; 16];
+            gid.copy_from_slice(&b[o + 22..o + 38]);
             let q = PeerQps {
                 peer: u16_at(o) as usize,
                 data_qpn: u32_at(o + 2),
                 data_psn: u32_at(o + 6),
                 ctl_qpn: u32_at(o + 10),
                 ctl_psn: u32_at(o + 14),
+                lid: u16_at(o + 18),
+                mtu: mtu_code(b[o + 20])?,
+                gid,
             };
             if q.peer >= size {
                 return Err(format!("an entry for rank {} in a run of {size}", q.peer));
@@ -148,12 +172,17 @@ impl Hello {
     pub fn remotes_for(&self, me: usize) -> Option<(Remote, Remote)> {
         let q = self.qps.iter().find(|q| q.peer == me)?;
         let remote = |qpn, psn| Remote {
-            lid: self.lid,
+            lid: q.lid,
             qpn,
             psn,
-            gid: self.gid,
+            gid: q.gid,
         };
         Some((remote(q.data_qpn, q.data_psn), remote(q.ctl_qpn, q.ctl_psn)))
+    }
+
+    /// The MTU of the port that rank `me`'s queue pairs are on.
+    pub fn mtu_for(&self, me: usize) -> Option<u32> {
+        self.qps.iter().find(|q| q.peer == me).map(|q| q.mtu)
     }
 }
 
@@ -166,6 +195,9 @@ mod tests {
         gid[10] = 0xff;
         gid[11] = 0xff;
         gid[12..].copy_from_slice(&[10, 0, 0, 2]);
+        // Rank 2 is reached on another cable's device.
+        let mut other = gid;
+        other[12..].copy_from_slice(&[192, 168, 0, 5]);
         Hello {
             platform: Platform::MacOs,
             mtu: 3,
@@ -179,6 +211,9 @@ mod tests {
                     data_psn: 1,
                     ctl_qpn: 17,
                     ctl_psn: 0x00ab_cdef,
+                    lid: 0x1234,
+                    mtu: 3,
+                    gid,
                 },
                 PeerQps {
                     peer: 2,
@@ -186,6 +221,9 @@ mod tests {
                     data_psn: 0,
                     ctl_qpn: 301,
                     ctl_psn: 0x00ff_ffff,
+                    lid: 7,
+                    mtu: 4,
+                    gid: other,
                 },
             ],
         }
@@ -212,8 +250,11 @@ mod tests {
         let (data, ctl) = h.remotes_for(2).unwrap();
         assert_eq!((data.qpn, data.psn), (300, 0));
         assert_eq!((ctl.qpn, ctl.psn), (301, 0x00ff_ffff));
-        assert_eq!(data.lid, 0x1234);
-        assert_eq!(data.gid, h.gid);
+        // The port of the entry, not the header's.
+        assert_eq!((data.lid, ctl.lid), (7, 7));
+        assert_eq!(data.gid[12..], [192, 168, 0, 5]);
+        assert_eq!(h.mtu_for(2), Some(4));
+        assert_eq!(h.remotes_for(0).unwrap().0.gid, h.gid);
         assert!(h.remotes_for(1).is_none(), "no entry for rank 1");
     }
 
@@ -248,9 +289,9 @@ mod tests {
         assert!(Hello::decode(&flip(0, "55"), 3)
             .unwrap_err()
             .contains("not tbbench"));
-        assert!(Hello::decode(&flip(8, "02"), 3)
+        assert!(Hello::decode(&flip(8, "01"), 3)
             .unwrap_err()
-            .contains("version 2"));
+            .contains("version 1"));
         assert!(Hello::decode(&flip(10, "07"), 3)
             .unwrap_err()
             .contains("platform"));
@@ -270,5 +311,9 @@ mod tests {
         // The high byte of the first data QPN makes it wider than 24 bits.
         let wide = flip(2 * (HEADER + 5), "01");
         assert!(Hello::decode(&wide, 3).unwrap_err().contains("24 bits"));
+        // The first entry's port MTU code.
+        assert!(Hello::decode(&flip(2 * (HEADER + 20), "09"), 3)
+            .unwrap_err()
+            .contains("MTU"));
     }
 }

@@ -25,9 +25,14 @@
 //! TCP control channel and its heartbeats stay the liveness check for every transport; the
 //! timeout here only bounds a wait on a peer that is alive but silent.
 //!
-//! Each rank opens one device (by name, mapped from `--iface`, or the first with an active
-//! port) and uses port 1. A Thunderbolt mesh where every peer sits behind its own `rdma_enX`
-//! is not handled yet: all peers must be reachable through the one device.
+//! On one network each rank opens one device (by name, mapped from `--iface`, or the first
+//! listed) and uses port 1. Over links (`--over verbs:links`, a Thunderbolt mesh or ring) it
+//! opens the device of each cable (the hostfile's `rdma`, else the cable's interface's) with a
+//! completion queue each, puts each peer's queue pairs on its cable's device, registers every
+//! buffer with every device, and polls every completion queue; the queue pair numbers travel in
+//! the rendezvous' second round, once the cables are known. A peer with no cable gets no queue
+//! pairs (the small collectives go along the cables: `comm::cables`). A pair with several
+//! cables uses its first.
 
 pub mod devices;
 pub mod ffi;
@@ -109,12 +114,18 @@ pub struct VerbsOptions {
     /// The run's secret and the address this rank listens on, for a library that takes them
     /// (the software device: see `Lib::join_run`). Hardware needs neither.
     pub run: Option<([u8; 16], Option<Ipv4Addr>)>,
+    /// Per rank, the device its queue pairs go on (over links: its cable's); None puts every
+    /// peer on the one device the options pick.
+    pub per_peer: Option<Vec<PeerDevice>>,
 }
 
 /// What the result file records about the RDMA link.
 #[derive(Debug, Clone)]
 pub struct VerbsInfo {
+    /// The device, or the devices joined by commas.
     pub device: String,
+    /// Every device opened, in the order of the first peer on each.
+    pub devices: Vec<String>,
     pub port: u8,
     pub iface: Option<String>,
     pub mtu_bytes: u32,
@@ -235,12 +246,12 @@ impl Drop for Mr {
 }
 
 /// One registered range, for finding the keys of memory handed to `exchange`.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Reg {
     start: usize,
     end: usize,
-    lkey: u32,
-    rkey: u32,
+    /// (lkey, rkey) on each device, in the transport's device order.
+    keys: Vec<(u32, u32)>,
     id: usize,
 }
 
@@ -249,13 +260,13 @@ type Registry = Arc<Mutex<Vec<Reg>>>;
 /// Lives in a [`Buffer`] from [`VerbsTransport::alloc`]: forgets and deregisters the memory
 /// before the buffer frees it.
 struct MrGuard {
-    mr: Mr,
+    mrs: Vec<Mr>,
     registry: Registry,
 }
 
 impl Drop for MrGuard {
     fn drop(&mut self) {
-        let id = self.mr.raw as usize;
+        let id = self.mrs[0].raw as usize;
         let mut r = self.registry.lock().unwrap_or_else(|p| p.into_inner());
         r.retain(|x| x.id != id);
     }
@@ -298,22 +309,47 @@ impl Qp {
     }
 }
 
-/// A device opened and queue pairs made (in INIT), before the rendezvous: what
+/// Which device a peer's queue pairs go on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeerDevice {
+    /// No queue pairs: the rank itself, or a peer it has no cable to.
+    Nothing,
+    /// The device the options pick (`--rdma-device`, `--iface`, else the first listed).
+    Default,
+    /// The device of the cable to that peer (`rdma_en3`).
+    Named(String),
+    /// The device on this interface (the cable's, where the hostfile names no device).
+    OnInterface(String),
+}
+
+/// One opened device's port, its completion queue and the queue pairs made on it.
+struct Port {
+    // Dropped first: the queue pairs and the CQ before the device they were made on.
+    queues: Queues,
+    dev: Arc<Device>,
+    port: u8,
+    gid_index: Option<u8>,
+    gid: Gid,
+    lid: u16,
+    /// The port's active MTU (`IBV_MTU_*`).
+    mtu: u32,
+    roce: bool,
+    iface: Option<String>,
+}
+
+/// Devices opened and queue pairs made (in INIT), before the rendezvous: what
 /// [`Prepared::hello`] publishes is what the peers need to connect to them.
 pub struct Prepared {
     rank: usize,
     size: usize,
     profile: Profile,
-    port: u8,
-    gid_index: Option<u8>,
-    active_mtu: u32,
     chunk_limit: usize,
-    qps: Vec<Option<(Qp, Qp)>>,
+    /// Per peer: its data and control queue pairs and the port (index into `ports`) they are on.
+    qps: Vec<Option<(Qp, Qp, usize)>>,
     hello: Hello,
     info: VerbsInfo,
     timeout: Duration,
-    queues: Queues,
-    dev: Arc<Device>,
+    ports: Vec<Port>,
 }
 
 fn random_psn() -> u32 {
@@ -341,25 +377,25 @@ fn warn_if_bridged(platform: Platform, iface: Option<&str>) {
     }
 }
 
-/// Opens the device and makes the queue pairs. Any failure is one line saying what is missing.
-pub fn prepare(rank: usize, size: usize, opts: &VerbsOptions) -> Result<Prepared> {
-    let host = Platform::this_host();
-    let path = opts
-        .library
-        .clone()
-        .unwrap_or_else(|| default_library().to_string());
-    let lib = Arc::new(Lib::open(&path).map_err(|e| no_device(&e))?);
-    if let (Some(join), Some((secret, addr))) = (lib.join_run, opts.run) {
-        // SAFETY: 16 readable bytes; the address in host byte order, 0 for every address.
-        let rc = unsafe { join(secret.as_ptr(), secret.len(), addr.map_or(0, u32::from)) };
-        if rc != 0 {
-            bail!("transport verbs: {path} refused the run's secret");
-        }
-    }
+/// The devices the library lists, by name, and the list to free once they are open.
+struct DeviceList<'a> {
+    lib: &'a Lib,
+    list: *mut *mut IbvDevice,
+    devices: Vec<*mut IbvDevice>,
+    names: Vec<String>,
+}
 
-    // SAFETY: plain library calls; the list is freed once the device is open.
-    let (ctx, dev_name) = unsafe {
-        let mut n: std::ffi::c_int = 0;
+impl Drop for DeviceList<'_> {
+    fn drop(&mut self) {
+        // SAFETY: from get_device_list, freed once; opened contexts outlive the list.
+        unsafe { (self.lib.free_device_list)(self.list) };
+    }
+}
+
+fn list_devices<'a>(lib: &'a Lib, path: &str) -> Result<DeviceList<'a>> {
+    let mut n: std::ffi::c_int = 0;
+    // SAFETY: plain library calls; the list lives until the DeviceList drops.
+    unsafe {
         *libc_errno() = 0;
         let list = (lib.get_device_list)(&mut n);
         if list.is_null() {
@@ -371,58 +407,44 @@ pub fn prepare(rank: usize, size: usize, opts: &VerbsOptions) -> Result<Prepared
         }
         let devices: Vec<*mut IbvDevice> = (0..n.max(0) as usize).map(|i| *list.add(i)).collect();
         let names: Vec<String> = devices.iter().map(|d| lib.device_name(*d)).collect();
-        if devices.is_empty() {
-            (lib.free_device_list)(list);
+        let l = DeviceList {
+            lib,
+            list,
+            devices,
+            names,
+        };
+        if l.devices.is_empty() {
             return Err(no_device(&format!(
                 "{path} loaded, ibv_get_device_list found no devices"
             )));
         }
-        let wanted = opts.device.clone().or_else(|| {
-            opts.iface
-                .as_deref()
-                .and_then(|i| profile::device_for_iface(host, i))
-        });
-        let pick = match &wanted {
-            Some(w) => match names.iter().position(|n| n == w) {
-                Some(i) => i,
-                None => {
-                    (lib.free_device_list)(list);
-                    let from = match (&opts.device, &opts.iface) {
-                        (Some(_), _) => String::new(),
-                        (None, Some(i)) => format!(" (the device of interface {i})"),
-                        (None, None) => String::new(),
-                    };
-                    bail!(
-                        "transport verbs: no RDMA device named {w}{from} on this host; it has {}",
-                        names.join(", ")
-                    );
-                }
-            },
-            None => 0,
-        };
-        let ctx = (lib.open_device)(devices[pick]);
-        (lib.free_device_list)(list);
-        if ctx.is_null() {
-            let e = std::io::Error::last_os_error();
-            bail!("transport verbs: cannot open {}: {e}", names[pick]);
-        }
-        (ctx, names[pick].clone())
-    };
-    // The software device's names say whose rules it follows; a real device follows this
-    // host's.
-    let platform = match &lib.emulated {
-        Some(_) => profile::platform_of_emulated(&dev_name),
-        None => host,
-    };
-    let profile = Profile::for_platform(platform);
-    if let (Some(version), 0) = (&lib.emulated, rank) {
-        eprintln!(
-            "tbbench: note: {dev_name} is a software stand-in for an RDMA device ({version}, loaded from {path}) with {} rules; it moves bytes over TCP, so its figures are labelled emulated and are not RDMA measurements",
-            match platform {
-                Platform::MacOs => "Apple's",
-                Platform::Linux => "ConnectX's",
-            }
-        );
+        Ok(l)
+    }
+}
+
+/// Opens device `name`, its protection domain and port 1, picks its GID, and makes a
+/// completion queue for `peers` peers' queue pairs. `iface` is the device's interface where
+/// known, `ip` the address to look for among the GIDs when the interface has none.
+#[allow(clippy::too_many_arguments)]
+fn open_port(
+    lib: &Arc<Lib>,
+    list: &DeviceList,
+    name: &str,
+    profile: &Profile,
+    iface: Option<String>,
+    ip: Option<Ipv4Addr>,
+    peers: usize,
+) -> Result<Port> {
+    let i = list
+        .names
+        .iter()
+        .position(|n| n == name)
+        .expect("the caller checked the name");
+    // SAFETY: a listed device.
+    let ctx = unsafe { (lib.open_device)(list.devices[i]) };
+    if ctx.is_null() {
+        let e = std::io::Error::last_os_error();
+        bail!("transport verbs: cannot open {name}: {e}");
     }
     // SAFETY: ctx is open.
     let pd = unsafe { (lib.alloc_pd)(ctx) };
@@ -430,13 +452,13 @@ pub fn prepare(rank: usize, size: usize, opts: &VerbsOptions) -> Result<Prepared
         let e = std::io::Error::last_os_error();
         // SAFETY: opened above, nothing else made from it.
         unsafe { (lib.close_device)(ctx) };
-        bail!("transport verbs: cannot allocate a protection domain on {dev_name}: {e}");
+        bail!("transport verbs: cannot allocate a protection domain on {name}: {e}");
     }
     let dev = Arc::new(Device {
         lib: lib.clone(),
         ctx,
         pd,
-        name: dev_name.clone(),
+        name: name.to_string(),
         max_mrs: profile.max_mrs,
         mrs: AtomicUsize::new(0),
     });
@@ -447,28 +469,24 @@ pub fn prepare(rank: usize, size: usize, opts: &VerbsOptions) -> Result<Prepared
     let rc = unsafe { (lib.query_port)(ctx, port, &mut pattr) };
     if rc != 0 {
         bail!(
-            "transport verbs: cannot query port {port} of {dev_name}: {}",
+            "transport verbs: cannot query port {port} of {name}: {}",
             std::io::Error::from_raw_os_error(rc)
         );
     }
     if pattr.state != IBV_PORT_ACTIVE {
         bail!(
-            "transport verbs: port {port} of {dev_name} is not active (state {}); is the cable in and the link up?",
+            "transport verbs: port {port} of {name} is not active (state {}); is the cable in and the link up?",
             pattr.state
         );
     }
     let roce = pattr.link_layer == IBV_LINK_LAYER_ETHERNET || pattr.lid == 0;
-    // The device's own interface (the software device's `rdma_en3` names it as Apple's do):
-    // its address is the GID, before the rank's data address, which may be another network's.
-    let iface = opts
-        .iface
-        .clone()
-        .or_else(|| profile::iface_for_device(platform, &dev_name));
-    warn_if_bridged(host, iface.as_deref());
+    warn_if_bridged(Platform::this_host(), iface.as_deref());
+    // The device's own interface's address is its GID, before the rank's data address, which
+    // may be another network's.
     let want_ip = iface
         .as_deref()
         .and_then(|i| crate::netinfo::ipv4_of(i).ok())
-        .or(opts.ip);
+        .or(ip);
     let gids: Vec<Gid> = (0..pattr.gid_tbl_len.max(0))
         .map(|i| {
             let mut g = IbvGid::default();
@@ -485,10 +503,10 @@ pub fn prepare(rank: usize, size: usize, opts: &VerbsOptions) -> Result<Prepared
         // Without an interface to take the address from, the first IPv4-mapped GID serves
         // (the software device's, or a device run on one host over loopback).
         if profile.gid_must_be_ipv4 && want_ip.is_none() && iface.is_some() {
-            bail!("transport verbs: {dev_name} needs the IPv4 address of its interface for its GID; give --iface (e.g. en3) or --rdma-device rdma_enX of an interface that has one");
+            bail!("transport verbs: {name} needs the IPv4 address of its interface for its GID; give --iface (e.g. en3) or --rdma-device rdma_enX of an interface that has one");
         }
         let i = profile::select_gid(&gids, want_ip)
-            .map_err(|e| anyhow!("transport verbs: {dev_name} port {port}: {e}"))?;
+            .map_err(|e| anyhow!("transport verbs: {name} port {port}: {e}"))?;
         Some(i as u8)
     } else {
         None
@@ -498,18 +516,17 @@ pub fn prepare(rank: usize, size: usize, opts: &VerbsOptions) -> Result<Prepared
         .or_else(|| gids.first().copied())
         .unwrap_or([0; 16]);
 
-    let peers = size.saturating_sub(1);
     if let Some(max) = profile.max_qps {
         if 2 * peers > max {
             bail!(
-                "transport verbs: {size} ranks need {} queue pairs on {dev_name}, more than the {max} it allows (at most {} ranks)",
+                "transport verbs: {} peers need {} queue pairs on {name}, more than the {max} it allows (at most {} ranks reached through one device)",
+                peers,
                 2 * peers,
                 max / 2 + 1
             );
         }
     }
-    let depth = profile.want_depth;
-    let cqe = (peers.max(1) * 4 * depth as usize).min(1 << 20) as std::ffi::c_int;
+    let cqe = (peers.max(1) * 4 * profile.want_depth as usize).min(1 << 20) as std::ffi::c_int;
     let mut queues = Queues {
         lib: lib.clone(),
         cq: std::ptr::null_mut(),
@@ -519,53 +536,210 @@ pub fn prepare(rank: usize, size: usize, opts: &VerbsOptions) -> Result<Prepared
     queues.cq = unsafe { (lib.create_cq)(ctx, cqe, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
     if queues.cq.is_null() {
         let e = std::io::Error::last_os_error();
+        bail!("transport verbs: cannot create a completion queue of {cqe} entries on {name}: {e}");
+    }
+    Ok(Port {
+        queues,
+        dev,
+        port,
+        gid_index,
+        gid,
+        lid: pattr.lid,
+        mtu: pattr.active_mtu.clamp(IBV_MTU_256, IBV_MTU_4096),
+        roce,
+        iface,
+    })
+}
+
+/// Opens the devices and makes the queue pairs: every peer's on the device `opts.per_peer`
+/// names for it (its cable's), or all on one. Any failure is one line saying what is missing.
+pub fn prepare(rank: usize, size: usize, opts: &VerbsOptions) -> Result<Prepared> {
+    let host = Platform::this_host();
+    let path = opts
+        .library
+        .clone()
+        .unwrap_or_else(|| default_library().to_string());
+    let lib = Arc::new(Lib::open(&path).map_err(|e| no_device(&e))?);
+    if let (Some(join), Some((secret, addr))) = (lib.join_run, opts.run) {
+        // SAFETY: 16 readable bytes; the address in host byte order, 0 for every address.
+        let rc = unsafe { join(secret.as_ptr(), secret.len(), addr.map_or(0, u32::from)) };
+        if rc != 0 {
+            bail!("transport verbs: {path} refused the run's secret");
+        }
+    }
+    let list = list_devices(&lib, &path)?;
+    let names = list.names.clone();
+    // The device the options pick: --rdma-device, the one of --iface, or the first listed.
+    let wanted = opts.device.clone().or_else(|| {
+        opts.iface
+            .as_deref()
+            .and_then(|i| profile::device_for_iface(host, i))
+    });
+    let default = match &wanted {
+        Some(w) if names.contains(w) => w.clone(),
+        Some(w) => {
+            let from = match (&opts.device, &opts.iface) {
+                (None, Some(i)) => format!(" (the device of interface {i})"),
+                _ => String::new(),
+            };
+            bail!(
+                "transport verbs: no RDMA device named {w}{from} on this host; it has {}",
+                names.join(", ")
+            );
+        }
+        None => names[0].clone(),
+    };
+    // Each peer's device, checked against the list.
+    let mut per_peer: Vec<Option<String>> = Vec::with_capacity(size);
+    for p in 0..size {
+        let want = match opts.per_peer.as_ref().map(|v| &v[p]) {
+            _ if p == rank => None,
+            None | Some(PeerDevice::Default) => Some(default.clone()),
+            Some(PeerDevice::Nothing) => None,
+            Some(PeerDevice::Named(n)) => {
+                if !names.iter().any(|x| x == n) {
+                    bail!(
+                        "transport verbs: no RDMA device named {n} (the device of the cable to rank {p}) on this host; it has {}",
+                        names.join(", ")
+                    );
+                }
+                Some(n.clone())
+            }
+            Some(PeerDevice::OnInterface(i)) => {
+                // The software device names a cable's device as Apple does, on any host.
+                let found = match &lib.emulated {
+                    Some(_) => Some(format!("rdma_{i}")).filter(|n| names.contains(n)),
+                    None => profile::device_for_iface(host, i),
+                };
+                match found {
+                    Some(n) => Some(n),
+                    None => bail!(
+                        "transport verbs: no RDMA device on {i}, the interface of the cable to rank {p}; this host has {} (is RDMA enabled on that port?)",
+                        names.join(", ")
+                    ),
+                }
+            }
+        };
+        per_peer.push(want);
+    }
+    // Devices in the order their first peer comes, each once.
+    let mut opened: Vec<String> = Vec::new();
+    for n in per_peer.iter().flatten() {
+        if !opened.contains(n) {
+            opened.push(n.clone());
+        }
+    }
+    if opened.is_empty() {
+        opened.push(default.clone());
+    }
+    // The software device's names say whose rules it follows; a real device follows this
+    // host's. One run's devices follow one platform's rules.
+    let platform_of = |n: &str| match &lib.emulated {
+        Some(_) => profile::platform_of_emulated(n),
+        None => host,
+    };
+    let platform = platform_of(&opened[0]);
+    if let Some(other) = opened.iter().find(|n| platform_of(n) != platform) {
         bail!(
-            "transport verbs: cannot create a completion queue of {cqe} entries on {dev_name}: {e}"
+            "transport verbs: {} and {other} follow different platforms' rules; one rank's devices must be of one kind",
+            opened[0]
         );
     }
-    let mut qps: Vec<Option<(Qp, Qp)>> = vec![None; size];
+    let profile = Profile::for_platform(platform);
+    if let (Some(version), 0) = (&lib.emulated, rank) {
+        eprintln!(
+            "tbbench: note: {} is a software stand-in for an RDMA device ({version}, loaded from {path}) with {} rules; it moves bytes over TCP, so its figures are labelled emulated and are not RDMA measurements",
+            opened.join(", "),
+            match platform {
+                Platform::MacOs => "Apple's",
+                Platform::Linux => "ConnectX's",
+            }
+        );
+    }
+    let mut ports: Vec<Port> = Vec::with_capacity(opened.len());
+    for name in &opened {
+        // The default device takes --iface and the rank's data address; a cable's device its
+        // own interface (`rdma_en3` is on en3).
+        let (iface, ip) = if *name == default {
+            (
+                opts.iface
+                    .clone()
+                    .or_else(|| profile::iface_for_device(platform, name)),
+                opts.ip,
+            )
+        } else {
+            (profile::iface_for_device(platform, name), None)
+        };
+        let peers = per_peer.iter().flatten().filter(|n| *n == name).count();
+        ports.push(open_port(&lib, &list, name, &profile, iface, ip, peers)?);
+    }
+    drop(list);
+
+    let mut qps: Vec<Option<(Qp, Qp, usize)>> = vec![None; size];
     for (p, slot) in qps.iter_mut().enumerate() {
-        if p == rank {
-            continue;
-        }
-        let data = make_qp(&dev, &profile, &mut queues, port, gid_index)?;
-        let ctl = make_qp(&dev, &profile, &mut queues, port, gid_index)?;
-        *slot = Some((data, ctl));
+        let Some(name) = &per_peer[p] else { continue };
+        let at = opened.iter().position(|n| n == name).expect("opened above");
+        let port = &mut ports[at];
+        let data = make_qp(
+            &port.dev,
+            &profile,
+            &mut port.queues,
+            port.port,
+            port.gid_index,
+        )?;
+        let ctl = make_qp(
+            &port.dev,
+            &profile,
+            &mut port.queues,
+            port.port,
+            port.gid_index,
+        )?;
+        *slot = Some((data, ctl, at));
     }
     let limit = |q: &Qp| profile.chunk_limit(q.send_depth.min(q.recv_depth));
     let chunk_limit = qps
         .iter()
         .flatten()
-        .map(|(d, _)| limit(d))
+        .map(|(d, _, _)| limit(d))
         .min()
-        .unwrap_or(profile.chunk_limit(depth))
+        .unwrap_or(profile.chunk_limit(profile.want_depth))
         .min(u32::MAX as usize / 2);
+    let first = &ports[0];
     let hello = Hello {
         platform,
-        mtu: pattr.active_mtu.clamp(IBV_MTU_256, IBV_MTU_4096),
-        lid: pattr.lid,
+        mtu: first.mtu,
+        lid: first.lid,
         max_chunk: chunk_limit as u32,
-        gid,
+        gid: first.gid,
         qps: qps
             .iter()
             .enumerate()
             .filter_map(|(p, q)| {
-                q.map(|(d, c)| PeerQps {
+                q.map(|(d, c, at)| PeerQps {
                     peer: p,
                     data_qpn: d.qpn(),
                     data_psn: d.psn,
                     ctl_qpn: c.qpn(),
                     ctl_psn: c.psn,
+                    lid: ports[at].lid,
+                    mtu: ports[at].mtu,
+                    gid: ports[at].gid,
                 })
             })
             .collect(),
     };
+    let mtu = ports.iter().map(|p| p.mtu).min().unwrap_or(first.mtu);
     let info = VerbsInfo {
-        device: dev_name,
-        port,
-        iface,
-        mtu_bytes: profile::mtu_bytes(profile::path_mtu(&profile, hello.mtu, hello.mtu)),
-        link_layer: match (platform, roce) {
+        device: opened.join(","),
+        devices: opened.clone(),
+        port: first.port,
+        iface: if ports.len() == 1 {
+            first.iface.clone()
+        } else {
+            None
+        },
+        mtu_bytes: profile::mtu_bytes(profile::path_mtu(&profile, mtu, mtu)),
+        link_layer: match (platform, first.roce) {
             _ if lib.emulated.is_some() => "emulated",
             (Platform::MacOs, _) => "thunderbolt",
             (Platform::Linux, true) => "roce",
@@ -578,16 +752,12 @@ pub fn prepare(rank: usize, size: usize, opts: &VerbsOptions) -> Result<Prepared
         rank,
         size,
         profile,
-        port,
-        gid_index,
-        active_mtu: hello.mtu,
         chunk_limit,
         qps,
         hello,
         info,
         timeout: opts.timeout,
-        queues,
-        dev,
+        ports,
     })
 }
 
@@ -707,59 +877,70 @@ impl Prepared {
         hellos: &[Option<String>],
         names: Vec<PeerName>,
     ) -> Result<VerbsTransport> {
-        let lib = self.dev.lib.clone();
-        let mut chunk_limit = vec![self.chunk_limit; self.size];
-        let mut mtu = self.active_mtu;
-        let mut remotes = Vec::with_capacity(self.size);
-        for p in 0..self.size {
-            if p == self.rank {
+        let Prepared {
+            rank,
+            size,
+            profile,
+            chunk_limit: my_chunk_limit,
+            qps,
+            hello: _,
+            mut info,
+            timeout,
+            ports,
+        } = self;
+        let mut chunk_limit = vec![my_chunk_limit; size];
+        let mut mtus: Vec<u32> = Vec::new();
+        let mut remotes = Vec::with_capacity(size);
+        for p in 0..size {
+            let Some((_, _, at)) = qps[p] else {
                 remotes.push(None);
                 continue;
-            }
+            };
             let text = hellos.get(p).cloned().flatten().ok_or_else(|| {
                 anyhow!("transport verbs: {} published no RDMA connection data (its device did not open)", names[p])
             })?;
-            let h = Hello::decode(&text, self.size).map_err(|e| {
+            let h = Hello::decode(&text, size).map_err(|e| {
                 anyhow!(
                     "transport verbs: bad RDMA connection data from {}: {e}",
                     names[p]
                 )
             })?;
-            if h.platform != self.profile.platform {
+            if h.platform != profile.platform {
                 bail!("transport verbs: {} runs the other platform's RDMA profile; macOS and Linux ranks cannot share a verbs run", names[p]);
             }
-            let (d, c) = h.remotes_for(self.rank).ok_or_else(|| {
+            let (d, c) = h.remotes_for(rank).ok_or_else(|| {
                 anyhow!(
-                    "transport verbs: {} published no queue pair for rank {}",
-                    names[p],
-                    self.rank
+                    "transport verbs: {} published no queue pair for rank {rank}",
+                    names[p]
                 )
             })?;
             chunk_limit[p] = chunk_limit[p].min(h.max_chunk as usize);
-            mtu = profile::path_mtu(&self.profile, mtu, h.mtu);
-            remotes.push(Some((d, c)));
+            let their_mtu = h.mtu_for(rank).unwrap_or(h.mtu);
+            let mtu = profile::path_mtu(&profile, ports[at].mtu, their_mtu);
+            mtus.push(mtu);
+            remotes.push(Some((d, c, mtu)));
         }
         for (p, r) in remotes.iter().enumerate() {
-            let (Some((rd, rc)), Some((d, c))) = (r, self.qps[p]) else {
+            let (Some((rd, rc, mtu)), Some((d, c, at))) = (r, qps[p]) else {
                 continue;
             };
+            let port = &ports[at];
             for (qp, remote) in [(d, rd), (c, rc)] {
                 let local = Local {
-                    port: self.port,
-                    gid_index: self.gid_index,
+                    port: port.port,
+                    gid_index: port.gid_index,
                     psn: qp.psn,
                 };
-                let (mut a, m) = profile::rtr_attr(&self.profile, &local, remote, mtu);
-                modify(&lib, qp.raw, &mut a, m, "RTR", &self.dev.name)?;
-                let (mut a, m) = profile::rts_attr(&self.profile, &local);
-                modify(&lib, qp.raw, &mut a, m, "RTS", &self.dev.name)?;
+                let (mut a, m) = profile::rtr_attr(&profile, &local, remote, *mtu);
+                modify(&port.dev.lib, qp.raw, &mut a, m, "RTR", &port.dev.name)?;
+                let (mut a, m) = profile::rts_attr(&profile, &local);
+                modify(&port.dev.lib, qp.raw, &mut a, m, "RTS", &port.dev.name)?;
             }
         }
-        let recv_slots = self
-            .qps
+        let recv_slots = qps
             .iter()
             .flatten()
-            .map(|(_, c)| c.recv_depth)
+            .map(|(_, c, _)| c.recv_depth)
             .min()
             .unwrap_or(CTL_RECV_SLOTS)
             .clamp(CTL_SPARE + CREDIT_MSGS + 2, CTL_RECV_SLOTS) as usize;
@@ -770,20 +951,23 @@ impl Prepared {
         let eager_credits = (recv_slots as u32 - CTL_SPARE - CREDIT_MSGS) / 2;
         let notices = recv_slots as u32 - CTL_SPARE - CREDIT_MSGS - eager_credits;
         let per_peer = (recv_slots + CTL_SEND_SLOTS) * CTL_SLOT;
-        let mut ctl_buf = Buffer::new(per_peer * self.size);
-        let ctl_mr = Mr::register(
-            &self.dev,
+        let mut ctl_buf = Buffer::new(per_peer * size);
+        let devs: Vec<Arc<Device>> = ports.iter().map(|p| p.dev.clone()).collect();
+        let ctl_mrs = register_on_all(
+            &devs,
             ctl_buf.as_mut_ptr(),
             ctl_buf.len(),
             IBV_ACCESS_LOCAL_WRITE,
         )?;
-        let mut info = self.info.clone();
-        info.mtu_bytes = profile::mtu_bytes(mtu);
-        let peers = (0..self.size)
+        if let Some(mtu) = mtus.iter().min() {
+            info.mtu_bytes = profile::mtu_bytes(*mtu);
+        }
+        let peers = (0..size)
             .map(|p| {
-                self.qps[p].map(|(d, c)| Peer {
+                qps[p].map(|(d, c, at)| Peer {
                     data: d.raw,
                     ctl: c.raw,
+                    dev: at,
                     chunk_limit: chunk_limit[p],
                     sq_free: d.send_depth,
                     rq_free: d.recv_depth,
@@ -803,25 +987,27 @@ impl Prepared {
                 })
             })
             .collect();
+        let lib = ports[0].dev.lib.clone();
         let mut t = VerbsTransport {
-            rank: self.rank,
-            size: self.size,
-            profile: self.profile,
+            rank,
+            size,
+            profile,
             names,
-            timeout: self.timeout,
+            timeout,
             info,
             peers,
             recv_slots,
             per_peer,
             credit_batch: eager_credits.div_ceil(2),
-            queues: self.queues,
-            ctl_mr,
+            queues: ports.into_iter().map(|p| p.queues).collect(),
+            ctl_mrs,
             ctl_buf,
             staging: None,
             registry: Arc::new(Mutex::new(Vec::new())),
             wcs: vec![IbvWc::default(); 64],
             waiting: Waiting::Spin,
-            dev: self.dev,
+            devs,
+            lib,
         };
         // Receives only now, with every queue pair in RTS: Apple's stack drops receives posted
         // earlier.
@@ -835,6 +1021,13 @@ impl Prepared {
         t.greet()?;
         Ok(t)
     }
+}
+
+/// Registers `len` bytes at `ptr` with every device, in their order.
+fn register_on_all(devs: &[Arc<Device>], ptr: *mut u8, len: usize, access: i32) -> Result<Vec<Mr>> {
+    devs.iter()
+        .map(|d| Mr::register(d, ptr, len, access))
+        .collect()
 }
 
 /// One receive chunk a peer was told about: where it may land and the whole message's size.
@@ -859,6 +1052,8 @@ struct EagerIn {
 struct Peer {
     data: *mut IbvQp,
     ctl: *mut IbvQp,
+    /// The device (index into the transport's `devs`) its queue pairs are on.
+    dev: usize,
     /// Both ends cut messages at this size.
     chunk_limit: usize,
     /// Data queue depth left, in the profile's cost units.
@@ -890,76 +1085,113 @@ struct Peer {
 }
 
 struct Staging {
-    mr: Mr,
+    /// One registration per device, in the transport's device order.
+    mrs: Vec<Mr>,
     buf: Buffer,
 }
 
-/// Verbs half open: the device opened and the queue pairs made, their numbers published at
-/// the rendezvous.
+/// Verbs half open. On one network: the device opened and the queue pairs made, their numbers
+/// published at the rendezvous. Over links: nothing opened until the cables are known
+/// ([`Opening::advertise_cabled`]), then each peer's queue pairs on its cable's device, their
+/// numbers published in the rendezvous' second round.
 pub struct VerbsOpening {
-    prepared: Prepared,
+    rank: usize,
+    size: usize,
+    opts: VerbsOptions,
+    prepared: Option<Prepared>,
 }
 
 impl VerbsOpening {
     pub fn prepare(plan: &OpenPlan) -> Result<Box<dyn Opening>> {
         let opts = plan.opts;
-        // Without --rdma-device, the device a hostfile names for this host's cable (MLX's
-        // `rdma`): one per rank, so a pair, or a star's leaves; a rank with several cables'
-        // devices needs a device per peer, which this transport does not open yet.
+        // Without --rdma-device on one network, the device a hostfile names for this host's
+        // cable (MLX's `rdma`): one per rank (a pair, or a star's leaves); several are the
+        // cables of a mesh or ring, which run over links.
         let named = match (&opts.rdma_device, crate::links::HostCables::from_launcher()?) {
             (Some(d), _) => Some(d.clone()),
+            (None, _) if opts.links => None,
             (None, Some(c)) => match c.devices().as_slice() {
                 [] => None,
                 [one] => Some(one.clone()),
                 several => bail!(
-                    "transport verbs: the hostfile names {} RDMA devices for this host's cables ({}); verbs opens one device per rank so far: give --rdma-device (one cable), or run --over tcp:links for every cable",
+                    "transport verbs: the hostfile names {} RDMA devices for this host's cables ({}); give --over verbs:links to reach each peer on its cable's device, or --rdma-device for one of them",
                     several.len(),
                     several.join(", ")
                 ),
             },
             (None, None) => None,
         };
-        let prepared = prepare(
-            plan.rank,
-            plan.size,
-            &VerbsOptions {
-                device: named,
-                iface: opts.iface.clone(),
-                ip: match plan.data_ip {
-                    Some(std::net::IpAddr::V4(v4)) if !v4.is_loopback() && !v4.is_unspecified() => {
-                        Some(v4)
-                    }
+        let vopts = VerbsOptions {
+            device: named,
+            iface: opts.iface.clone(),
+            ip: match plan.data_ip {
+                Some(std::net::IpAddr::V4(v4)) if !v4.is_loopback() && !v4.is_unspecified() => {
+                    Some(v4)
+                }
+                _ => None,
+            },
+            timeout: opts.timeout,
+            library: opts
+                .verbs_lib
+                .as_ref()
+                .map(|p| p.to_string_lossy().into_owned()),
+            // The software device listens where this rank's data goes (loopback for local
+            // ranks; every address over links, where each cable's device listens on its own)
+            // and hears only this run's ranks.
+            run: Some((
+                plan.token.0,
+                match plan.data_ip {
+                    Some(std::net::IpAddr::V4(v4)) if !v4.is_unspecified() => Some(v4),
                     _ => None,
                 },
-                timeout: opts.timeout,
-                library: opts
-                    .verbs_lib
-                    .as_ref()
-                    .map(|p| p.to_string_lossy().into_owned()),
-                // The software device listens where this rank's data goes (loopback for
-                // local ranks) and hears only this run's ranks.
-                run: Some((
-                    plan.token.0,
-                    match plan.data_ip {
-                        Some(std::net::IpAddr::V4(v4)) if !v4.is_unspecified() => Some(v4),
-                        _ => None,
-                    },
-                )),
-            },
-        )?;
-        Ok(Box::new(VerbsOpening { prepared }))
+            )),
+            per_peer: None,
+        };
+        let prepared = if opts.links {
+            None
+        } else {
+            Some(prepare(plan.rank, plan.size, &vopts)?)
+        };
+        Ok(Box::new(VerbsOpening {
+            rank: plan.rank,
+            size: plan.size,
+            opts: vopts,
+            prepared,
+        }))
     }
+}
+
+/// The device each peer's queue pairs go on over links: the one the hostfile names for this
+/// end of the first cable to it, else the device of that cable's interface; the default
+/// device for a peer on this host; none for a peer with no cable.
+fn devices_on_cables(rank: usize, size: usize, cabling: &crate::links::Cabling) -> Vec<PeerDevice> {
+    (0..size)
+        .map(|p| {
+            if p == rank {
+                return PeerDevice::Nothing;
+            }
+            let Some(link) = cabling.between(rank, p).into_iter().next() else {
+                return PeerDevice::Nothing;
+            };
+            let (mine, _) = crate::links::Cabling::ends(link, rank);
+            match &mine.rdma_device {
+                _ if mine.link_kind == "loopback" => PeerDevice::Default,
+                Some(d) => PeerDevice::Named(d.clone()),
+                None => PeerDevice::OnInterface(mine.interface.clone()),
+            }
+        })
+        .collect()
 }
 
 /// Each rank's address as its GID carries it (RoCE and the software device: an IPv4-mapped
 /// GID is the address the RDMA traffic goes to), else the data address it published: on a
 /// cable's device that is the cable's address, not the management network's.
-fn gid_addresses(table: &[RankInfo]) -> Vec<String> {
+fn gid_addresses(table: &[RankInfo], hellos: &[Option<String>]) -> Vec<String> {
     table
         .iter()
-        .map(|i| {
-            let from_gid = i
-                .rdma
+        .zip(hellos)
+        .map(|(i, hello)| {
+            let from_gid = hello
                 .as_deref()
                 .and_then(|h| handshake::Hello::decode(h, table.len()).ok())
                 .and_then(|h| {
@@ -974,20 +1206,52 @@ fn gid_addresses(table: &[RankInfo]) -> Vec<String> {
 
 impl Opening for VerbsOpening {
     fn advertise(&self, me: &mut RankInfo) {
-        me.rdma = Some(self.prepared.hello());
+        me.rdma = self.prepared.as_ref().map(|p| p.hello());
+    }
+
+    fn advertise_cabled(&mut self, cabling: &crate::links::Cabling) -> Result<Option<String>> {
+        let size = self.size;
+        let mut opts = self.opts.clone();
+        opts.per_peer = Some(devices_on_cables(self.rank, size, cabling));
+        let prepared = prepare(self.rank, size, &opts)?;
+        let hello = prepared.hello();
+        self.prepared = Some(prepared);
+        Ok(Some(hello))
     }
 
     fn connect(self: Box<Self>, p: &Peers) -> Result<Opened> {
-        let hellos: Vec<Option<String>> = p.table.iter().map(|i| i.rdma.clone()).collect();
-        let t = self.prepared.connect(&hellos, p.names.clone())?;
+        let hellos: Vec<Option<String>> = match p.cabled {
+            Some(words) => words.to_vec(),
+            None => p.table.iter().map(|i| i.rdma.clone()).collect(),
+        };
+        let prepared = self
+            .prepared
+            .ok_or_else(|| anyhow!("transport verbs: no device was opened for the cables"))?;
+        let t = prepared.connect(&hellos, p.names.clone())?;
         let v = t.info();
         // The device's interface gives the speed; the MTU is the RDMA path MTU, which is what
         // sizes the packets (1024 on Thunderbolt whatever the IP MTU).
-        let interface = v.iface.clone().or_else(|| p.opts.iface.clone());
+        let interface = v
+            .iface
+            .clone()
+            .or_else(|| p.opts.iface.clone().filter(|_| v.devices.len() == 1));
         let speed = interface
             .as_deref()
             .and_then(|i| netinfo::interface_by_name(i).ok())
             .and_then(|i| i.speed_gbit_per_s);
+        // Over links every cable's end records the device it ran on: this rank's as opened,
+        // the far ends' by the rule that names a cable's device after its interface (Apple's
+        // and the software device's; a Linux host's own sysfs says only of its own).
+        let mut links = p.cabling.map(|c| c.links.clone()).unwrap_or_default();
+        if v.emulated || v.link_layer == "thunderbolt" {
+            for l in &mut links {
+                for e in &mut l.ends {
+                    if e.rdma_device.is_none() && e.link_kind != "loopback" {
+                        e.rdma_device = Some(format!("rdma_{}", e.interface));
+                    }
+                }
+            }
+        }
         let network = tbbench_schema::Network {
             transport: "verbs".into(),
             label: format!("verbs/{} ({})", v.device, v.link_layer),
@@ -996,13 +1260,13 @@ impl Opening for VerbsOpening {
             link_kind: if v.emulated { "rdma-emulated" } else { "rdma" }.into(),
             nominal_gbit_per_s: speed,
             mtu: Some(v.mtu_bytes),
-            addresses: gid_addresses(p.table),
+            addresses: gid_addresses(p.table, &hellos),
             streams: None,
             streams_auto: false,
             congestion: None,
             sockbuf_bytes: None,
             sockbuf_auto: false,
-            links: vec![],
+            links,
             topology: None,
         };
         Ok(Opened {
@@ -1024,16 +1288,20 @@ pub struct VerbsTransport {
     per_peer: usize,
     /// Owed credits worth a message of their own.
     credit_batch: u32,
-    // Dropped in this order: queue pairs before the memory they used, all before the device.
-    queues: Queues,
-    ctl_mr: Mr,
+    // Dropped in this order: queue pairs before the memory they used, all before the devices.
+    /// Per device: its completion queue and the queue pairs on it.
+    queues: Vec<Queues>,
+    /// The control buffer's registration on each device.
+    ctl_mrs: Vec<Mr>,
     ctl_buf: Buffer,
     staging: Option<Staging>,
     registry: Registry,
     wcs: Vec<IbvWc>,
     /// Beside a computation ([`Waiting::Beside`]) an idle poll naps at once.
     waiting: Waiting,
-    dev: Arc<Device>,
+    /// The devices: one, or one per cable the rank's peers are on.
+    devs: Vec<Arc<Device>>,
+    lib: Arc<Lib>,
 }
 
 // Raw verbs handles, used only through &mut self.
@@ -1121,6 +1389,11 @@ impl VerbsTransport {
         self.peers[p].as_mut().expect("a peer other than self")
     }
 
+    /// The device (index into `devs`) peer `p`'s queue pairs are on.
+    fn dev_of(&self, p: usize) -> usize {
+        self.peers[p].as_ref().map_or(0, |x| x.dev)
+    }
+
     fn ctl_addr(&self, p: usize, slot: usize) -> u64 {
         self.ctl_buf.as_ptr() as u64 + (p * self.per_peer + slot * CTL_SLOT) as u64
     }
@@ -1129,7 +1402,7 @@ impl VerbsTransport {
         let mut sge = IbvSge {
             addr: self.ctl_addr(p, slot),
             length: CTL_SLOT as u32,
-            lkey: self.ctl_mr.lkey(),
+            lkey: self.ctl_mrs[self.dev_of(p)].lkey(),
         };
         let mut wr = IbvRecvWr {
             wr_id: wr_id(K_CTL_RECV, p, slot as u64),
@@ -1176,7 +1449,7 @@ impl VerbsTransport {
         let mut sge = IbvSge {
             addr,
             length: len as u32,
-            lkey: self.ctl_mr.lkey(),
+            lkey: self.ctl_mrs[self.dev_of(p)].lkey(),
         };
         let mut wr = IbvSendWr::zeroed();
         wr.wr_id = wr_id(K_CTL_SEND, p, slot as u64);
@@ -1313,12 +1586,24 @@ impl VerbsTransport {
     /// Polls once. Control completions are handled here; data completions are returned as
     /// (kind, peer, cost, wc) for the exchange in progress.
     fn poll(&mut self, data: &mut Vec<(u64, usize, u64, IbvWc)>) -> Result<usize> {
+        let mut total = 0;
+        for d in 0..self.queues.len() {
+            total += self.poll_one(d, data)?;
+        }
+        Ok(total)
+    }
+
+    /// Polls device `d`'s completion queue once.
+    fn poll_one(&mut self, d: usize, data: &mut Vec<(u64, usize, u64, IbvWc)>) -> Result<usize> {
         let mut wcs = std::mem::take(&mut self.wcs);
         // SAFETY: the CQ is live; wcs has room for its length.
-        let n = unsafe { poll_cq(self.queues.cq, &mut wcs) };
+        let n = unsafe { poll_cq(self.queues[d].cq, &mut wcs) };
         if n < 0 {
             self.wcs = wcs;
-            bail!("transport verbs: polling the completion queue failed ({n})");
+            bail!(
+                "transport verbs: polling the completion queue of {} failed ({n})",
+                self.devs[d].name
+            );
         }
         let mut result = Ok(n as usize);
         for wc in &wcs[..n as usize] {
@@ -1339,7 +1624,7 @@ impl VerbsTransport {
                 result = Err(anyhow!(
                     "transport verbs: {what} {} failed: {} (vendor error {:#x})",
                     self.names[p],
-                    self.dev.lib.status_str(wc.status),
+                    self.lib.status_str(wc.status),
                     wc.vendor_err
                 ));
                 break;
@@ -1432,15 +1717,16 @@ impl VerbsTransport {
         }
     }
 
-    fn lookup(&self, ptr: *const u8, len: usize) -> Option<Mem> {
+    /// The keys on device `dev` of registered memory holding `ptr..ptr+len`.
+    fn lookup(&self, ptr: *const u8, len: usize, dev: usize) -> Option<Mem> {
         let start = ptr as usize;
         let r = self.registry.lock().unwrap_or_else(|p| p.into_inner());
         r.iter()
             .find(|x| x.start <= start && start + len <= x.end)
             .map(|x| Mem {
                 addr: start as u64,
-                lkey: x.lkey,
-                rkey: x.rkey,
+                lkey: x.keys[dev].0,
+                rkey: x.keys[dev].1,
             })
     }
 
@@ -1452,13 +1738,13 @@ impl VerbsTransport {
         }
         self.staging = None;
         let mut buf = Buffer::new(len.next_power_of_two());
-        let mr = Mr::register(
-            &self.dev,
+        let mrs = register_on_all(
+            &self.devs,
             buf.as_mut_ptr(),
             buf.len(),
             self.profile.mr_access,
         )?;
-        self.staging = Some(Staging { mr, buf });
+        self.staging = Some(Staging { mrs, buf });
         Ok(())
     }
 }
@@ -1516,19 +1802,18 @@ impl Transport for VerbsTransport {
         if len == 0 {
             return Ok(buf);
         }
-        let mr = Mr::register(&self.dev, buf.as_mut_ptr(), len, self.profile.mr_access)?;
+        let mrs = register_on_all(&self.devs, buf.as_mut_ptr(), len, self.profile.mr_access)?;
         self.registry
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(Reg {
                 start: buf.as_ptr() as usize,
                 end: buf.as_ptr() as usize + len,
-                lkey: mr.lkey(),
-                rkey: mr.rkey(),
-                id: mr.raw as usize,
+                keys: mrs.iter().map(|m| (m.lkey(), m.rkey())).collect(),
+                id: mrs[0].raw as usize,
             });
         Ok(buf.with_guard(Box::new(MrGuard {
-            mr,
+            mrs,
             registry: self.registry.clone(),
         })))
     }
@@ -1541,6 +1826,13 @@ impl Transport for VerbsTransport {
         {
             if p >= self.size || p == self.rank {
                 bail!("rank {} cannot exchange with rank {p}", self.rank);
+            }
+            if self.peers[p].is_none() {
+                bail!(
+                    "transport verbs: rank {} has no cable to {}, so no queue pairs to it",
+                    self.rank,
+                    self.names[p]
+                );
             }
         }
         // Small messages go eagerly, copied straight between the caller's buffer and a control
@@ -1564,7 +1856,7 @@ impl Transport for VerbsTransport {
             .iter()
             .map(|op| {
                 let mem = (op.buf.len() > EAGER_MAX)
-                    .then(|| self.lookup(op.buf.as_ptr(), op.buf.len()))
+                    .then(|| self.lookup(op.buf.as_ptr(), op.buf.len(), self.dev_of(op.peer)))
                     .flatten();
                 place(op.buf.len(), mem)
             })
@@ -1573,18 +1865,18 @@ impl Transport for VerbsTransport {
             .iter()
             .map(|op| {
                 let mem = (op.buf.len() > EAGER_MAX)
-                    .then(|| self.lookup(op.buf.as_ptr(), op.buf.len()))
+                    .then(|| self.lookup(op.buf.as_ptr(), op.buf.len(), self.dev_of(op.peer)))
                     .flatten();
                 place(op.buf.len(), mem)
             })
             .collect();
         self.ensure_staging(staged)?;
-        let stage_mem = |at: usize, s: &Option<Staging>| -> Mem {
+        let stage_mem = |at: usize, s: &Option<Staging>, dev: usize| -> Mem {
             let s = s.as_ref().expect("staging sized above");
             Mem {
                 addr: s.buf.as_ptr() as u64 + at as u64,
-                lkey: s.mr.lkey(),
-                rkey: s.mr.rkey(),
+                lkey: s.mrs[dev].lkey(),
+                rkey: s.mrs[dev].rkey(),
             }
         };
         let mut send_q: Vec<VecDeque<SendMsg>> = (0..self.size).map(|_| VecDeque::new()).collect();
@@ -1597,7 +1889,7 @@ impl Transport for VerbsTransport {
                 },
                 Place::Registered(m) => *m,
                 Place::Staged(off) => {
-                    let m = stage_mem(*off, &self.staging);
+                    let m = stage_mem(*off, &self.staging, self.dev_of(op.peer));
                     // SAFETY: staging holds `staged` bytes, this op's share starts at off.
                     unsafe {
                         std::ptr::copy_nonoverlapping(
@@ -1642,7 +1934,7 @@ impl Transport for VerbsTransport {
                     continue;
                 }
                 Place::Registered(m) => *m,
-                Place::Staged(off) => stage_mem(*off, &self.staging),
+                Place::Staged(off) => stage_mem(*off, &self.staging, self.dev_of(op.peer)),
             };
             for (off, len) in profile::chunks(op.buf.len(), limit, self.profile.frame) {
                 recv_todo[op.peer].push_back(RecvChunk {
