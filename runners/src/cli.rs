@@ -149,21 +149,23 @@ impl RunArgs {
             hostfile: self.hostfile.clone(),
             rsh: self.rsh.clone(),
             exe: self.exe.clone(),
-            transport: self.transport,
-            addr: self.addr,
-            iface: self.iface.clone(),
-            rdma_device: self.rdma_device.clone(),
+            net: crate::options::DataNetwork {
+                transport: self.transport,
+                addr: self.addr,
+                iface: self.iface.clone(),
+                rdma_device: self.rdma_device.clone(),
+                subnet: None,
+                links: false,
+            },
             verbs_lib: self
                 .verbs_lib
                 .clone()
                 .or_else(|| std::env::var_os(crate::options::ENV_VERBS_LIB).map(PathBuf::from))
                 .map(absolute_lib),
-            subnet: None,
             over: self.over.clone().map(|n| n.0).unwrap_or_default(),
-            links: false,
             network_index: None,
             streams: self.streams.map(usize::from),
-            streams_when_paced: crate::transport::tcp::AUTO_STREAMS_PACED,
+            streams_when_paced: crate::options::AUTO_STREAMS_PACED,
             sockbuf: self.sockbuf.map(|b| b as usize),
             congestion: self.congestion.clone(),
             timeout: self.timeout.unwrap_or(std::time::Duration::from_secs(30)),

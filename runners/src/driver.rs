@@ -9,10 +9,11 @@ use crate::launch::{
 };
 use crate::netinfo;
 use crate::options::RunOptions;
-use crate::rendezvous::{self, Control, RankInfo, Token};
+use crate::rendezvous::{self, Control};
+use crate::session::{Bootstrap, PeerName, RankInfo, Token};
 use crate::suite::{Context, Suite};
 use crate::sysinfo;
-use crate::transport::{self, shm, OpenPlan, Opened, Opening, PeerName, Peers};
+use crate::transport::{self, shm, OpenPlan, Opened, Opening, Peers};
 use anyhow::{anyhow, bail, Context as _, Result};
 use std::io::{BufRead, Read};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
@@ -83,26 +84,6 @@ fn boot_id() -> String {
         .unwrap_or_default()
 }
 
-/// Who this rank is and how it finds rank 0, however it was started: by tbbench's launcher
-/// (environment + token on stdin), by hand (environment + TBBENCH_TOKEN), or by mpirun.
-pub struct Bootstrap {
-    pub rank: usize,
-    pub size: usize,
-    pub token: Token,
-    /// Rank 0's rendezvous address (host:port), for the other ranks.
-    pub rdv: Option<String>,
-    /// Rank 0's rendezvous listener, when the bootstrap had to bind it first (MPI).
-    pub listener: Option<TcpListener>,
-    /// The launcher's name for this rank's host.
-    pub label: Option<String>,
-    /// The address the launcher chose for this rank (hostfile `ips`, loopback).
-    pub addr: Option<String>,
-    /// Started by tbbench's own launcher: rank 0 reports its port and the result on stdout.
-    pub launched: bool,
-    /// Kept alive for the whole run (the MPI universe, finalized when dropped).
-    pub keepalive: Option<Box<dyn std::any::Any>>,
-}
-
 fn env_bootstrap() -> Result<Bootstrap> {
     let rank = env_usize(ENV_RANK)?;
     let size = env_usize(ENV_SIZE)?;
@@ -134,7 +115,7 @@ fn env_bootstrap() -> Result<Bootstrap> {
         std::thread::spawn(|| {
             let mut sink = [0u8; 64];
             while matches!(std::io::stdin().read(&mut sink), Ok(n) if n > 0) {}
-            rendezvous::abort_and_exit(1);
+            crate::abort::abort_and_exit(1);
         });
         Token::from_hex(&line)?
     } else {
@@ -186,16 +167,16 @@ fn rank_main<S: Suite>(
         ),
         None => None,
     };
-    let data_ip: Option<IpAddr> = match &opts.iface {
+    let data_ip: Option<IpAddr> = match &opts.net.iface {
         // Over links each peer is reached on its own cable: the data listener takes every
         // address, and the connections pick theirs per peer (transport::tcp).
-        _ if opts.links => None,
+        _ if opts.net.links => None,
         Some(iface) => Some(IpAddr::V4(netinfo::ipv4_of(iface)?)),
         // A subnet: this host's own address in it, whatever the interface is called here.
-        None if opts.subnet.is_some() => Some(IpAddr::V4(netinfo::ipv4_in_subnet(
-            opts.subnet.expect("checked"),
+        None if opts.net.subnet.is_some() => Some(IpAddr::V4(netinfo::ipv4_in_subnet(
+            opts.net.subnet.expect("checked"),
         )?)),
-        None => control_ip.or(opts.addr),
+        None => control_ip.or(opts.net.addr),
     };
     // What the peers need to reach this rank's transport (a port, queue pair numbers) exists
     // before the rendezvous so it travels with it. A failure waits until the control channel
@@ -218,7 +199,7 @@ fn rank_main<S: Suite>(
         boot_id: boot_id(),
         host,
         rdma: None,
-        links: if opts.links {
+        links: if opts.net.links {
             Some(crate::links::LinkInfo::gather(control_ip, rdv.as_deref())?)
         } else {
             None
@@ -304,7 +285,7 @@ fn rank_main<S: Suite>(
             // Under the launcher, rank 0 or the launcher names what went wrong (rank 0 gave
             // up on a missing rank, or died); this rank only says, by its exit code, that it
             // lost rank 0, instead of a second line blaming rank 0.
-            Err(_) if launched => rendezvous::exit_now(launch::EXIT_RANK0_LOST),
+            Err(_) if launched => crate::abort::exit_now(crate::session::EXIT_RANK0_LOST),
             Err(e) => return Err(e),
         };
         (table, vec![Some(stream)], None)
@@ -322,7 +303,7 @@ fn rank_main<S: Suite>(
         .collect();
     // Over links: the cables every pair has, derived alike on every rank from the table. An
     // error waits for the control channel, as the opening's does.
-    let cabling = if opts.links {
+    let cabling = if opts.net.links {
         derive_cabling(&table, &names).map(Some)
     } else {
         Ok(None)
@@ -345,7 +326,9 @@ fn rank_main<S: Suite>(
         let wait = opts.timeout + Duration::from_secs(if rank == 0 { 0 } else { 5 });
         match rendezvous::second_round(rank, &conns, word, wait) {
             Ok(all) => Some(all),
-            Err(_) if launched && rank != 0 => rendezvous::exit_now(launch::EXIT_RANK0_LOST),
+            Err(_) if launched && rank != 0 => {
+                crate::abort::exit_now(crate::session::EXIT_RANK0_LOST)
+            }
             Err(e) => return Err(e),
         }
     } else {
@@ -376,7 +359,7 @@ fn rank_main<S: Suite>(
             // Everything the run opened is closed now (it unwound to here). When the control
             // thread is ending the run (another rank died or failed, and this rank's waits
             // stopped for it), that thread names the cause and exits; this one only waits.
-            if rendezvous::main_thread_unwound() {
+            if crate::abort::main_thread_unwound() {
                 loop {
                     std::thread::park();
                 }

@@ -8,7 +8,9 @@
 use crate::hostfile::{place_ranks, read_hostfile, HostEntry};
 use crate::links::{HostCables, ENV_CABLES};
 use crate::options::RunOptions;
-use crate::rendezvous::{Token, LIVENESS};
+use crate::rendezvous::LIVENESS;
+use crate::session::Token;
+use crate::session::{EXIT_RANK0_LOST, EXIT_RANK0_SILENT};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
 use std::io::{BufRead, BufReader, Write};
@@ -37,11 +39,6 @@ pub const ENV_LAUNCHED: &str = "TBBENCH_LAUNCHED";
 pub const ENV_TOKEN: &str = "TBBENCH_TOKEN";
 /// Which network of `--over` the ranks of this run use (an index into the list).
 pub const ENV_NETWORK: &str = "TBBENCH_NETWORK";
-
-/// Exit codes by which a launched rank says it lost rank 0, which then cannot name itself:
-/// its control connection closed, or its heartbeats stopped. The launcher prints the one line.
-pub const EXIT_RANK0_LOST: i32 = 86;
-pub const EXIT_RANK0_SILENT: i32 = 87;
 
 /// Where one rank goes.
 #[derive(Debug, Clone)]
@@ -153,7 +150,7 @@ fn plan(opts: &RunOptions) -> Result<Vec<Placement>> {
     }
     let Some(path) = &opts.hostfile else {
         check_local_ranks(opts.nodes, opts)?;
-        let addr = match (&opts.addr, &opts.iface) {
+        let addr = match (&opts.net.addr, &opts.net.iface) {
             (Some(a), _) => Some(a.to_string()),
             (None, Some(_)) => None,
             (None, None) => Some("127.0.0.1".to_string()),
@@ -347,7 +344,7 @@ fn interrupted() -> Arc<AtomicBool> {
 /// each into the `--out` folder and then put their figures side by side; one writes `--out`.
 pub fn launch(opts: &RunOptions, suite: &str) -> Result<i32> {
     let networks: Vec<(String, RunOptions)> = if opts.over.is_empty() {
-        vec![(opts.transport.as_str().to_string(), opts.clone())]
+        vec![(opts.net.spec(), opts.clone())]
     } else {
         (0..opts.over.len())
             .map(|i| (opts.over[i].spec.clone(), opts.on_network(i)))

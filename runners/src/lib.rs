@@ -2,6 +2,7 @@
 //! rendezvous, transports (tcp, shm, verbs) and the collectives suites use.
 //! Never imports a suite: suites implement [`suite::Suite`] and the driver runs them.
 
+pub mod abort;
 pub mod cli;
 pub mod comm;
 pub mod driver;
@@ -18,6 +19,7 @@ pub mod options;
 pub mod others;
 pub mod pinning;
 pub mod rendezvous;
+pub mod session;
 pub mod suite;
 pub mod sysinfo;
 pub mod transport;

@@ -84,8 +84,8 @@ pub struct IfAddr {
 impl IfAddr {
     fn same_subnet(&self, other: &IfAddr) -> bool {
         self.prefix == other.prefix
-            && crate::options::mask(self.ip, self.prefix)
-                == crate::options::mask(other.ip, other.prefix)
+            && crate::netinfo::mask(self.ip, self.prefix)
+                == crate::netinfo::mask(other.ip, other.prefix)
             && self.ip != other.ip
     }
 }
@@ -216,7 +216,7 @@ pub fn local_cables() -> Vec<LocalCable> {
 
 /// The other host address of a /30 (the two between network and broadcast) or a /31.
 fn far_end(ip: Ipv4Addr, prefix: u8) -> Option<Ipv4Addr> {
-    let net = u32::from(crate::options::mask(ip, prefix));
+    let net = u32::from(crate::netinfo::mask(ip, prefix));
     let me = u32::from(ip);
     let hosts = match prefix {
         31 => [net, net + 1],
@@ -305,7 +305,7 @@ pub fn derive(hosts: &[String], infos: &[LinkInfo]) -> Result<Cabling> {
     // Found cables (no hostfile naming them) lie in subnets exactly two hosts of the run hold,
     // off every control network: a LAN, a VPN or Wi-Fi that more hosts share is no cable, nor
     // is the network ssh and the rendezvous ride.
-    let net = |i: &IfAddr| (crate::options::mask(i.ip, i.prefix), i.prefix);
+    let net = |i: &IfAddr| (crate::netinfo::mask(i.ip, i.prefix), i.prefix);
     let control: Vec<(Ipv4Addr, u8)> = firsts
         .iter()
         .flat_map(|&r| {

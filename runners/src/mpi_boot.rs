@@ -3,8 +3,8 @@
 //! nccl-tests bootstrap NCCL. MPI is used for nothing else: the suites' traffic still goes
 //! over the chosen transport. This is the path for clusters larger than a handful of hosts.
 
-use crate::driver::Bootstrap;
 use crate::options::RunOptions;
+use crate::session::Bootstrap;
 use anyhow::Result;
 
 /// The world size when this process was started by mpirun/mpiexec (OpenMPI, MPICH, PMIx).
@@ -29,7 +29,7 @@ pub fn bootstrap(_opts: &RunOptions, size: usize) -> Result<Bootstrap> {
 
 #[cfg(feature = "mpi")]
 pub fn bootstrap(opts: &RunOptions, _size: usize) -> Result<Bootstrap> {
-    use crate::rendezvous::Token;
+    use crate::session::Token;
     use anyhow::{anyhow, Context};
     use mpi::traits::*;
     use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
@@ -43,7 +43,7 @@ pub fn bootstrap(opts: &RunOptions, _size: usize) -> Result<Bootstrap> {
     let mut listener = None;
     let mut msg = [0u8; 1024];
     if rank == 0 {
-        let ip = match (&opts.iface, opts.addr) {
+        let ip = match (&opts.net.iface, opts.net.addr) {
             (Some(i), _) => Some(IpAddr::V4(crate::netinfo::ipv4_of(i)?)),
             (None, a) => a,
         };

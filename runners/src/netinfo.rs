@@ -127,7 +127,7 @@ pub fn ipv4_in_subnet(subnet: (Ipv4Addr, u8)) -> anyhow::Result<Ipv4Addr> {
     raw.iter()
         .flat_map(|r| r.ipv4.iter())
         .copied()
-        .find(|ip| crate::options::in_subnet(*ip, subnet))
+        .find(|ip| in_subnet(*ip, subnet))
         .ok_or_else(|| {
             let have: Vec<String> = raw
                 .iter()
@@ -842,6 +842,21 @@ mod mac {
                 .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
         })
     }
+}
+
+/// `ip` with all but its first `bits` bits cleared: the network of a prefix.
+pub fn mask(ip: Ipv4Addr, bits: u8) -> Ipv4Addr {
+    let m = if bits == 0 {
+        0
+    } else {
+        u32::MAX << (32 - bits as u32)
+    };
+    Ipv4Addr::from(u32::from(ip) & m)
+}
+
+/// Whether `ip` lies in the subnet `net/bits`.
+pub fn in_subnet(ip: Ipv4Addr, (net, bits): (Ipv4Addr, u8)) -> bool {
+    mask(ip, bits) == net
 }
 
 #[cfg(test)]

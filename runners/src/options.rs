@@ -1,10 +1,16 @@
 //! How a run is placed and connected, common to every suite. The CLI fills this; suites never
 //! see flags.
 
+use crate::netinfo::mask;
 use serde::Serialize;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// Connections per peer when the user gives no `--streams` and the connections run a
+/// congestion control that paces every segment (`transport::tcp::PACING_CONGESTION`): the
+/// default of [`crate::suite::Suite::STREAMS_WHEN_PACED`].
+pub const AUTO_STREAMS_PACED: usize = 2;
 
 /// Names the verbs library, as `--verbs-lib` does; the launcher hands it on to every rank.
 pub const ENV_VERBS_LIB: &str = "TBBENCH_VERBS_LIB";
@@ -44,29 +50,17 @@ pub struct RunOptions {
     pub rsh: String,
     /// The tbbench binary on remote hosts; the same path as this one when not given.
     pub exe: Option<PathBuf>,
-    pub transport: TransportKind,
-    /// Address to bind data (and, for local runs, the rendezvous) to.
-    pub addr: Option<IpAddr>,
-    /// Interface whose IPv4 address each rank binds its data to.
-    pub iface: Option<String>,
-    /// RDMA device for `--transport verbs` (`rdma_en3`, `mlx5_0`); mapped from `iface` when
-    /// not given.
-    pub rdma_device: Option<String>,
+    /// The network this run's data takes (recorded flat in `params`, as the flags were).
+    #[serde(flatten)]
+    pub net: DataNetwork,
     /// The verbs library to load (`--verbs-lib`, `TBBENCH_VERBS_LIB`); the system's when None.
     pub verbs_lib: Option<PathBuf>,
-    /// An IPv4 subnet each rank binds its data to (its own address inside it): one spelling
-    /// of a network that works on every host, whatever its interfaces are called.
-    #[serde(serialize_with = "subnet_str")]
-    pub subnet: Option<(Ipv4Addr, u8)>,
     /// Networks to run the suite over, one after another (`--over`); empty: just once.
     pub over: Vec<NetSpec>,
-    /// Each pair of ranks over its own cable(s) (`--over tcp:links`), not one network for all.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub links: bool,
     /// Which of `over` this run is (set by the launcher for its ranks).
     pub network_index: Option<usize>,
     /// Parallel TCP connections per pair of ranks; None: chosen when the ranks meet
-    /// ([`crate::transport::tcp::auto_streams`]).
+    /// (`transport::tcp::auto_streams`).
     pub streams: Option<usize>,
     /// What a run without `--streams` opens where the congestion control paces every segment:
     /// the suite's [`crate::suite::Suite::STREAMS_WHEN_PACED`], set by the driver.
@@ -89,6 +83,79 @@ pub struct RunOptions {
     pub out_generated: bool,
     /// Local ranks far beyond the host's cores were asked for on purpose.
     pub oversubscribe: bool,
+}
+
+/// The network a run's data takes: built once, from the flags (`--transport`, `--iface`,
+/// `--addr`, `--rdma-device`) or from one entry of `--over` ([`DataNetwork::from_spec`]), and
+/// handed as it is to the launcher, the bootstrap and the transports. Control traffic
+/// (ssh, rendezvous, heartbeats) goes where the hostfile puts the hosts, whatever this says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DataNetwork {
+    pub transport: TransportKind,
+    /// Address to bind data (and, for local runs, the rendezvous) to.
+    pub addr: Option<IpAddr>,
+    /// Interface whose IPv4 address each rank binds its data to.
+    pub iface: Option<String>,
+    /// RDMA device for `--transport verbs` (`rdma_en3`, `mlx5_0`); mapped from `iface` when
+    /// not given.
+    pub rdma_device: Option<String>,
+    /// An IPv4 subnet each rank binds its data to (its own address inside it): one spelling
+    /// of a network that works on every host, whatever its interfaces are called.
+    #[serde(serialize_with = "subnet_str")]
+    pub subnet: Option<(Ipv4Addr, u8)>,
+    /// Each pair of ranks over its own cable(s) (`--over tcp:links`, `verbs:links`), not one
+    /// network for all.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub links: bool,
+}
+
+impl Default for DataNetwork {
+    fn default() -> Self {
+        DataNetwork {
+            transport: TransportKind::Tcp,
+            addr: None,
+            iface: None,
+            rdma_device: None,
+            subnet: None,
+            links: false,
+        }
+    }
+}
+
+impl DataNetwork {
+    /// The network one entry of `--over` names.
+    pub fn from_spec(spec: &NetSpec) -> DataNetwork {
+        let mut n = DataNetwork {
+            transport: spec.transport,
+            ..DataNetwork::default()
+        };
+        match &spec.target {
+            NetTarget::Default => {}
+            NetTarget::Interface(i) => n.iface = Some(i.clone()),
+            NetTarget::Address(a) => n.addr = Some(*a),
+            NetTarget::Subnet(net, bits) => n.subnet = Some((*net, *bits)),
+            NetTarget::Device(d) => n.rdma_device = Some(d.clone()),
+            NetTarget::Links => n.links = true,
+        }
+        n
+    }
+
+    /// As `--over` spells it: "tcp:en0", "verbs:rdma_en3", "tcp:links", "shm".
+    pub fn spec(&self) -> String {
+        let target = if self.links {
+            Some("links".to_string())
+        } else {
+            self.iface
+                .clone()
+                .or_else(|| self.addr.map(|a| a.to_string()))
+                .or_else(|| self.subnet.map(|(n, b)| format!("{n}/{b}")))
+                .or_else(|| self.rdma_device.clone())
+        };
+        match target {
+            Some(t) => format!("{}:{t}", self.transport.as_str()),
+            None => self.transport.as_str().to_string(),
+        }
+    }
 }
 
 fn subnet_str<S: serde::Serializer>(v: &Option<(Ipv4Addr, u8)>, s: S) -> Result<S::Ok, S::Error> {
@@ -202,24 +269,11 @@ pub fn parse_over(s: &str) -> anyhow::Result<Vec<NetSpec>> {
     Ok(specs)
 }
 
-pub fn mask(ip: Ipv4Addr, bits: u8) -> Ipv4Addr {
-    let m = if bits == 0 {
-        0
-    } else {
-        u32::MAX << (32 - bits as u32)
-    };
-    Ipv4Addr::from(u32::from(ip) & m)
-}
-
-pub fn in_subnet(ip: Ipv4Addr, (net, bits): (Ipv4Addr, u8)) -> bool {
-    mask(ip, bits) == net
-}
-
 impl RunOptions {
     /// The TCP-only flags given to a run with no TCP network, as one line; None when they fit.
     pub fn tcp_flags_unused(&self) -> Option<String> {
         let kinds: Vec<TransportKind> = if self.over.is_empty() {
-            vec![self.transport]
+            vec![self.net.transport]
         } else {
             self.over.iter().map(|n| n.transport).collect()
         };
@@ -251,27 +305,14 @@ impl RunOptions {
         ))
     }
 
-    /// These options on network `index` of `--over`: its transport and target replace
-    /// `--transport`, `--iface`, `--addr` and `--rdma-device`.
+    /// These options on network `index` of `--over`: its network replaces the one the
+    /// single-network flags name.
     pub fn on_network(&self, index: usize) -> RunOptions {
-        let spec = &self.over[index];
-        let mut o = self.clone();
-        o.transport = spec.transport;
-        o.network_index = Some(index);
-        o.iface = None;
-        o.addr = None;
-        o.subnet = None;
-        o.rdma_device = None;
-        o.links = false;
-        match &spec.target {
-            NetTarget::Default => {}
-            NetTarget::Interface(i) => o.iface = Some(i.clone()),
-            NetTarget::Address(a) => o.addr = Some(*a),
-            NetTarget::Subnet(n, b) => o.subnet = Some((*n, *b)),
-            NetTarget::Device(d) => o.rdma_device = Some(d.clone()),
-            NetTarget::Links => o.links = true,
+        RunOptions {
+            net: DataNetwork::from_spec(&self.over[index]),
+            network_index: Some(index),
+            ..self.clone()
         }
-        o
     }
 }
 
@@ -286,17 +327,12 @@ impl Default for RunOptions {
             hostfile: None,
             rsh: "ssh -o BatchMode=yes -o ConnectTimeout=10".into(),
             exe: None,
-            transport: TransportKind::Tcp,
-            addr: None,
-            iface: None,
-            subnet: None,
+            net: DataNetwork::default(),
             over: Vec::new(),
-            links: false,
             network_index: None,
-            rdma_device: None,
             verbs_lib: None,
             streams: None,
-            streams_when_paced: crate::transport::tcp::AUTO_STREAMS_PACED,
+            streams_when_paced: AUTO_STREAMS_PACED,
             sockbuf: None,
             congestion: None,
             timeout: Duration::from_secs(30),
@@ -311,6 +347,7 @@ impl Default for RunOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::netinfo::in_subnet;
 
     #[test]
     fn transport_names_parse_including_both_rdma_spellings() {
@@ -324,7 +361,7 @@ mod tests {
             e.contains("unknown transport 'ib'") && e.contains("verbs"),
             "{e}"
         );
-        assert_eq!(RunOptions::default().rdma_device, None);
+        assert_eq!(RunOptions::default().net.rdma_device, None);
     }
 
     #[test]
@@ -367,14 +404,17 @@ mod tests {
     #[test]
     fn each_network_replaces_the_single_network_flags() {
         let o = RunOptions {
-            iface: Some("eth0".into()),
-            rdma_device: Some("mlx5_0".into()),
+            net: DataNetwork {
+                iface: Some("eth0".into()),
+                rdma_device: Some("mlx5_0".into()),
+                ..Default::default()
+            },
             over: parse_over("tcp:10.72.0.0/24,verbs:rdma_en3,shm").unwrap(),
             ..Default::default()
         };
         let a = o.on_network(0);
         assert_eq!(
-            (a.transport, a.iface.clone(), a.subnet),
+            (a.net.transport, a.net.iface.clone(), a.net.subnet),
             (
                 TransportKind::Tcp,
                 None,
@@ -383,12 +423,12 @@ mod tests {
         );
         let b = o.on_network(1);
         assert_eq!(
-            (b.transport, b.rdma_device.as_deref()),
+            (b.net.transport, b.net.rdma_device.as_deref()),
             (TransportKind::Verbs, Some("rdma_en3"))
         );
         let c = o.on_network(2);
         assert_eq!(
-            (c.transport, c.network_index),
+            (c.net.transport, c.network_index),
             (TransportKind::Shm, Some(2))
         );
         assert!(in_subnet(

@@ -9,150 +9,20 @@
 //! computing, and an abort message that ends every rank with one error naming the culprit.
 //! (Under RDMA's unreliable connections this channel is the only liveness check there is.)
 
+use crate::abort::{exit_now, run_abort_hook, unwind_main_thread, unwound};
 use crate::gate::{same_secret, say, Gate, Verdict};
-use crate::launch::{EXIT_RANK0_LOST, EXIT_RANK0_SILENT};
-use crate::transport::PeerName;
+use crate::session::{PeerName, RankInfo, Token, EXIT_RANK0_LOST, EXIT_RANK0_SILENT};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How often control connections carry a heartbeat, and how long silence means a dead rank.
 pub const HEARTBEAT: Duration = Duration::from_millis(500);
 pub const LIVENESS: Duration = Duration::from_secs(5);
-
-/// Set by the control thread when the run ends because of another rank (it died, froze or
-/// failed): the transports' waits see it and return an error, so this rank's main thread
-/// unwinds (closing its devices, deregistering its memory) before the process exits.
-static ABORTING: AtomicBool = AtomicBool::new(false);
-/// Set by the main thread once its run has ended with an error and everything it opened is
-/// closed.
-static UNWOUND: AtomicBool = AtomicBool::new(false);
-/// How long the control thread gives the main thread to unwind. A wait in a transport sees
-/// the abort within milliseconds; a computation (a BLAS call) does not look, and is cut short
-/// by the exit.
-const UNWIND_WAIT: Duration = Duration::from_secs(2);
-
-/// True once the run is being aborted: a transport's wait then stops with an error.
-pub fn aborting() -> bool {
-    ABORTING.load(Ordering::Relaxed)
-}
-
-/// Err once the run is being aborted, for the transports' wait loops.
-pub fn check_abort() -> Result<()> {
-    if aborting() {
-        bail!("the run was aborted");
-    }
-    Ok(())
-}
-
-/// For the main thread when its run ended with an error, everything it opened now closed:
-/// true when the control thread is already ending the run (it names the cause and exits the
-/// process; the caller only waits for that).
-pub fn main_thread_unwound() -> bool {
-    UNWOUND.store(true, Ordering::SeqCst);
-    ABORTING.load(Ordering::SeqCst)
-}
-
-/// On the control thread: tells the main thread's transport waits to stop, and waits (a
-/// bounded time) for the main thread to unwind, so devices are closed in order before exit.
-fn unwind_main_thread() {
-    ABORTING.store(true, Ordering::SeqCst);
-    let start = Instant::now();
-    while !UNWOUND.load(Ordering::SeqCst) && start.elapsed() < UNWIND_WAIT {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// What to undo before a failing run exits (rank 0's shared-memory segment), set once.
-static ON_ABORT: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>> = std::sync::OnceLock::new();
-
-/// Registers the clean-up that runs before this process exits on an aborted run.
-pub fn on_abort(f: impl Fn() + Send + Sync + 'static) {
-    let _ = ON_ABORT.set(Box::new(f));
-}
-
-/// Ends this process from a thread other than the one computing: streams flushed, then
-/// `_exit`, skipping atexit handlers. A plain `exit` runs the BLAS library's destructor, which
-/// frees buffers its worker threads may be using that moment (rank 0 then dies of SIGSEGV
-/// instead of reporting the rank that failed).
-pub fn exit_now(code: i32) -> ! {
-    use std::io::Write;
-    let _ = std::io::stdout().flush();
-    let _ = std::io::stderr().flush();
-    // SAFETY: _exit ends the process at once; nothing after it runs.
-    unsafe { libc::_exit(code) }
-}
-
-/// Runs the clean-up registered with `on_abort`, then `exit_now`: for a rank whose launcher
-/// went away.
-pub fn abort_and_exit(code: i32) -> ! {
-    run_abort_hook();
-    exit_now(code)
-}
-
-fn run_abort_hook() {
-    if let Some(f) = ON_ABORT.get() {
-        f();
-    }
-}
-
-/// A random per-run secret, handed to each rank by the launcher.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct Token(pub [u8; 16]);
-
-impl Token {
-    pub fn random() -> Result<Self> {
-        let mut t = [0u8; 16];
-        getrandom::getrandom(&mut t)
-            .map_err(|e| anyhow!("no randomness for the session token: {e}"))?;
-        Ok(Token(t))
-    }
-    pub fn hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
-    }
-    pub fn from_hex(s: &str) -> Result<Self> {
-        let s = s.trim();
-        if s.len() != 32 || !s.is_ascii() {
-            bail!("malformed session token");
-        }
-        let mut t = [0u8; 16];
-        for (i, b) in t.iter_mut().enumerate() {
-            *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16)
-                .map_err(|_| anyhow!("malformed session token"))?;
-        }
-        Ok(Token(t))
-    }
-}
-
-/// What each rank tells the others at the rendezvous.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RankInfo {
-    pub rank: usize,
-    /// The OS hostname.
-    pub hostname: String,
-    /// The name the launcher used (hostfile entry, namespace); "localhost" for local ranks.
-    pub label: String,
-    /// Where this rank's data listener is; None until rank 0 fills it from the connection.
-    pub data_ip: Option<String>,
-    pub data_port: u16,
-    pub pid: u32,
-    /// Same value on ranks that share a kernel (Linux boot_id), so shm can check it.
-    pub boot_id: String,
-    pub host: tbbench_schema::Host,
-    /// `--transport verbs`: this rank's RDMA connection data (queue pair numbers, LID, GID),
-    /// hex-encoded; None when its device did not open or another transport runs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rdma: Option<String>,
-    /// A run over links (`--over tcp:links`): this rank's addresses and the cables its
-    /// hostfile entry names, from which every rank derives the same links.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub links: Option<crate::links::LinkInfo>,
-}
 
 /// What a joining rank says after the token, in its first frame.
 #[derive(Debug, Serialize, Deserialize)]
@@ -559,7 +429,7 @@ impl Control {
         }
         // The others are told; now this rank's main thread closes what it opened (at once
         // when it is the caller: it has already unwound).
-        if !UNWOUND.load(Ordering::SeqCst) {
+        if !unwound() {
             unwind_main_thread();
         }
         run_abort_hook();

@@ -15,7 +15,7 @@ pub trait Suite {
     /// Connections per pair of ranks where `--streams` is not given and the connections'
     /// congestion control paces every segment (bbr); one elsewhere. Two, where ranks
     /// exchange: the connections wait for their pacing timers at once.
-    const STREAMS_WHEN_PACED: usize = crate::transport::tcp::AUTO_STREAMS_PACED;
+    const STREAMS_WHEN_PACED: usize = crate::options::AUTO_STREAMS_PACED;
 
     /// Runs on every rank. Rank 0 returns Some(output); the others return None.
     fn run(config: &Self::Config, ctx: &mut Context) -> Result<Option<SuiteOutput>>;

@@ -1131,8 +1131,8 @@ fn verbs_pair_watched<T: Send + 'static>(
     watch: Option<std::sync::mpsc::Sender<String>>,
 ) -> Vec<T> {
     use std::sync::mpsc;
+    use tbbench_runners::session::PeerName;
     use tbbench_runners::transport::verbs::{prepare, VerbsOptions};
-    use tbbench_runners::transport::PeerName;
     let lib = so().to_string_lossy().into_owned();
     let secret = *b"run-secret-16byt";
     let (tx, rx): (Vec<_>, Vec<_>) = (0..2).map(|_| mpsc::channel::<String>()).unzip();

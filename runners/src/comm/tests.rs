@@ -1,6 +1,6 @@
 use super::*;
+use crate::session::PeerName;
 use crate::transport::shm::{create_segment, ShmTransport};
-use crate::transport::PeerName;
 use std::time::Duration;
 
 /// `n` ranks as threads, each with its own shm transport, running `body`.

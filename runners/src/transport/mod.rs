@@ -14,7 +14,7 @@ mod tests;
 pub mod verbs;
 
 use crate::options::{RunOptions, TransportKind};
-use crate::rendezvous::{RankInfo, Token};
+use crate::session::{PeerName, RankInfo, Token};
 use anyhow::Result;
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::net::IpAddr;
@@ -31,19 +31,6 @@ pub struct SendOp<'a> {
 pub struct RecvOp<'a> {
     pub peer: usize,
     pub buf: &'a mut [u8],
-}
-
-/// Who a rank is, for error messages: "rank 2 (mac3)".
-#[derive(Debug, Clone)]
-pub struct PeerName {
-    pub rank: usize,
-    pub host: String,
-}
-
-impl std::fmt::Display for PeerName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "rank {} ({})", self.rank, self.host)
-    }
 }
 
 /// How a wait for a message spends its core while nothing arrives.
@@ -174,13 +161,13 @@ pub trait Opening {
 /// Whether the run needs the rendezvous' second round: verbs over links puts each peer's queue
 /// pairs on the device of its cable, which only the table of every rank's cables says.
 pub fn cabled_round(opts: &RunOptions) -> bool {
-    opts.links && opts.transport == TransportKind::Verbs
+    opts.net.links && opts.net.transport == TransportKind::Verbs
 }
 
 /// Starts opening the transport the options name. The one place a transport kind picks its
 /// implementation.
 pub fn prepare(plan: &OpenPlan) -> Result<Box<dyn Opening>> {
-    match plan.opts.transport {
+    match plan.opts.net.transport {
         TransportKind::Tcp => tcp::TcpOpening::prepare(plan),
         TransportKind::Shm => shm::ShmOpening::prepare(plan),
         TransportKind::Verbs => verbs::VerbsOpening::prepare(plan),

@@ -15,10 +15,9 @@
 //! the ring.
 
 use super::{
-    Buffer, OpenPlan, Opened, Opening, PeerName, Peers, RecvOp, SendOp, SharedRegion, Transport,
-    Waiting,
+    Buffer, OpenPlan, Opened, Opening, Peers, RecvOp, SendOp, SharedRegion, Transport, Waiting,
 };
-use crate::rendezvous::{self, RankInfo};
+use crate::session::{PeerName, RankInfo};
 use anyhow::{anyhow, bail, Context, Result};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -210,7 +209,7 @@ impl ShmOpening {
             let token = plan.token.0;
             create_segment(&token, plan.size)?;
             // Gone once every rank attached; this covers runs that fail before that.
-            rendezvous::on_abort(move || unlink_segment(&token));
+            crate::abort::on_abort(move || unlink_segment(&token));
             remember_pending(&token);
             created = Some(token);
         }
@@ -565,7 +564,7 @@ impl ShmTransport {
     fn wait_count(&self, counter: &AtomicU64, want: u64, what: &str) -> Result<()> {
         let start = Instant::now();
         while counter.load(Ordering::Acquire) < want {
-            crate::rendezvous::check_abort()?;
+            crate::abort::check_abort()?;
             if start.elapsed() > self.timeout {
                 bail!(
                     "timed out after {:.0} s waiting for every rank to {what}",
@@ -1028,7 +1027,7 @@ impl ShmTransport {
                 if let Some(&dead) = waiting_on.iter().find(|p| self.peer_gone(**p)) {
                     bail!("{} exited while this rank waited for it", self.names[dead]);
                 }
-                crate::rendezvous::check_abort()?;
+                crate::abort::check_abort()?;
                 if waited > self.timeout {
                     let mut who: Vec<String> = waiting_on
                         .iter()

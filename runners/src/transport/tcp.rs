@@ -9,12 +9,10 @@
 //! the congestion control paces every segment (bbr) each write moves at most 120 KiB
 //! (`PACED_SLICE_BYTES`); only the sender's side depends on it.
 
-use super::{
-    OpenPlan, Opened, Opening, PeerName, Peers, RecvOp, SendOp, Traffic, Transport, Waiting,
-};
+use super::{OpenPlan, Opened, Opening, Peers, RecvOp, SendOp, Traffic, Transport, Waiting};
 use crate::gate::{same_secret, Gate, Verdict};
 use crate::netinfo;
-use crate::rendezvous::RankInfo;
+use crate::session::{PeerName, RankInfo};
 use anyhow::{anyhow, bail, Context, Result};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::VecDeque;
@@ -26,10 +24,6 @@ use std::time::{Duration, Instant};
 /// Messages below this size are not striped: striping only pays once a message is large
 /// enough to keep several connections busy.
 const STRIPE_MIN: usize = 256 << 10;
-/// Connections per peer when the user gives no `--streams` and the connections run a
-/// congestion control that paces every segment ([`PACING_CONGESTION`]): the default of
-/// [`crate::suite::Suite::STREAMS_WHEN_PACED`].
-pub const AUTO_STREAMS_PACED: usize = 2;
 
 /// Congestion controls that pace every segment themselves. Where the interface's queue does
 /// not pace for them (loopback, and any qdisc but fq), Linux holds each segment after the
@@ -198,7 +192,7 @@ impl Opening for TcpOpening {
             },
         )?;
         // The label comes from the interface the data really left by, whatever was asked.
-        let iface = match &p.opts.iface {
+        let iface = match &p.opts.net.iface {
             Some(name) => netinfo::interface_by_name(name).ok(),
             None => t
                 .local_ip()
@@ -1077,7 +1071,7 @@ impl TcpTransport {
                 }
                 continue;
             }
-            crate::rendezvous::check_abort()?;
+            crate::abort::check_abort()?;
             if waited >= self.opts.timeout {
                 let who: Vec<String> = busy.iter().map(|c| self.names[c / k].to_string()).collect();
                 bail!(

@@ -498,12 +498,13 @@ fn shm_keeps_order_when_a_sender_runs_far_ahead() {
 /// otherwise, and the same answer on every rank (it reads only the shared table).
 #[test]
 fn auto_streams_follow_the_congestion_control_the_connections_will_run() {
-    use super::tcp::{auto_streams, AUTO_STREAMS_PACED};
-    let table = |defaults: &[Option<&str>]| -> Vec<crate::rendezvous::RankInfo> {
+    use super::tcp::auto_streams;
+    use crate::options::AUTO_STREAMS_PACED;
+    let table = |defaults: &[Option<&str>]| -> Vec<crate::session::RankInfo> {
         defaults
             .iter()
             .enumerate()
-            .map(|(rank, cc)| crate::rendezvous::RankInfo {
+            .map(|(rank, cc)| crate::session::RankInfo {
                 rank,
                 hostname: format!("h{rank}"),
                 label: format!("h{rank}"),

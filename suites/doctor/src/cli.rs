@@ -101,16 +101,7 @@ fn collect(opts: &RunOptions, started: time::OffsetDateTime) -> Findings {
     let mut f = Findings::default();
     let files: Vec<(String, Option<PathBuf>)> = if opts.over.is_empty() {
         // The network as the flags named it, as `--over` would spell it.
-        let target = opts
-            .iface
-            .clone()
-            .or_else(|| opts.addr.map(|a| a.to_string()))
-            .or_else(|| opts.rdma_device.clone());
-        let spec = match target {
-            Some(t) => format!("{}:{t}", opts.transport.as_str()),
-            None => opts.transport.as_str().to_string(),
-        };
-        vec![(spec, tbbench_runners::launch::written_path())]
+        vec![(opts.net.spec(), tbbench_runners::launch::written_path())]
     } else {
         let dir = opts.out.clone().unwrap_or_else(|| PathBuf::from("results"));
         opts.over

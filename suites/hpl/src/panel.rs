@@ -446,8 +446,8 @@ mod tests {
     use crate::grid::{Grid, ProcessMap};
     use crate::matrix::LocalMatrix;
     use std::time::Duration;
+    use tbbench_runners::session::PeerName;
     use tbbench_runners::transport::shm::{create_segment, ShmTransport};
-    use tbbench_runners::transport::PeerName;
     use Factorization::{Crout, Left, Right};
     use Step::{Apply, Finish, Pivot};
 

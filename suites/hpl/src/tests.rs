@@ -16,8 +16,8 @@ use crate::{check, reference};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 use tbbench_runners::comm::Comm;
+use tbbench_runners::session::PeerName;
 use tbbench_runners::transport::shm::{create_segment, ShmTransport};
-use tbbench_runners::transport::PeerName;
 
 /// A segment token no other test, in this process or another one running at the same time,
 /// uses: segments are created exclusively, and the tests run in parallel.

@@ -39,11 +39,9 @@ pub mod ffi;
 pub mod handshake;
 pub mod profile;
 
-use super::{
-    Buffer, OpenPlan, Opened, Opening, PeerName, Peers, RecvOp, SendOp, Transport, Waiting,
-};
+use super::{Buffer, OpenPlan, Opened, Opening, Peers, RecvOp, SendOp, Transport, Waiting};
 use crate::netinfo;
-use crate::rendezvous::RankInfo;
+use crate::session::{PeerName, RankInfo};
 use anyhow::{anyhow, bail, Result};
 use ffi::*;
 use handshake::{Hello, PeerQps};
@@ -1107,9 +1105,9 @@ impl VerbsOpening {
         // Without --rdma-device on one network, the device a hostfile names for this host's
         // cable (MLX's `rdma`): one per rank (a pair, or a star's leaves); several are the
         // cables of a mesh or ring, which run over links.
-        let named = match (&opts.rdma_device, crate::links::HostCables::from_launcher()?) {
+        let named = match (&opts.net.rdma_device, crate::links::HostCables::from_launcher()?) {
             (Some(d), _) => Some(d.clone()),
-            (None, _) if opts.links => None,
+            (None, _) if opts.net.links => None,
             (None, Some(c)) => match c.devices().as_slice() {
                 [] => None,
                 [one] => Some(one.clone()),
@@ -1123,7 +1121,7 @@ impl VerbsOpening {
         };
         let vopts = VerbsOptions {
             device: named,
-            iface: opts.iface.clone(),
+            iface: opts.net.iface.clone(),
             ip: match plan.data_ip {
                 Some(std::net::IpAddr::V4(v4)) if !v4.is_loopback() && !v4.is_unspecified() => {
                     Some(v4)
@@ -1147,7 +1145,7 @@ impl VerbsOpening {
             )),
             per_peer: None,
         };
-        let prepared = if opts.links {
+        let prepared = if opts.net.links {
             None
         } else {
             Some(prepare(plan.rank, plan.size, &vopts)?)
@@ -1234,7 +1232,7 @@ impl Opening for VerbsOpening {
         let interface = v
             .iface
             .clone()
-            .or_else(|| p.opts.iface.clone().filter(|_| v.devices.len() == 1));
+            .or_else(|| p.opts.net.iface.clone().filter(|_| v.devices.len() == 1));
         let speed = interface
             .as_deref()
             .and_then(|i| netinfo::interface_by_name(i).ok())
@@ -1704,7 +1702,7 @@ impl VerbsTransport {
                 // Greetings go out every 5 ms; nothing to spin for in between.
                 std::thread::sleep(Duration::from_micros(100));
             }
-            crate::rendezvous::check_abort()?;
+            crate::abort::check_abort()?;
             if start.elapsed() > self.timeout {
                 let who: Vec<String> = waiting.iter().map(|p| self.names[*p].to_string()).collect();
                 bail!(
@@ -2013,7 +2011,7 @@ impl Transport for VerbsTransport {
             }
             idle_polls += 1;
             if idle_polls & 1023 == 0 {
-                crate::rendezvous::check_abort()?;
+                crate::abort::check_abort()?;
             }
             if idle_polls & 1023 == 0 && last_progress.elapsed() > self.timeout {
                 let mut waits: Vec<String> = Vec::new();
