@@ -32,8 +32,9 @@ pub fn run<S: Suite>(config: &S::Config, opts: &RunOptions, tool: &Tool) -> Resu
         ..opts.clone()
     };
     if is_rank_process() {
-        // A rank of one network of `--over`: the launcher says which.
-        let opts = match std::env::var(crate::launch::ENV_NETWORK) {
+        // A rank of one network of `--over`: the launcher says which, and hands it the network
+        // as it built it (from the flags and the hostfile).
+        let mut opts = match std::env::var(crate::launch::ENV_NETWORK) {
             Ok(i) if !opts.over.is_empty() => {
                 let i: usize =
                     i.parse()
@@ -49,6 +50,14 @@ pub fn run<S: Suite>(config: &S::Config, opts: &RunOptions, tool: &Tool) -> Resu
             }
             _ => opts.clone(),
         };
+        if let Ok(net) = std::env::var(crate::options::ENV_DATA_NETWORK) {
+            opts.net = serde_json::from_str(&net).map_err(|e| {
+                anyhow!(
+                    "{}={net} is not what the launcher writes: {e}",
+                    crate::options::ENV_DATA_NETWORK
+                )
+            })?;
+        }
         return rank_main::<S>(config, &opts, tool, env_bootstrap()?);
     }
     if let Some(unused) = opts.tcp_flags_unused() {

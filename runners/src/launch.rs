@@ -256,6 +256,10 @@ fn rank_command(
     if let Some(i) = opts.network_index {
         env.push((ENV_NETWORK, i.to_string()));
     }
+    env.push((
+        crate::options::ENV_DATA_NETWORK,
+        serde_json::to_string(&opts.net)?,
+    ));
     // From the flag or the launcher's environment: ranks on other hosts see neither otherwise
     // (an ssh session does not carry the environment).
     if let Some(lib) = &opts.verbs_lib {
@@ -457,6 +461,15 @@ fn launch_once(opts: &RunOptions, suite: &str) -> Result<i32> {
     // Nothing written yet by this network's run (`written_path`).
     *WRITTEN.lock().unwrap_or_else(|e| e.into_inner()) = None;
     let placements = plan(opts)?;
+    // The network, built once here from the flags and the hostfile, goes to every rank as is.
+    let names_devices = placements
+        .iter()
+        .flat_map(|p| p.cables.iter())
+        .any(|c| !c.devices().is_empty());
+    let opts = &RunOptions {
+        net: opts.net.clone().with_hostfile_devices(names_devices),
+        ..opts.clone()
+    };
     let token = Token::random()?;
     let result = run_ranks(opts, suite, placements, &token);
     // Ranks killed before they all attached (Ctrl-C, a failed start) leave rank 0's shm

@@ -2,7 +2,7 @@
 //! see flags.
 
 use crate::netinfo::mask;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -12,10 +12,13 @@ use std::time::Duration;
 /// default of [`crate::suite::Suite::STREAMS_WHEN_PACED`].
 pub const AUTO_STREAMS_PACED: usize = 2;
 
+/// The network a launched rank's data takes, as the launcher built it ([`DataNetwork`], JSON).
+pub const ENV_DATA_NETWORK: &str = "TBBENCH_DATA_NETWORK";
+
 /// Names the verbs library, as `--verbs-lib` does; the launcher hands it on to every rank.
 pub const ENV_VERBS_LIB: &str = "TBBENCH_VERBS_LIB";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TransportKind {
     Tcp,
@@ -85,11 +88,12 @@ pub struct RunOptions {
     pub oversubscribe: bool,
 }
 
-/// The network a run's data takes: built once, from the flags (`--transport`, `--iface`,
-/// `--addr`, `--rdma-device`) or from one entry of `--over` ([`DataNetwork::from_spec`]), and
-/// handed as it is to the launcher, the bootstrap and the transports. Control traffic
-/// (ssh, rendezvous, heartbeats) goes where the hostfile puts the hosts, whatever this says.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// The network a run's data takes: built once, by the launcher, from the flags (`--transport`,
+/// `--iface`, `--addr`, `--rdma-device`) or one entry of `--over` ([`DataNetwork::from_spec`])
+/// and the hostfile ([`DataNetwork::with_hostfile_devices`]), and handed as it is to every rank
+/// ([`ENV_DATA_NETWORK`]) and its transport. Control traffic (ssh, rendezvous, heartbeats) goes
+/// where the hostfile puts the hosts, whatever this says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DataNetwork {
     pub transport: TransportKind,
     /// Address to bind data (and, for local runs, the rendezvous) to.
@@ -101,11 +105,11 @@ pub struct DataNetwork {
     pub rdma_device: Option<String>,
     /// An IPv4 subnet each rank binds its data to (its own address inside it): one spelling
     /// of a network that works on every host, whatever its interfaces are called.
-    #[serde(serialize_with = "subnet_str")]
+    #[serde(serialize_with = "subnet_str", deserialize_with = "subnet_from_str")]
     pub subnet: Option<(Ipv4Addr, u8)>,
     /// Each pair of ranks over its own cable(s) (`--over tcp:links`, `verbs:links`), not one
     /// network for all.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub links: bool,
 }
 
@@ -140,6 +144,19 @@ impl DataNetwork {
         n
     }
 
+    /// Verbs with no device named, where the hostfile names each host's devices per peer (MLX's
+    /// jaccl `rdma`): over the cables, each peer on its cable's device, as jaccl runs.
+    pub fn with_hostfile_devices(mut self, names_devices: bool) -> DataNetwork {
+        if self.transport == TransportKind::Verbs
+            && self.rdma_device.is_none()
+            && self.iface.is_none()
+            && names_devices
+        {
+            self.links = true;
+        }
+        self
+    }
+
     /// As `--over` spells it: "tcp:en0", "verbs:rdma_en3", "tcp:links", "shm".
     pub fn spec(&self) -> String {
         let target = if self.links {
@@ -156,6 +173,20 @@ impl DataNetwork {
             None => self.transport.as_str().to_string(),
         }
     }
+}
+
+fn subnet_from_str<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<(Ipv4Addr, u8)>, D::Error> {
+    let Some(s) = Option::<String>::deserialize(d)? else {
+        return Ok(None);
+    };
+    let bad = || serde::de::Error::custom(format!("'{s}' is not an IPv4 subnet"));
+    let (ip, bits) = s.split_once('/').ok_or_else(bad)?;
+    Ok(Some((
+        ip.parse().map_err(|_| bad())?,
+        bits.parse().ok().filter(|b| *b <= 32).ok_or_else(bad)?,
+    )))
 }
 
 fn subnet_str<S: serde::Serializer>(v: &Option<(Ipv4Addr, u8)>, s: S) -> Result<S::Ok, S::Error> {
@@ -399,6 +430,37 @@ mod tests {
             .contains("twice"));
         assert!(parse_over(" , ").is_err());
         assert_eq!(parse_over("tcp:lo, shm").unwrap().len(), 2);
+    }
+
+    #[test]
+    fn the_data_network_travels_to_the_ranks_whole_and_spells_as_over_does() {
+        for spec in [
+            "tcp:en0",
+            "tcp:10.72.0.0/24",
+            "tcp:192.168.1.5",
+            "verbs:rdma_en3",
+            "tcp:links",
+            "shm",
+        ] {
+            let net = DataNetwork::from_spec(&NetSpec::parse(spec).unwrap());
+            assert_eq!(net.spec(), spec);
+            let json = serde_json::to_string(&net).unwrap();
+            let back: DataNetwork = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, net, "{json}");
+        }
+        assert!(serde_json::from_str::<DataNetwork>(
+            r#"{"transport":"tcp","addr":null,"iface":null,"rdma_device":null,"subnet":"10.0.0.0/33"}"#
+        )
+        .is_err());
+        // Verbs with nothing named goes over the cables where the hostfile names devices per
+        // peer; a device or interface the user named keeps its single network.
+        let verbs = DataNetwork::from_spec(&NetSpec::parse("verbs").unwrap());
+        assert!(verbs.clone().with_hostfile_devices(true).links);
+        assert!(!verbs.clone().with_hostfile_devices(false).links);
+        let named = DataNetwork::from_spec(&NetSpec::parse("verbs:rdma_en3").unwrap());
+        assert!(!named.with_hostfile_devices(true).links);
+        let tcp = DataNetwork::from_spec(&NetSpec::parse("tcp").unwrap());
+        assert!(!tcp.with_hostfile_devices(true).links);
     }
 
     #[test]

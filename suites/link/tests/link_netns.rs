@@ -237,8 +237,9 @@ fn link_over_links(
     link_over(lab, dir, form, "tcp:links", extra)
 }
 
-/// `tbbench link --over NET` (`tcp:links`, `verbs:links` on the software RDMA device) with the
-/// hostfile a form of MLX's writes.
+/// `tbbench link --over NET` (`tcp:links`, `verbs:links` on the software RDMA device; `verbs`:
+/// `--transport verbs`, which a hostfile naming devices per peer puts over the cables) with
+/// the hostfile a form of MLX's writes.
 fn link_over(
     lab: &netlab::CabledLab,
     dir: &std::path::Path,
@@ -261,7 +262,11 @@ fn link_over(
         "ip netns exec",
         "--nodes",
         if lab.shape == "pair2" { "2" } else { "4" },
-        "--over",
+        if net == "verbs" {
+            "--transport"
+        } else {
+            "--over"
+        },
         net,
         "--out",
         out.to_str().unwrap(),
@@ -291,8 +296,9 @@ fn rate_of(rates: &[&str], k: usize) -> f64 {
 /// cable within 10% of that cable's rate, the ring's diagonals named unlinked and not
 /// measured, every cable at once moves at least 90% of their rates added up both ways (and not
 /// more than they carry), and the management network carries only control traffic. Verbs
-/// reads the devices from jaccl's hostfile on the mesh and finds them from the cables'
-/// interfaces on the ring (MLX's ring hostfile names none).
+/// reads the devices from jaccl's hostfile on the mesh (`--transport verbs`, as a jaccl user
+/// runs it) and finds them from the cables' interfaces on the ring (`--over verbs:links` with
+/// MLX's ring hostfile, which names none).
 #[test]
 fn every_cable_of_a_mesh_and_a_ring_is_measured_at_its_own_rate() {
     let dir = tmpdir("links");
@@ -320,10 +326,12 @@ fn every_cable_of_a_mesh_and_a_ring_is_measured_at_its_own_rate() {
         };
         for (net, form) in [
             ("tcp:links", "jaccl"),
-            (
-                "verbs:links",
-                if shape == "mesh4" { "jaccl" } else { "ring" },
-            ),
+            // jaccl names each host's devices: plain --transport verbs runs over the cables.
+            if shape == "mesh4" {
+                ("verbs", "jaccl")
+            } else {
+                ("verbs:links", "ring")
+            },
         ] {
             let shape = format!("{shape} {net}");
             let shape = shape.as_str();
