@@ -14,6 +14,8 @@
 #   infer/     tbbench infer against llama-cpp-python's server (.venv-infer, SmolLM2-135M), one
 #              request at a time (its server interrupts a running request when another
 #              arrives: at concurrency 2, 7 of 8 streams ended empty)
+# and fixtures/cabled/: link over the cables of the 4-ring lab (tcp:links, cables shaped to
+# 400 and 500 Mbit/s, the diagonals unlinked), which the report's topology tests read
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tb=target/release/tbbench
@@ -45,6 +47,14 @@ done
 for n in 1 2 4; do
   "${tb}" hpl --nodes "$n" --n 2000 --out "$out/hpl/hpl-$n-ranks.json"
 done
+
+hf=$(mktemp)
+scripts/netlab.sh cabled up ring4 tbw 400mbit 500mbit 400mbit 500mbit
+scripts/netlab.sh cabled hostfile ring4 tbw jaccl-ring > "$hf"
+"${tb}" link --hostfile "$hf" --rsh 'ip netns exec' --nodes 4 --over tcp:links \
+  --sizes 8,4KiB,1MiB --iters 30 --out fixtures/cabled/link-ring4-tcp-links.json
+scripts/netlab.sh cabled down tbw
+rm -f "$hf"
 "${tb}" infer --gguf --nodes 2 --max-tokens 8 --out "$out/decode/decode-smollm2-pp2.json"
 "${tb}" infer --shape llama-3.2-3b --layers 1 --nodes 2 --parallel tp --max-tokens 4 \
   --out "$out/decode/decode-llama-3.2-3b-tp2.json"

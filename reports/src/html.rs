@@ -142,6 +142,9 @@ figure.chart svg{max-width:100%;height:auto;border:1px solid #eee}
 figcaption.legend{font-size:.82rem;color:#333;display:flex;flex-wrap:wrap;gap:.15rem 1.1rem;margin-top:.3rem}
 figcaption.legend .key{display:inline-flex;align-items:center;gap:.35rem}
 figcaption.legend svg{border:none}
+div.topology{display:flex;flex-wrap:wrap;gap:.5rem 1.5rem;align-items:flex-start}
+figure.topology{margin:.5rem 0}figure.topology svg{max-width:100%;height:auto;border:1px solid #eee}
+table.heat caption{font-weight:600;text-align:left;padding-bottom:.2rem}
 figure.values{margin:1rem 0}figure.values figcaption{font-weight:600;margin-bottom:.2rem}
 .meta{color:#555;font-size:.9rem}
 details summary{cursor:pointer}

@@ -11,6 +11,7 @@ pub mod html;
 pub mod load;
 pub mod metrics;
 pub mod report;
+pub mod topology;
 pub mod views;
 
 pub use tbbench_schema::*;

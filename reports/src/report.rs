@@ -111,6 +111,11 @@ pub fn build(paths: &[PathBuf], threshold_pct: f64, generator: &str, now: &str) 
         sections.insert(view.suite().into(), data);
     }
 
+    if let Some((topology_html, topology)) = crate::topology::section(&loaded) {
+        body.push_str(&html::section("topology", "Topology", &topology_html));
+        sections.insert("topology".into(), topology);
+    }
+
     let (history_html, history) = history(&loaded, threshold_pct);
     if !history.is_empty() {
         body.push_str(&html::section("history", "History", &history_html));

@@ -15,6 +15,11 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/results")
 }
 
+/// A link run over the cables of the 4-ring lab (fixtures/README.md).
+fn cabled_fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/cabled/link-ring4-tcp-links.json")
+}
+
 fn fixture(rel: &str) -> Value {
     read_json(&fixtures().join(rel))
 }
@@ -729,6 +734,7 @@ fn report_loads_in_headless_chromium_with_every_chart_drawn() {
         &[
             "report",
             fixtures().to_str().unwrap(),
+            cabled_fixture().to_str().unwrap(),
             "-o",
             html.to_str().unwrap(),
         ],
@@ -736,6 +742,10 @@ fn report_loads_in_headless_chromium_with_every_chart_drawn() {
     );
     assert!(o.status.success(), "{}", text(&o.stderr));
     let (dom, console) = load_in_chromium(&exe, &html, None);
+    assert!(
+        dom.contains("id=\"topology\"") && dom.contains("<figure class=\"topology\""),
+        "no topology drawn"
+    );
     assert!(console.is_empty(), "console messages: {console:?}");
     assert!(
         dom.contains("tbbench report"),
@@ -775,7 +785,10 @@ fn report_loads_in_headless_chromium_with_every_chart_drawn() {
 /// in an attribute of <body> for --dump-dom to carry out.
 const MEASURE: &str = r#"<script>
 (() => {
-  const out = {tables: [], page: 0, legends: [], inside: []};
+  const out = {tables: [], page: 0, legends: [], inside: [], topology: []};
+  for (const s of document.querySelectorAll('#topology figure.topology svg')) {
+    out.topology.push(Math.round(s.getBoundingClientRect().right));
+  }
   for (const t of document.querySelectorAll('table')) {
     if (t.scrollWidth > t.clientWidth + 1) out.tables.push(t.className + ' ' + t.scrollWidth + '>' + t.clientWidth);
   }
@@ -852,6 +865,17 @@ fn report_fits_a_1400_pixel_window_with_legends_off_the_data() {
         serde_json::json!([]),
         "series named inside a plot"
     );
+
+    // A cabled run beside the long-labelled one: its topology is drawn within the window, its
+    // heat maps and the side-by-side tables fit.
+    let cabled = dir.join("cabled.html");
+    report_page(&[&cabled_fixture(), &dir.join("link-wide.json")], &cabled);
+    let m = measured(&exe, &cabled, 1400);
+    let drawn = m["topology"].as_array().unwrap();
+    assert_eq!(drawn.len(), 1, "{m}");
+    assert!(drawn.iter().all(|r| r.as_i64().unwrap() <= 1400), "{m}");
+    assert_eq!(m["tables"], serde_json::json!([]), "{m}");
+    assert!(m["page"].as_i64().unwrap() <= 0, "{m}");
 
     // The measurement itself can fail: a table wider than the page is seen.
     let too_wide = dir.join("wide.html");
@@ -977,4 +1001,66 @@ fn coll_runs_of_different_rank_counts_stay_apart() {
             "no series for {n} ranks"
         );
     }
+}
+
+/// A link run over the cables of a 4-ring: the topology section draws the four cables with
+/// their measured figures, the two diagonals dashed, and the heat maps mark them; the JSON
+/// summary carries the same edges. Runs on one network with two ranks get no section.
+#[test]
+fn a_cabled_run_is_drawn_as_its_topology() {
+    let dir = tmpdir("report-topology");
+    let html_path = dir.join("r.html");
+    let json_path = dir.join("s.json");
+    let o = run(
+        &[
+            "report",
+            cabled_fixture().to_str().unwrap(),
+            "-o",
+            html_path.to_str().unwrap(),
+            "--json",
+            json_path.to_str().unwrap(),
+        ],
+        LIMIT,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let html = std::fs::read_to_string(&html_path).unwrap();
+    let section = html
+        .split("<section id=\"topology\">")
+        .nth(1)
+        .and_then(|s| s.split("</section>").next())
+        .expect("a topology section");
+    let run = read_json(&cabled_fixture());
+    let pairs = run["results"]["pairs"].as_array().unwrap();
+    assert_eq!(pairs.len(), 4);
+    for p in pairs {
+        let g = p["best_gbit_per_s"].as_f64().unwrap();
+        let l = p["latency_p50_us"].as_f64().unwrap();
+        assert!(
+            section.contains(&format!("{g:.2} Gb/s · {l:.1} µs")),
+            "pair {} not labelled",
+            p["ranks"]
+        );
+    }
+    assert_eq!(
+        section.matches("stroke-dasharray").count(),
+        2,
+        "two diagonals"
+    );
+    assert_eq!(
+        section.matches("title=\"no cable\"").count(),
+        8,
+        "2 maps × 4 cells"
+    );
+    let summary = read_json(&json_path);
+    let t = &summary["sections"]["topology"]["tcp/links (virtual)"];
+    assert_eq!(t["edges"].as_array().unwrap().len(), 4, "{t}");
+    assert_eq!(t["unlinked"], serde_json::json!([[0, 2], [1, 3]]));
+    assert_eq!(t["shape"], "ring");
+
+    // Two ranks on one network: no topology to draw.
+    let plain = report_page(
+        &[&fixtures().join("network/link-tcp-loopback.json")],
+        &dir.join("plain.html"),
+    );
+    assert!(!plain.contains("id=\"topology\""));
 }
