@@ -383,6 +383,22 @@ fn rank_main<S: Suite>(
     }
 }
 
+/// The ranks in the order of a ring cabling's hosts, where each host runs one rank.
+fn ring_ranks(ring: &[String], rank_names: &[String]) -> Option<Vec<usize>> {
+    if ring.len() != rank_names.len() || ring.len() < 3 {
+        return None;
+    }
+    ring.iter()
+        .map(|h| {
+            let mut of_host = rank_names.iter().enumerate().filter(|(_, n)| *n == h);
+            match (of_host.next(), of_host.next()) {
+                (Some((r, _)), None) => Some(r),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
 /// The cables between every pair of ranks, from what each published at the rendezvous.
 fn derive_cabling(table: &[RankInfo], names: &[PeerName]) -> Result<crate::links::Cabling> {
     let hosts: Vec<String> = names.iter().map(|n| n.host.clone()).collect();
@@ -458,9 +474,13 @@ fn run_suite<S: Suite>(
     let rank_hosts = table.iter().map(|i| i.hostname.clone()).collect();
     let progress = rank == 0 && std::io::IsTerminal::is_terminal(&std::io::stderr());
     let mut comm = Comm::new(transport);
-    // On a partial cabling (a ring's diagonals), collectives keep to the cables.
+    // On a partial cabling (a ring's diagonals), collectives keep to the cables, and on a
+    // ring they go round it in the cables' order.
     if let Some(t) = &network.topology {
         comm.set_unlinked(t.unlinked.clone());
+        if let Some(order) = ring_ranks(&t.ring, &rank_names) {
+            comm.set_ring_order(order);
+        }
     }
     let mut ctx = Context {
         comm,

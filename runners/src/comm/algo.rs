@@ -357,6 +357,27 @@ impl Comm {
             .collect();
     }
 
+    /// Tells the collectives the cables' ring order (every rank once): all-reduce, broadcast
+    /// and reduce over every rank then take the ranks in that order, so a ring runs round the
+    /// cables and only between neighbours, whatever the ranks' numbers.
+    pub fn set_ring_order(&mut self, order: Vec<usize>) {
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        if sorted == (0..self.size()).collect::<Vec<_>>() {
+            self.ring_order = Some(order.into());
+        }
+    }
+
+    /// The ranks in the order `op` over the whole world takes them: the cables' ring order
+    /// for the ops whose result does not depend on it (all-reduce, broadcast, reduce), else
+    /// none (rank order).
+    fn cabled_order(&self, op: CollOp) -> Option<std::sync::Arc<[usize]>> {
+        match op {
+            CollOp::AllReduce | CollOp::Broadcast | CollOp::Reduce => self.ring_order.clone(),
+            _ => None,
+        }
+    }
+
     /// The pairs (ranks) `algo` needs on `group` that have no cable; empty where it runs on
     /// the cables alone (or every pair is linked).
     pub fn uncabled(&self, op: CollOp, algo: Algo, group: Group, root_i: usize) -> Vec<[usize; 2]> {
@@ -378,7 +399,12 @@ impl Comm {
     /// cabling, the first of ring, tree, rd and mesh that runs on cables alone where the
     /// choice would not).
     pub fn resolve(&self, op: CollOp, algo: Algo, bytes: usize, n: usize) -> Algo {
-        self.resolve_in(op, algo, bytes, n, Group::All, 0)
+        match self.cabled_order(op) {
+            Some(order) if n == self.size() => {
+                self.resolve_in(op, algo, bytes, n, Group::Members(&order), 0)
+            }
+            _ => self.resolve_in(op, algo, bytes, n, Group::All, 0),
+        }
     }
 
     fn resolve_in(
@@ -426,6 +452,15 @@ impl Comm {
     /// Whether `algo` runs `op` on `group` here: Err, in one line, where the op has no such
     /// algorithm on this many ranks, or where it needs a pair of ranks with no cable.
     pub fn check(&self, op: CollOp, algo: Algo, group: Group, root_i: usize) -> Result<()> {
+        // Over every rank, the order the op will take them in (the cables' ring order).
+        let order = self.cabled_order(op);
+        let (group, root_i) = match (&order, group) {
+            (Some(o), Group::All) => (
+                Group::Members(o),
+                o.iter().position(|r| *r == root_i).unwrap_or(0),
+            ),
+            (_, g) => (g, root_i),
+        };
         let n = group.len(self.size());
         op.supports(algo, n).map_err(anyhow::Error::msg)?;
         let missing = self.uncabled(op, algo, group, root_i);
@@ -596,6 +631,11 @@ impl Comm {
         op: ReduceOp,
         algo: Algo,
     ) -> Result<Algo> {
+        let order = self.cabled_order(CollOp::AllReduce);
+        let group = match (&order, group) {
+            (Some(o), Group::All) => Group::Members(o),
+            (_, g) => g,
+        };
         let n = group.len(self.size());
         if n < 2 || data.is_empty() {
             if let Some(input) = input {
@@ -628,7 +668,7 @@ impl Comm {
             }
             Algo::Tree => {
                 self.reduce_tree(group, 0, input, data, op)?;
-                self.bcast_in(group, group.rank(0), as_bytes_mut(data))?;
+                self.bcast_binomial_in(group, group.rank(0), as_bytes_mut(data))?;
             }
             Algo::Auto => unreachable!("resolved above"),
         }
@@ -1095,6 +1135,11 @@ impl Comm {
         data: &mut [T],
         algo: Algo,
     ) -> Result<Algo> {
+        let order = self.cabled_order(CollOp::Broadcast);
+        let group = match (&order, group) {
+            (Some(o), Group::All) => Group::Members(o),
+            (_, g) => g,
+        };
         let n = group.len(self.size());
         let root_at = group.index_of(root)?;
         let algo = self.plan(
@@ -1110,7 +1155,7 @@ impl Comm {
         }
         let buf = as_bytes_mut(data);
         match algo {
-            Algo::Tree => self.bcast_in(group, root, buf)?,
+            Algo::Tree => self.bcast_binomial_in(group, root, buf)?,
             Algo::Mesh => {
                 if me == root_i {
                     let sends = (0..n)
@@ -1184,6 +1229,11 @@ impl Comm {
         op: ReduceOp,
         algo: Algo,
     ) -> Result<Algo> {
+        let order = self.cabled_order(CollOp::Reduce);
+        let group = match (&order, group) {
+            (Some(o), Group::All) => Group::Members(o),
+            (_, g) => g,
+        };
         let n = group.len(self.size());
         let root_at = group.index_of(root)?;
         let algo = self.plan(

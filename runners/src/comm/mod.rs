@@ -35,6 +35,9 @@ pub struct Comm {
     tuning: Tuning,
     /// Pairs of ranks with no cable between them (a partial cabling over links).
     unlinked: Vec<[usize; 2]>,
+    /// On a ring cabling, the ranks in the cables' order round the ring (which need not be
+    /// the ranks' own: the hostfile may list the hosts another way round).
+    ring_order: Option<std::sync::Arc<[usize]>>,
 }
 
 impl Comm {
@@ -44,6 +47,7 @@ impl Comm {
             scratch: None,
             tuning: Tuning::default(),
             unlinked: Vec::new(),
+            ring_order: None,
         }
     }
     pub fn rank(&self) -> usize {
@@ -142,16 +146,29 @@ impl Comm {
         r
     }
 
-    /// Binomial-tree broadcast of `buf` from `root`.
+    /// Binomial-tree broadcast of `buf` from `root` (on a partial cabling, down the cables'
+    /// tree: [`cables`]).
     pub fn bcast(&mut self, root: usize, buf: &mut [u8]) -> Result<()> {
         self.bcast_in(Group::All, root, buf)
     }
 
-    /// Broadcast within `group` from its member `root` (a world rank).
+    /// Broadcast within `group` from its member `root` (a world rank): the binomial tree, or
+    /// for the whole world on a partial cabling the cables' tree.
     pub fn bcast_in(&mut self, group: Group, root: usize, buf: &mut [u8]) -> Result<()> {
         if matches!(group, Group::All) && self.on_cable_tree() {
             return self.tree_bcast(root, buf);
         }
+        self.bcast_binomial_in(group, root, buf)
+    }
+
+    /// The binomial-tree broadcast within `group` from its member `root`, whatever the
+    /// cabling: what `Algo::Tree` declares and the collectives run.
+    pub(crate) fn bcast_binomial_in(
+        &mut self,
+        group: Group,
+        root: usize,
+        buf: &mut [u8],
+    ) -> Result<()> {
         let n = group.len(self.size());
         let (me, root_i) = (group.index_of(self.rank())?, group.index_of(root)?);
         let rel = (me + n - root_i) % n;
@@ -223,7 +240,7 @@ impl Comm {
     pub fn bcast_long_in(&mut self, group: Group, root: usize, buf: &mut [u8]) -> Result<()> {
         let n = group.len(self.size());
         if n < 3 || buf.len() < n * 4096 {
-            return self.bcast_in(group, root, buf);
+            return self.bcast_binomial_in(group, root, buf);
         }
         let (me, root_i) = (group.index_of(self.rank())?, group.index_of(root)?);
         let rel = (me + n - root_i) % n;

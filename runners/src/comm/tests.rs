@@ -577,3 +577,95 @@ fn every_algorithm_moves_data_only_between_the_pairs_it_declares() {
         }
     }
 }
+
+/// A 4-ring cabled 0-2-1-3-0 (the hostfile lists the hosts another way round than the cables
+/// run): with the cables' ring order, all-reduce, broadcast and reduce by ring and by auto run
+/// round the cables and only between neighbours, every result exact; the small collectives
+/// (barrier, gather, an all-reduce of a few values) go along the cables too.
+#[test]
+fn collectives_follow_a_ring_cabled_out_of_rank_order() {
+    use crate::comm::algo::CollOp;
+    let n = 4;
+    let unlinked = vec![[0, 1], [2, 3]];
+    let order = vec![0, 2, 1, 3];
+    for (case, (op, algo)) in [
+        (CollOp::AllReduce, Algo::Ring),
+        (CollOp::AllReduce, Algo::Auto),
+        (CollOp::Broadcast, Algo::Ring),
+        (CollOp::Reduce, Algo::Ring),
+        (CollOp::Reduce, Algo::Auto),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let token = [0xB3, case as u8, 4, 2, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7];
+        create_segment(&token, n).unwrap();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let handles: Vec<_> = (0..n)
+            .map(|rank| {
+                let (seen, unlinked, order) = (seen.clone(), unlinked.clone(), order.clone());
+                std::thread::spawn(move || {
+                    let names = (0..n)
+                        .map(|rank| PeerName {
+                            rank,
+                            host: "test".into(),
+                        })
+                        .collect();
+                    let t = ShmTransport::attach(rank, n, &token, names, Duration::from_secs(20))
+                        .unwrap();
+                    let mut c = Comm::new(Box::new(Recorder {
+                        inner: Box::new(t),
+                        seen,
+                    }));
+                    c.set_unlinked(unlinked);
+                    c.set_ring_order(order);
+                    c.check(op, algo, Group::All, 1).unwrap();
+                    let count = 6000;
+                    let mut data: Vec<f64> =
+                        (0..count).map(|i| (rank * count + i) as f64).collect();
+                    let sum = |i: usize| (0..n).map(|r| (r * count + i) as f64).sum::<f64>();
+                    match op {
+                        CollOp::AllReduce => {
+                            let ran = c.all_reduce(&mut data, ReduceOp::Sum, algo).unwrap();
+                            assert_eq!(ran, Algo::Ring, "auto takes the ring on its cables");
+                            assert!((0..count).all(|i| data[i] == sum(i)));
+                        }
+                        CollOp::Broadcast => {
+                            c.broadcast_in(Group::All, 1, &mut data, algo).unwrap();
+                            assert!((0..count).all(|i| data[i] == (count + i) as f64));
+                        }
+                        _ => {
+                            c.reduce_in(Group::All, 1, &mut data, ReduceOp::Sum, algo)
+                                .unwrap();
+                            if rank == 1 {
+                                assert!((0..count).all(|i| data[i] == sum(i)));
+                            }
+                        }
+                    }
+                    c.barrier().unwrap();
+                    let all = c.gather(0, &[rank as u8; 3]).unwrap();
+                    if rank == 0 {
+                        let all = all.unwrap();
+                        assert!((0..n).all(|r| all[r] == vec![r as u8; 3]));
+                    }
+                    let mut few = [rank as f64, 1.0];
+                    c.allreduce_f64(&mut few, ReduceOp::Sum).unwrap();
+                    assert_eq!(few, [6.0, 4.0]);
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        crate::transport::shm::unlink_segment(&token);
+        let seen = seen.lock().unwrap().clone();
+        for p in &seen {
+            assert!(
+                !unlinked.contains(p),
+                "{} by {} moved data between {p:?}, which has no cable",
+                op.name(),
+                algo.name()
+            );
+        }
+    }
+}
