@@ -154,7 +154,8 @@ fn names_alone_and_a_subnet_for_the_data_meet_on_the_management_network() {
 /// Collectives on a ring of four (no diagonals) over its cables: an algorithm that moves
 /// data between 0 and 2 or 1 and 3 is refused in one line naming those pairs and what runs;
 /// `--algo all` runs what fits and leaves the rest out; `auto` keeps to the cables; every
-/// byte is checked.
+/// byte is checked. With the hosts listed out of the ring's order, the ring still goes round
+/// the cables, and the decode (tp and pp) runs on them.
 #[test]
 fn collectives_on_a_ring_keep_to_its_cables() {
     let Some(lab) = netlab::CabledLab::up("ring4", "tbq", &["1000mbit"]) else {
@@ -210,6 +211,74 @@ fn collectives_on_a_ring_keep_to_its_cables() {
         assert!(
             !ran.is_empty() && ran.iter().all(|a| *a == "ring"),
             "--algo {algo}: {ran:?}"
+        );
+    }
+
+    // The hosts listed another way round than the cables run: ranks 0 2 1 3 are the ring.
+    // The ring all-reduce goes round the cables, and the decode runs on them, its pipeline's
+    // stages in the ring's order, tokens checked against one rank's.
+    let permuted = dir.join("permuted.hosts");
+    std::fs::write(
+        &permuted,
+        "tbq0 slots=1\ntbq2 slots=1\ntbq1 slots=1\ntbq3 slots=1\n",
+    )
+    .unwrap();
+    let on_permuted = |args: &[&str], out: &std::path::Path| {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend_from_slice(&[
+            "--hostfile",
+            permuted.to_str().unwrap(),
+            "--rsh",
+            "ip netns exec",
+            "--nodes",
+            "4",
+            "--over",
+            "tcp:links",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        let o = run(&all, Duration::from_secs(180));
+        assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
+        read_json(out)
+    };
+    let r = on_permuted(
+        &[
+            "coll",
+            "--op",
+            "allreduce",
+            "--algo",
+            "ring",
+            "--sizes",
+            "1MiB",
+            "--iters",
+            "5",
+        ],
+        &dir.join("permuted-coll.json"),
+    );
+    assert_eq!(r["verification"]["passed"], true);
+    assert_eq!(
+        r["network"]["topology"]["unlinked"],
+        serde_json::json!([[0, 1], [2, 3]])
+    );
+    for parallel in ["tp", "pp"] {
+        let r = on_permuted(
+            &[
+                "infer",
+                "--shape",
+                "llama-3.2-3b",
+                "--layers",
+                "4",
+                "--parallel",
+                parallel,
+                "--max-tokens",
+                "4",
+            ],
+            &dir.join(format!("permuted-{parallel}.json")),
+        );
+        assert_eq!(
+            r["verification"]["passed"], true,
+            "{parallel}: {}",
+            r["verification"]
         );
     }
 }

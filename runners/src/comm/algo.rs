@@ -368,6 +368,11 @@ impl Comm {
         }
     }
 
+    /// The ranks in the cables' ring order, where the run is over a ring cabling.
+    pub fn ring_order(&self) -> Option<&[usize]> {
+        self.ring_order.as_deref()
+    }
+
     /// The ranks in the order `op` over the whole world takes them: the cables' ring order
     /// for the ops whose result does not depend on it (all-reduce, broadcast, reduce), else
     /// none (rank order).

@@ -14,13 +14,13 @@ pub mod tokenizer;
 #[cfg(test)]
 mod fuzz;
 
-use anyhow::{anyhow, Context as _, Result};
+use anyhow::{anyhow, bail, Context as _, Result};
 use model::{Alone, Collective, Shard, Split};
 use serde::Serialize;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use tbbench_runners::comm::{f64_bytes, f64_bytes_mut, Algo, Comm, ReduceOp};
+use tbbench_runners::comm::{f64_bytes, f64_bytes_mut, Algo, CollOp, Comm, Group, ReduceOp};
 use tbbench_runners::suite::{Context, Suite, SuiteOutput};
 use tbbench_schema::{Check, Percentiles, Summary};
 
@@ -111,8 +111,57 @@ pub fn default_gguf() -> Option<PathBuf> {
     None
 }
 
-/// The runner's collectives for a shard, timing the time spent in them.
+/// The rank of each pipeline stage: the cables' ring order on a ring cabling, else the ranks'.
+fn stages(comm: &Comm) -> Vec<usize> {
+    comm.ring_order()
+        .map(<[usize]>::to_vec)
+        .unwrap_or_else(|| (0..comm.size()).collect())
+}
+
+/// On a partial cabling (a ring's diagonals), the decode runs where what it moves keeps to the
+/// cables: the pipeline's stages hand on between neighbours, the tensor-parallel all-reduce has
+/// an algorithm on the cables (the small collectives go along them anyway). Else one line
+/// names the pairs.
+fn on_the_cables(config: &DecodeConfig, ctx: &Context) -> Result<()> {
+    let Some(t) = ctx
+        .network
+        .topology
+        .as_ref()
+        .filter(|t| !t.unlinked.is_empty())
+    else {
+        return Ok(());
+    };
+    let linked = |a: usize, b: usize| !t.unlinked.contains(&[a.min(b), a.max(b)]);
+    match config.parallel {
+        Parallel::Pp => {
+            let s = stages(&ctx.comm);
+            let missing: Vec<String> = s
+                .windows(2)
+                .filter(|w| !linked(w[0], w[1]))
+                .map(|w| format!("{}-{}", w[0], w[1]))
+                .collect();
+            if !missing.is_empty() {
+                bail!(
+                    "the pipeline's stages hand on between ranks with no cable ({}): cable them, run --parallel tp, or over one network",
+                    missing.join(", ")
+                );
+            }
+        }
+        Parallel::Tp => {
+            let n = ctx.size();
+            let algo = ctx.comm.resolve(CollOp::AllReduce, config.algo, 1 << 20, n);
+            ctx.comm
+                .check(CollOp::AllReduce, algo, Group::All, 0)
+                .context("the tensor-parallel all-reduce")?;
+        }
+    }
+    Ok(())
+}
+
+/// The runner's collectives for a shard, timing the time spent in them. A pipeline's stages
+/// are numbered along `stages`.
 struct Ranks<'a> {
+    stages: Vec<usize>,
     comm: &'a mut Comm,
     waited: Duration,
     algo: Algo,
@@ -143,14 +192,14 @@ impl Collective for Ranks<'_> {
     fn send_to(&mut self, rank: usize, v: &[f32]) -> Result<()> {
         let t = Instant::now();
         let w: Vec<f64> = v.iter().map(|x| *x as f64).collect();
-        self.comm.send(rank, f64_bytes(&w))?;
+        self.comm.send(self.stages[rank], f64_bytes(&w))?;
         self.waited += t.elapsed();
         Ok(())
     }
     fn recv_from(&mut self, rank: usize, v: &mut [f32]) -> Result<()> {
         let t = Instant::now();
         let mut w = vec![0f64; v.len()];
-        self.comm.recv(rank, f64_bytes_mut(&mut w))?;
+        self.comm.recv(self.stages[rank], f64_bytes_mut(&mut w))?;
         for (a, b) in v.iter_mut().zip(&w) {
             *a = *b as f32;
         }
@@ -162,7 +211,7 @@ impl Collective for Ranks<'_> {
         let mut b = [0u8; 8];
         b[..4].copy_from_slice(&token.to_le_bytes());
         b[4..].copy_from_slice(&score.to_le_bytes());
-        self.comm.bcast(root, &mut b)?;
+        self.comm.bcast(self.stages[root], &mut b)?;
         *token = u32::from_le_bytes(b[..4].try_into().expect("4 bytes"));
         *score = f32::from_le_bytes(b[4..].try_into().expect("4 bytes"));
         self.waited += t.elapsed();
@@ -392,6 +441,7 @@ fn measure(
     // Each host's energy over the prompt and the generated tokens.
     let energy = tbbench_runners::energy::Span::begin(ctx);
     let mut ranks = Ranks {
+        stages: stages(&ctx.comm),
         comm: &mut ctx.comm,
         waited: Duration::ZERO,
         algo: config.algo,
@@ -750,12 +800,26 @@ impl Suite for DecodeSuite {
     const NAME: &'static str = "decode";
     type Config = DecodeConfig;
 
+    /// Runs on a partial cabling where what it moves keeps to the cables ([`on_the_cables`]).
+    fn needs_every_pair(_config: &DecodeConfig) -> bool {
+        false
+    }
+
     fn run(config: &DecodeConfig, ctx: &mut Context) -> Result<Option<SuiteOutput>> {
         let (rank, size) = (ctx.rank(), ctx.size());
         let split = match config.parallel {
             Parallel::Tp => Split::Tensor { rank, size },
-            Parallel::Pp => Split::Pipeline { rank, size },
+            // The stages follow the cables' ring where the run is over one, so each hands its
+            // activations to a neighbour.
+            Parallel::Pp => Split::Pipeline {
+                rank: stages(&ctx.comm)
+                    .iter()
+                    .position(|&r| r == rank)
+                    .expect("every rank has a stage"),
+                size,
+            },
         };
+        on_the_cables(config, ctx)?;
         if let Some(shape) = &config.shape {
             return run_synthetic(config, shape, split, ctx);
         }
