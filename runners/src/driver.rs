@@ -482,6 +482,14 @@ fn run_suite<S: Suite>(
             comm.set_ring_order(order);
         }
     }
+    // Over a cluster's cables each neighbour has a full-duplex cable of its own: the ring
+    // all-reduce uses both directions of both.
+    comm.set_ring_both_ways(
+        network
+            .links
+            .iter()
+            .any(|l| l.ends[0].link_kind != "loopback"),
+    );
     let mut ctx = Context {
         comm,
         network,

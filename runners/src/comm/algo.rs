@@ -368,6 +368,14 @@ impl Comm {
         }
     }
 
+    /// Says that each rank reaches its neighbours over cables of their own (a run over a
+    /// cluster's cables: a ring or a mesh), each full duplex: a ring all-reduce on 3 or more
+    /// ranks then sends half the data each way round at once, so it uses both directions of
+    /// both cables (on a switch, a one-way ring already fills each port both ways).
+    pub fn set_ring_both_ways(&mut self, on: bool) {
+        self.ring_both_ways = on;
+    }
+
     /// The ranks in the cables' ring order, where the run is over a ring cabling.
     pub fn ring_order(&self) -> Option<&[usize]> {
         self.ring_order.as_deref()
@@ -662,6 +670,9 @@ impl Comm {
             return Ok(algo);
         }
         match algo {
+            Algo::Ring if self.ring_both_ways && n >= 3 && data.len() >= 2 * n => {
+                self.all_reduce_ring_both_ways(group, input, data, op)?
+            }
             Algo::Ring => self.all_reduce_ring(group, input, data, op)?,
             Algo::Mesh => self.all_reduce_mesh(group, input, data, op)?,
             Algo::Rd => {
@@ -726,6 +737,68 @@ impl Comm {
             );
             let (out, inn) = split(data, send, recv);
             self.post([(right, as_bytes(out))], [(left, as_bytes_mut(inn))])?;
+        }
+        self.scratch = Some(scratch);
+        Ok(())
+    }
+
+    /// The ring all-reduce both ways round at once: the first half of `data` goes to the
+    /// right as [`Comm::all_reduce_ring`] sends it, the second half to the left as a ring in
+    /// the opposite order would, each step one exchange of both halves' pieces. Every rank
+    /// ends with the same bits (each piece is summed once, on one rank, and passed on).
+    fn all_reduce_ring_both_ways<T: Element>(
+        &mut self,
+        group: Group,
+        input: Option<&[T]>,
+        data: &mut [T],
+        op: ReduceOp,
+    ) -> Result<()> {
+        if let Some(input) = input {
+            data.copy_from_slice(input);
+        }
+        let (n, me) = (group.len(self.size()), group.index_of(self.rank())?);
+        let (right, left) = (group.rank((me + 1) % n), group.rank((me + n - 1) % n));
+        // The second half's ring runs the other way: this rank is at (n − me) mod n in it.
+        let back = (n - me) % n;
+        let half = data.len() / 2;
+        let (a, b) = data.split_at_mut(half);
+        let (ca, cb) = (a.len(), b.len());
+        let largest = ca.div_ceil(n).max(cb.div_ceil(n));
+        let mut scratch = self.take_scratch::<T>(2 * largest)?;
+        let tmp: &mut [T] = as_elements_mut(&mut scratch[..2 * largest * std::mem::size_of::<T>()]);
+        let (ta, tb) = tmp.split_at_mut(largest);
+        for s in 0..n - 1 {
+            let (sa, ra) = (
+                piece(ca, n, (me + n - s) % n),
+                piece(ca, n, (me + 2 * n - s - 1) % n),
+            );
+            let (sb, rb) = (
+                piece(cb, n, (back + n - s) % n),
+                piece(cb, n, (back + 2 * n - s - 1) % n),
+            );
+            let (ta, tb) = (&mut ta[..ra.len()], &mut tb[..rb.len()]);
+            self.post(
+                [(right, as_bytes(&a[sa])), (left, as_bytes(&b[sb]))],
+                [(left, as_bytes_mut(ta)), (right, as_bytes_mut(tb))],
+            )?;
+            T::combine(&mut a[ra], ta, op);
+            T::combine(&mut b[rb], tb, op);
+        }
+        for s in 0..n - 1 {
+            let (sa, ra) = (
+                piece(ca, n, (me + 1 + n - s) % n),
+                piece(ca, n, (me + n - s) % n),
+            );
+            let (sb, rb) = (
+                piece(cb, n, (back + 1 + n - s) % n),
+                piece(cb, n, (back + n - s) % n),
+            );
+            let (outa, inna) = split(a, sa, ra);
+            let (outb, innb) = split(b, sb, rb);
+            self.post(
+                [(right, as_bytes(outa)), (left, as_bytes(outb))],
+                [(left, as_bytes_mut(inna)), (right, as_bytes_mut(innb))],
+            )?;
         }
         self.scratch = Some(scratch);
         Ok(())

@@ -38,6 +38,9 @@ pub struct Comm {
     /// On a ring cabling, the ranks in the cables' order round the ring (which need not be
     /// the ranks' own: the hostfile may list the hosts another way round).
     ring_order: Option<std::sync::Arc<[usize]>>,
+    /// Each rank's neighbours are on cables of their own, each full duplex: a ring all-reduce
+    /// then runs both ways round at once, half the data each way.
+    ring_both_ways: bool,
 }
 
 impl Comm {
@@ -48,6 +51,7 @@ impl Comm {
             tuning: Tuning::default(),
             unlinked: Vec::new(),
             ring_order: None,
+            ring_both_ways: false,
         }
     }
     pub fn rank(&self) -> usize {

@@ -669,3 +669,104 @@ fn collectives_follow_a_ring_cabled_out_of_rank_order() {
         }
     }
 }
+
+/// The ring all-reduce both ways round (cabled neighbours): exact on 3 to 6 ranks for counts
+/// that split unevenly, in place and out of place, every rank with the same bits, and only
+/// neighbours on the ring exchange anything.
+#[test]
+fn the_ring_both_ways_sums_exactly_between_neighbours_only() {
+    for n in [3usize, 4, 5, 6] {
+        for (k, count) in [2 * n, 1001, 40_000].into_iter().enumerate() {
+            for out_of_place in [false, true] {
+                let token = [
+                    0xB4,
+                    n as u8,
+                    k as u8,
+                    out_of_place as u8,
+                    5,
+                    5,
+                    5,
+                    5,
+                    5,
+                    5,
+                    5,
+                    5,
+                    5,
+                    5,
+                    5,
+                    5,
+                ];
+                create_segment(&token, n).unwrap();
+                let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+                let results: Vec<Vec<f64>> = (0..n)
+                    .map(|rank| {
+                        let seen = seen.clone();
+                        std::thread::spawn(move || {
+                            let names = (0..n)
+                                .map(|rank| PeerName {
+                                    rank,
+                                    host: "test".into(),
+                                })
+                                .collect();
+                            let t = ShmTransport::attach(
+                                rank,
+                                n,
+                                &token,
+                                names,
+                                Duration::from_secs(20),
+                            )
+                            .unwrap();
+                            let mut c = Comm::new(Box::new(Recorder {
+                                inner: Box::new(t),
+                                seen,
+                            }));
+                            c.set_ring_both_ways(true);
+                            // Values whose sums are exact in any order.
+                            let mine: Vec<f64> =
+                                (0..count).map(|i| ((rank + 1) * (i % 97)) as f64).collect();
+                            let mut data = vec![0.0; count];
+                            if out_of_place {
+                                c.all_reduce_from(
+                                    Group::All,
+                                    &mine,
+                                    &mut data,
+                                    ReduceOp::Sum,
+                                    Algo::Ring,
+                                )
+                                .unwrap();
+                            } else {
+                                data.copy_from_slice(&mine);
+                                c.all_reduce(&mut data, ReduceOp::Sum, Algo::Ring).unwrap();
+                            }
+                            data
+                        })
+                    })
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .map(|h| h.join().unwrap())
+                    .collect();
+                crate::transport::shm::unlink_segment(&token);
+                let total = (n * (n + 1) / 2) as f64;
+                for (rank, data) in results.iter().enumerate() {
+                    for (i, v) in data.iter().enumerate() {
+                        assert_eq!(
+                            *v,
+                            total * (i % 97) as f64,
+                            "n {n} count {count} rank {rank} [{i}]"
+                        );
+                    }
+                    assert_eq!(data, &results[0]);
+                }
+                let neighbours: Vec<[usize; 2]> = (0..n)
+                    .map(|i| [i.min((i + 1) % n), i.max((i + 1) % n)])
+                    .collect();
+                for p in seen.lock().unwrap().iter() {
+                    assert!(
+                        neighbours.contains(p),
+                        "n {n}: {p:?} exchanged, not neighbours"
+                    );
+                }
+            }
+        }
+    }
+}
