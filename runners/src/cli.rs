@@ -143,6 +143,17 @@ fn absolute_lib(p: PathBuf) -> PathBuf {
 }
 
 impl RunArgs {
+    /// The ids (`nodes`, `rdma_device`, ...) of the flags that place and connect ranks: every
+    /// flag of this struct but `--timeout` and `--out`, which serve a run with no ranks too. A
+    /// mode that starts no ranks refuses these, and the list cannot fall behind the flags.
+    pub fn rank_flag_ids() -> Vec<String> {
+        <RunArgs as Args>::augment_args(clap::Command::new("run"))
+            .get_arguments()
+            .map(|a| a.get_id().to_string())
+            .filter(|id| id != "timeout" && id != "out")
+            .collect()
+    }
+
     pub fn options(&self) -> RunOptions {
         RunOptions {
             nodes: self.nodes,
@@ -216,4 +227,25 @@ pub struct QuickRun {
     pub result: &'static str,
     /// Flags after the subcommand (the run's --nodes, --transport and --out are added).
     pub args: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rank_flags_are_every_run_flag_but_timeout_and_out() {
+        let ids = RunArgs::rank_flag_ids();
+        for id in [
+            "nodes",
+            "hostfile",
+            "verbs_lib",
+            "over",
+            "rdma_device",
+            "oversubscribe",
+        ] {
+            assert!(ids.iter().any(|x| x == id), "{id} missing from {ids:?}");
+        }
+        assert!(!ids.iter().any(|x| x == "timeout" || x == "out"), "{ids:?}");
+    }
 }

@@ -165,22 +165,8 @@ impl InferArgs {
 /// (they would otherwise be silently ignored: `infer --endpoint --nodes 4` runs no ranks).
 fn refuse_unused_flags(args: &InferArgs, m: &clap::ArgMatches) -> Result<(), String> {
     // The run options that place and connect ranks; --timeout and --out serve every mode.
-    const RANK_FLAGS: &[&str] = &[
-        "nodes",
-        "hostfile",
-        "rsh",
-        "exe",
-        "transport",
-        "addr",
-        "iface",
-        "rdma_device",
-        "over",
-        "streams",
-        "sockbuf",
-        "congestion",
-        "port",
-        "oversubscribe",
-    ];
+    let rank_flags = tbbench_runners::cli::RunArgs::rank_flag_ids();
+    let rank_flags: Vec<&str> = rank_flags.iter().map(String::as_str).collect();
     // What only a run against a server reads.
     const ENDPOINT_FLAGS: &[&str] = &[
         "model",
@@ -203,7 +189,7 @@ fn refuse_unused_flags(args: &InferArgs, m: &clap::ArgMatches) -> Result<(), Str
             .collect()
     };
     let (mode, unused) = if args.endpoint.is_some() {
-        let mut u = given(RANK_FLAGS);
+        let mut u = given(&rank_flags);
         u.extend(given(DECODE_FLAGS));
         (
             "infer --endpoint (a run against a server, with no ranks)",
