@@ -107,6 +107,7 @@ impl HplArgs {
             dat: self.dat.as_ref().map(|p| p.display().to_string()),
             depth: self.depth.map(|d| d as usize),
             notes,
+            map: crate::grid::ProcessMap::RowMajor,
         })
     }
 }

@@ -11,6 +11,10 @@ pub enum ProcessMap {
     RowMajor,
     /// Rank r sits at row r % P, column r / P.
     ColumnMajor,
+    /// Row-major with every other row reversed, so consecutive ranks are grid neighbours: a
+    /// 2×2 grid on a ring of four cabled in rank order has every process row and column on a
+    /// cable (tbbench's choice on a partial cabling; HPL.dat has no such PMAP).
+    Snake,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -44,7 +48,38 @@ impl Grid {
         match self.map {
             ProcessMap::RowMajor => (rank / self.q, rank % self.q),
             ProcessMap::ColumnMajor => (rank % self.p, rank / self.p),
+            ProcessMap::Snake => {
+                let (row, at) = (rank / self.q, rank % self.q);
+                (
+                    row,
+                    if row.is_multiple_of(2) {
+                        at
+                    } else {
+                        self.q - 1 - at
+                    },
+                )
+            }
         }
+    }
+
+    /// The pairs of ranks in one process row or column: every pair HPL's broadcasts, swaps and
+    /// reductions may move data between.
+    pub fn group_pairs(&self) -> Vec<[usize; 2]> {
+        let mut out = Vec::new();
+        let mut add = |members: Vec<usize>| {
+            for (i, &a) in members.iter().enumerate() {
+                for &b in &members[i + 1..] {
+                    out.push([a.min(b), a.max(b)]);
+                }
+            }
+        };
+        for row in 0..self.p {
+            add((0..self.q).map(|c| self.rank_at(row, c)).collect());
+        }
+        for col in 0..self.q {
+            add((0..self.p).map(|r| self.rank_at(r, col)).collect());
+        }
+        out
     }
 
     /// The rank at (row, column).
@@ -52,6 +87,14 @@ impl Grid {
         match self.map {
             ProcessMap::RowMajor => row * self.q + col,
             ProcessMap::ColumnMajor => col * self.p + row,
+            ProcessMap::Snake => {
+                row * self.q
+                    + if row.is_multiple_of(2) {
+                        col
+                    } else {
+                        self.q - 1 - col
+                    }
+            }
         }
     }
 }
@@ -102,7 +145,11 @@ mod tests {
 
     #[test]
     fn rank_maps_invert() {
-        for map in [ProcessMap::RowMajor, ProcessMap::ColumnMajor] {
+        for map in [
+            ProcessMap::RowMajor,
+            ProcessMap::ColumnMajor,
+            ProcessMap::Snake,
+        ] {
             let g = Grid { p: 2, q: 3, map };
             for r in 0..6 {
                 let (row, col) = g.coords(r);

@@ -176,10 +176,10 @@ impl Variant {
 
     /// HPL's T/V code: W, the process map, depth, broadcast, RFACT, NDIV, PFACT, NBMIN.
     pub fn code(&self) -> String {
-        let map = if self.grid.map == ProcessMap::RowMajor {
-            'R'
-        } else {
-            'C'
+        let map = match self.grid.map {
+            ProcessMap::RowMajor => 'R',
+            ProcessMap::ColumnMajor => 'C',
+            ProcessMap::Snake => 'S',
         };
         let a = &self.algo;
         format!(

@@ -44,6 +44,9 @@ pub struct HplConfig {
     /// What HPL.dat asks for that runs differently: shown as notes and kept in the result's
     /// warnings.
     pub notes: Vec<String>,
+    /// The process map of a run without HPL.dat: row-major, or on a partial cabling the one
+    /// that keeps every process row and column on cables ([`on_the_cables`]).
+    pub map: ProcessMap,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -98,9 +101,16 @@ impl Suite for HplSuite {
     const NAME: &'static str = "hpl";
     type Config = HplConfig;
 
+    /// Runs on a partial cabling where its grid's rows and columns are cabled
+    /// ([`on_the_cables`]).
+    fn needs_every_pair(_config: &HplConfig) -> bool {
+        false
+    }
+
     fn run(config: &HplConfig, ctx: &mut Context) -> Result<Option<SuiteOutput>> {
         // --max-minutes bounds the whole run: what the probes take comes off the solve's share.
         let started = Instant::now();
+        let config = &cabled_config(config, ctx)?;
         let ranks = ctx.size();
         let rank = ctx.rank();
         let threads = config.threads.unwrap_or_else(|| ctx.threads_per_rank());
@@ -383,10 +393,64 @@ fn plain_grid(config: &HplConfig, ranks: usize) -> Grid {
         Some((p, q)) => Grid {
             p,
             q,
-            map: ProcessMap::RowMajor,
+            map: config.map,
         },
-        None => Grid::squarest(ranks, ProcessMap::RowMajor),
+        None => Grid::squarest(ranks, config.map),
     }
+}
+
+/// On a partial cabling (a ring's diagonals) every process row and column must have a cable
+/// between each of its pairs: HPL's broadcasts, swaps and pivot searches run within them (and
+/// what it does over every rank goes along the cables' tree). The grid keeps its map where that
+/// holds, else takes the snake map (a 2×2 grid round a ring of four); where neither does, one
+/// line names the pairs.
+pub(crate) fn on_the_cables(grid: Grid, unlinked: &[[usize; 2]]) -> Result<Grid> {
+    let missing = |g: &Grid| -> Vec<[usize; 2]> {
+        g.group_pairs()
+            .into_iter()
+            .filter(|p| unlinked.contains(p))
+            .collect()
+    };
+    let first = missing(&grid);
+    if first.is_empty() {
+        return Ok(grid);
+    }
+    let snake = Grid {
+        map: ProcessMap::Snake,
+        ..grid
+    };
+    if missing(&snake).is_empty() {
+        return Ok(snake);
+    }
+    let pairs: Vec<String> = first.iter().map(|[a, b]| format!("{a}-{b}")).collect();
+    bail!(
+        "hpl's {}x{} grid puts ranks with no cable between them in one process row or column ({}), in every process map tried: cable them, choose another --p/--q, or run over one network",
+        grid.p,
+        grid.q,
+        pairs.join(", ")
+    )
+}
+
+/// The configuration with its grids held to the cabling ([`on_the_cables`]).
+fn cabled_config(config: &HplConfig, ctx: &Context) -> Result<HplConfig> {
+    let mut c = config.clone();
+    let Some(t) = ctx
+        .network
+        .topology
+        .as_ref()
+        .filter(|t| !t.unlinked.is_empty())
+    else {
+        return Ok(c);
+    };
+    for v in &mut c.runs {
+        if v.grid.size() == ctx.size() {
+            v.grid = on_the_cables(v.grid, &t.unlinked)?;
+        }
+    }
+    if c.dat.is_none() {
+        c.map = on_the_cables(plain_grid(&c, ctx.size()), &t.unlinked)?.map;
+    }
+    Ok(c)
 }
 
 /// The runs for `ranks` ranks, and the notes to show: HPL.dat combinations whose grid needs

@@ -169,7 +169,11 @@ fn every_grid_solves_to_the_reference_x_and_passes_at_every_lookahead_depth() {
         (4, 1),
     ] {
         for nb in [1, 4, 8, 64] {
-            for map in [ProcessMap::RowMajor, ProcessMap::ColumnMajor] {
+            for map in [
+                ProcessMap::RowMajor,
+                ProcessMap::ColumnMajor,
+                ProcessMap::Snake,
+            ] {
                 for depth in [0, 1, 2, 3] {
                     let o = Opts { depth, ..DEFAULT };
                     let xs = distributed_x(n, nb, Grid { p, q, map }, o);
@@ -477,7 +481,11 @@ fn every_pfact_and_rfact_solves_on_every_grid_at_depth_0_and_1() {
                 (4, 1),
             ] {
                 for nb in [1, 4, 8, 64] {
-                    for map in [ProcessMap::RowMajor, ProcessMap::ColumnMajor] {
+                    for map in [
+                        ProcessMap::RowMajor,
+                        ProcessMap::ColumnMajor,
+                        ProcessMap::Snake,
+                    ] {
                         for depth in [0, 1] {
                             let o = Opts {
                                 pfact,
@@ -615,4 +623,22 @@ fn every_swap_variant_moves_the_rows_the_pivots_say() {
             }
         }
     }
+}
+
+/// On a ring of four (no diagonals) a 2×2 grid takes the snake map, whose rows and columns are
+/// all cabled; a 1×4 grid cannot avoid the diagonals and is refused naming them; a full mesh
+/// keeps the map asked for.
+#[test]
+fn a_grid_on_a_ring_keeps_its_rows_and_columns_on_cables() {
+    use crate::suite::on_the_cables;
+    let ring4 = [[0, 2], [1, 3]];
+    let g = on_the_cables(grid(2, 2), &ring4).unwrap();
+    assert_eq!(g.map, ProcessMap::Snake);
+    assert!(g.group_pairs().iter().all(|p| !ring4.contains(p)));
+    let e = on_the_cables(grid(1, 4), &ring4).unwrap_err().to_string();
+    assert!(e.contains("1x4 grid") && e.contains("(0-2, 1-3)"), "{e}");
+    assert_eq!(
+        on_the_cables(grid(2, 2), &[]).unwrap().map,
+        ProcessMap::RowMajor
+    );
 }
