@@ -282,6 +282,15 @@ fn piece(count: usize, parts: usize, i: usize) -> Range<usize> {
     (i * count / parts)..((i + 1) * count / parts)
 }
 
+/// The whole world as `order` lists it (the cables' ring order, from [`Comm::cabled_order`]);
+/// any other group as it is.
+fn in_order<'a>(order: &'a Option<std::sync::Arc<[usize]>>, group: Group<'a>) -> Group<'a> {
+    match (order, group) {
+        (Some(o), Group::All) => Group::Members(o),
+        (_, g) => g,
+    }
+}
+
 /// A read-only range and a disjoint writable range of one slice.
 fn split<T>(data: &mut [T], read: Range<usize>, write: Range<usize>) -> (&[T], &mut [T]) {
     if read.is_empty() {
@@ -645,10 +654,7 @@ impl Comm {
         algo: Algo,
     ) -> Result<Algo> {
         let order = self.cabled_order(CollOp::AllReduce);
-        let group = match (&order, group) {
-            (Some(o), Group::All) => Group::Members(o),
-            (_, g) => g,
-        };
+        let group = in_order(&order, group);
         let n = group.len(self.size());
         if n < 2 || data.is_empty() {
             if let Some(input) = input {
@@ -1214,10 +1220,7 @@ impl Comm {
         algo: Algo,
     ) -> Result<Algo> {
         let order = self.cabled_order(CollOp::Broadcast);
-        let group = match (&order, group) {
-            (Some(o), Group::All) => Group::Members(o),
-            (_, g) => g,
-        };
+        let group = in_order(&order, group);
         let n = group.len(self.size());
         let root_at = group.index_of(root)?;
         let algo = self.plan(
@@ -1308,10 +1311,7 @@ impl Comm {
         algo: Algo,
     ) -> Result<Algo> {
         let order = self.cabled_order(CollOp::Reduce);
-        let group = match (&order, group) {
-            (Some(o), Group::All) => Group::Members(o),
-            (_, g) => g,
-        };
+        let group = in_order(&order, group);
         let n = group.len(self.size());
         let root_at = group.index_of(root)?;
         let algo = self.plan(
