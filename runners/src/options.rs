@@ -105,7 +105,11 @@ pub struct DataNetwork {
     pub rdma_device: Option<String>,
     /// An IPv4 subnet each rank binds its data to (its own address inside it): one spelling
     /// of a network that works on every host, whatever its interfaces are called.
-    #[serde(serialize_with = "subnet_str", deserialize_with = "subnet_from_str")]
+    #[serde(
+        default,
+        serialize_with = "subnet_str",
+        deserialize_with = "subnet_from_str"
+    )]
     pub subnet: Option<(Ipv4Addr, u8)>,
     /// Each pair of ranks over its own cable(s) (`--over tcp:links`, `verbs:links`), not one
     /// network for all.
@@ -150,6 +154,8 @@ impl DataNetwork {
         if self.transport == TransportKind::Verbs
             && self.rdma_device.is_none()
             && self.iface.is_none()
+            && self.addr.is_none()
+            && self.subnet.is_none()
             && names_devices
         {
             self.links = true;
@@ -457,8 +463,10 @@ mod tests {
         let verbs = DataNetwork::from_spec(&NetSpec::parse("verbs").unwrap());
         assert!(verbs.clone().with_hostfile_devices(true).links);
         assert!(!verbs.clone().with_hostfile_devices(false).links);
-        let named = DataNetwork::from_spec(&NetSpec::parse("verbs:rdma_en3").unwrap());
-        assert!(!named.with_hostfile_devices(true).links);
+        for kept in ["verbs:rdma_en3", "verbs:10.0.0.0/24", "verbs:10.0.0.5"] {
+            let named = DataNetwork::from_spec(&NetSpec::parse(kept).unwrap());
+            assert!(!named.with_hostfile_devices(true).links, "{kept}");
+        }
         let tcp = DataNetwork::from_spec(&NetSpec::parse("tcp").unwrap());
         assert!(!tcp.with_hostfile_devices(true).links);
     }

@@ -216,14 +216,28 @@ pub fn second_round(
     if rank == 0 {
         let mut all: Vec<Option<String>> = vec![None; conns.len()];
         all[0] = word;
+        // One deadline for every rank's word, not one each.
+        let deadline = Instant::now() + timeout;
         for (r, c) in conns.iter().enumerate() {
             let Some(c) = c else { continue };
             c.set_nonblocking(false)?;
-            c.set_read_timeout(Some(timeout))?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            c.set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
             match read_frame(c) {
                 Ok(Ctrl::Word { text }) => all[r] = text,
                 Ok(Ctrl::Abort { message }) => bail!("{message}"),
                 Ok(other) => bail!("rank {r} sent {other:?} in the rendezvous' second round"),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    bail!(
+                        "rank {r} said nothing in the rendezvous' second round within {:.0} s",
+                        timeout.as_secs_f64()
+                    )
+                }
                 Err(e) => bail!("rank {r} left the rendezvous before its second round: {e}"),
             }
         }

@@ -945,7 +945,7 @@ impl Prepared {
         // The control receives for one peer hold its notices, its eager messages, its credit
         // messages and greetings: each gets its own share, so none can find them all taken.
         // Both ends compute the same shares, as the notices always assumed: one kind of device
-        // grants every rank the same depth.
+        // grants every rank the same depth (a rank's cables' devices are of one kind too).
         let eager_credits = (recv_slots as u32 - CTL_SPARE - CREDIT_MSGS) / 2;
         let notices = recv_slots as u32 - CTL_SPARE - CREDIT_MSGS - eager_credits;
         let per_peer = (recv_slots + CTL_SEND_SLOTS) * CTL_SLOT;
