@@ -423,7 +423,9 @@ impl Comm {
     pub fn resolve(&self, op: CollOp, algo: Algo, bytes: usize, n: usize) -> Algo {
         match self.cabled_order(op) {
             Some(order) if n == self.size() => {
-                self.resolve_in(op, algo, bytes, n, Group::Members(&order), 0)
+                // The root is world rank 0, wherever the ring's order puts it.
+                let root_i = order.iter().position(|&r| r == 0).unwrap_or(0);
+                self.resolve_in(op, algo, bytes, n, Group::Members(&order), root_i)
             }
             _ => self.resolve_in(op, algo, bytes, n, Group::All, 0),
         }
