@@ -637,6 +637,12 @@ fn run_ranks(
                 let _ = r.child.kill();
                 let _ = r.child.wait();
             }
+            // A Ctrl-C reaches the ranks too (one process group), and rank 0 may be gone
+            // before this process's handler has said so: it is still the interrupt, and says
+            // so in its one line.
+            if interrupted.load(Ordering::SeqCst) && !wrote_result && !cut_off {
+                return Ok(stop_all(&mut ranks, "interrupted: stopped every rank", 130));
+            }
             // Rank 0 names the cause itself whenever it exits (its error line); killed by a
             // signal it could not, and the others only saw it go: one line here.
             let killed = std::os::unix::process::ExitStatusExt::signal(&st0).is_some();
