@@ -227,12 +227,7 @@ pub fn second_round(
                 Ok(Ctrl::Word { text }) => all[r] = text,
                 Ok(Ctrl::Abort { message }) => bail!("{message}"),
                 Ok(other) => bail!("rank {r} sent {other:?} in the rendezvous' second round"),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
+                Err(e) if timed_out(&e) => {
                     bail!(
                         "rank {r} said nothing in the rendezvous' second round within {:.0} s",
                         timeout.as_secs_f64()
@@ -324,12 +319,7 @@ pub fn join(
             Err(e) if closed(&e) => {
                 bail!("rank 0 at {rdv} closed the rendezvous connection (wrong session token?)")
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
+            Err(e) if timed_out(&e) => {
                 bail!(
                     "rank 0 at {rdv} did not answer within {:.0} s",
                     timeout.as_secs_f64()
@@ -338,6 +328,14 @@ pub fn join(
             Err(e) => bail!("rendezvous with rank 0 at {rdv}: {e}"),
         }
     }
+}
+
+/// A read that gave up at its timeout (WouldBlock on Unix sockets, TimedOut elsewhere).
+fn timed_out(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
 }
 
 fn closed(e: &std::io::Error) -> bool {
