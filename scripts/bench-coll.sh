@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tbbench coll against OpenMPI's own collectives on this machine, side by side in one run:
-# MPI_Allreduce, MPI_Allgather and MPI_Bcast (f32, sum), timed by scripts/osu_coll.c exactly
-# as tbbench times its own (barrier, call, the slowest rank's time per iteration, median),
+# MPI_Allreduce, MPI_Allgather and MPI_Bcast (f32, sum), timed by the program `coll --peer mpi`
+# runs (suites/coll/src/peers/mpi_coll.c) exactly as tbbench times its own (barrier, call, the
+# slowest rank's time per iteration, median; every element checked),
 # and `tbbench coll` with its default algorithm choice (auto) and with every algorithm (the
 # fastest shown; broadcast in place, as MPI_Bcast's one buffer is), at the same sizes and
 # rank counts, over loopback TCP (OpenMPI: --mca btl tcp,self) and shared memory (--mca btl
@@ -73,10 +74,10 @@ for t in mpicc mpirun python3; do
 done
 cargo build --release -q
 tb=target/release/tbbench
-peer=target/bench-coll/osu_coll
+peer=target/bench-coll/mpi_coll
 mkdir -p "$(dirname "$peer")"
-if [ ! -x "$peer" ] || [ scripts/osu_coll.c -nt "$peer" ]; then
-  mpicc -O2 -o "$peer" scripts/osu_coll.c
+if [ ! -x "$peer" ] || [ suites/coll/src/peers/mpi_coll.c -nt "$peer" ]; then
+  mpicc -O2 -o "$peer" suites/coll/src/peers/mpi_coll.c
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -95,12 +96,17 @@ run_group() { # n net round tag sizes iters warmup
   [ -n "$group" ] || return 0
   [ "$n" -gt "$cores" ] && bind=(--bind-to core:overload-allowed)
   if [ "$net" = tcp ]; then btl=(--mca btl tcp,self --mca btl_tcp_if_include lo); else btl=(--mca btl vader,self); fi
-  for op in allreduce allgather bcast; do
+  for op in all-reduce all-gather broadcast; do
+    # The program's rows are element counts as tbbench counts them: f32, per rank for
+    # all-gather.
+    local rows=() s
+    for s in $group; do
+      if [ "$op" = all-gather ]; then rows+=("$op:$((s / 4 / n))"); else rows+=("$op:$((s / 4))"); fi
+    done
     # ${a[@]+"${a[@]}"}: an empty array under set -u (macOS's bash 3.2 calls it unbound).
-    # shellcheck disable=SC2086
     mpirun ${root_flag[@]+"${root_flag[@]}"} --oversubscribe ${bind[@]+"${bind[@]}"} -np "$n" --mca pml ob1 "${btl[@]}" \
       --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_barrier_algorithm 4 \
-      "$peer" "$op" "$it" "$warm" $group >>"$tmp/ompi-$n-$net-$round.txt"
+      "$peer" f32 sum 0 "$warm" "$it" "${rows[@]}" >>"$tmp/ompi-$n-$net-$round.txt"
   done
   list=$(echo $group | tr ' ' ',')
   # Like for like: a launch per op, and auto in a launch of its own, as OpenMPI's above run
@@ -143,7 +149,7 @@ fi
 python3 - "$tmp" "$rounds" "${ranks[@]}" <<'PY'
 import json, statistics, sys, glob, os
 tmp, rounds, ranks = sys.argv[1], int(sys.argv[2]), [int(x) for x in sys.argv[3:]]
-ops = {"allreduce": "all-reduce", "allgather": "all-gather", "bcast": "broadcast"}
+ops = {o: o for o in ("all-reduce", "all-gather", "broadcast")}
 factor = {"all-reduce": lambda n: 2 * (n - 1) / n, "all-gather": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
 def human(b):
     for unit, k in (("MiB", 1 << 20), ("KiB", 1 << 10)):
@@ -172,8 +178,13 @@ for n in ranks:
         ompi, auto, best = {}, {}, {}
         for r in range(1, rounds + 1):
             for line in open(os.path.join(tmp, f"ompi-{n}-{net}-{r}.txt")):
-                op, size, us = line.split()
-                ompi.setdefault((ops[op], int(size)), {})[r] = float(us)
+                row = json.loads(line)
+                if "times_us" not in row:
+                    continue
+                if row["wrong"]:
+                    sys.exit(f"bench-coll: OpenMPI's {row['op']} of {row['count']} elements had {row['wrong']} wrong")
+                size = row["count"] * 4 * (n if row["op"] == "all-gather" else 1)
+                ompi.setdefault((row["op"], size), {})[r] = statistics.median(row["times_us"])
             rows = []
             for prefix in (f"tb-{a}-{o}" for a in ("auto", "all") for o in ops.values()):
                 for tag in ("small", "large"):

@@ -2,12 +2,12 @@
 # Sets up a fresh Debian/Ubuntu (or macOS) machine for tbbench and builds it.
 #
 #   scripts/setup.sh            what the main job needs (system packages, the SmolLM2 model
-#                               for the decode) + release build: a few minutes
+#                               for the decode, MLX for coll --peer mlx) + release build: a few minutes
 #   scripts/setup.sh --server   the same, and llama.cpp's OpenAI-compatible server (a peer
 #                               for `infer --endpoint`, built from source: several minutes more)
 #   scripts/setup.sh --deps     what the tests need, no release build (scripts/test.sh and
 #                               .ci/run call it): test packages, OpenMPI and libclang for the
-#                               `mpi` build feature, and the llama.cpp server
+#                               `mpi` build feature, the llama.cpp server and MLX
 #
 # Packages: iproute2 (ip, tc: the network lab and its tests), iperf3, sockperf and hpcc (the
 # peers scripts/bench-*.sh compare against), libopenblas0 (hpl's BLAS), openssh-client
@@ -32,7 +32,8 @@ if [ "$(uname -s)" = "Linux" ] && command -v apt-get >/dev/null; then
   # libopenblas0: the BLAS `tbbench hpl` loads at run time (it falls back to its own kernels
   # without one); hpcc: netlib HPL, the peer scripts/bench-hpl.sh compares against.
   pkgs="iproute2 iperf3 sockperf openssh-client python3 ca-certificates curl pkg-config gcc libopenblas0"
-  [ "$deps_only" = 0 ] && pkgs="$pkgs hpcc openmpi-bin"
+  # openmpi-bin, libopenmpi-dev: mpirun and mpicc for `coll --peer mpi`.
+  [ "$deps_only" = 0 ] && pkgs="$pkgs hpcc openmpi-bin libopenmpi-dev"
   # chromium: the report test opens report.html in a real headless browser; libibverbs-dev:
   # verbs.h, which the verbs transport's struct layouts are checked against.
   [ "$deps_only" = 1 ] && pkgs="$pkgs openmpi-bin libopenmpi-dev libclang-dev chromium libibverbs-dev"
@@ -125,6 +126,28 @@ if [ "${TBBENCH_SKIP_INFER_VENV:-0}" != 1 ] && command -v python3 >/dev/null; th
   fi
 fi
 # --- end infer -------------------------------------------------------------------------------
+
+# --- coll's peers: MLX from PyPI for `coll --peer mlx` --------------------------------------
+# mlx[cpu] on Linux (MLX's ring backend over TCP; no JACCL), mlx on macOS, into the
+# git-ignored .venv-mlx/ where tbbench looks for it (TBBENCH_MLX_PYTHON names another). The
+# MPI peer needs mpicc and mpirun (libopenmpi-dev and openmpi-bin above; brew install open-mpi).
+# TBBENCH_SKIP_MLX_VENV=1 leaves it out (`--peer mlx` then says MLX is missing).
+mlx_venv=.venv-mlx
+mlx_pkg='mlx[cpu]==0.32.4'
+[ "$(uname -s)" = "Darwin" ] && mlx_pkg='mlx==0.32.4'
+if [ "${TBBENCH_SKIP_MLX_VENV:-0}" != 1 ] && command -v python3 >/dev/null; then
+  if ! python3 -c 'import venv, ensurepip' 2>/dev/null && command -v apt-get >/dev/null; then
+    ${sudo:-} apt-get install -y -qq python3-venv >/dev/null
+  fi
+  if ! "$mlx_venv/bin/python" -c 'import mlx.core as mx; assert mx.__version__ == "0.32.4"' 2>/dev/null; then
+    echo "setup: installing MLX ($mlx_pkg, PyPI) into $mlx_venv for coll --peer mlx"
+    [ -x "$mlx_venv/bin/python" ] || python3 -m venv "$mlx_venv"
+    if ! "$mlx_venv/bin/pip" install -q "$mlx_pkg"; then
+      echo "setup: MLX could not be installed; coll --peer mlx will say so" >&2
+    fi
+  fi
+fi
+# --- end coll's peers --------------------------------------------------------------------------
 
 [ "$deps_only" = 1 ] && exit 0
 echo "setup: cargo build --release (a few minutes the first time)"

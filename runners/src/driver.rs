@@ -498,6 +498,7 @@ fn run_suite<S: Suite>(
         rank_names,
         progress,
         timeout: opts.timeout,
+        rsh: opts.rsh.clone(),
     };
     if let Some(w) = ctx.oversubscribed() {
         if rank == 0 {

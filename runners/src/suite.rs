@@ -45,6 +45,9 @@ pub struct Context {
     /// Show progress bars (rank 0 with a terminal on stderr).
     pub progress: bool,
     pub timeout: Duration,
+    /// The remote shell hostfile ranks were started with (`--rsh`): what a peer's own
+    /// launcher (mpirun's plm_rsh_agent) is given to reach the same hosts the same way.
+    pub rsh: String,
 }
 
 impl Context {

@@ -1,5 +1,6 @@
 //! `tbbench coll`'s flags, its config, and its registration with the binary.
 
+use crate::peers::{MlxBackend, Peer};
 use crate::{parse_redop, CollConfig, CollSuite};
 use clap::{Args, CommandFactory, FromArgMatches, Parser};
 use std::path::PathBuf;
@@ -67,6 +68,29 @@ pub struct CollArgs {
     /// Also write the rows as CSV to this file.
     #[arg(long)]
     pub csv: Option<PathBuf>,
+    /// After tbbench's own sweep, run the same ops, sizes and element type through MLX's
+    /// collectives (mx.distributed) and/or the MPI library's (under mpirun), on the same
+    /// hosts and network: mlx, mpi, or mlx,mpi.
+    #[arg(long, value_parser = parse_peers)]
+    pub peer: Option<Peers>,
+    /// MLX's backend for --peer mlx: ring, jaccl, jaccl-ring (default: the hostfile's, else
+    /// ring).
+    #[arg(long, value_parser = MlxBackend::parse, requires = "peer")]
+    pub peer_backend: Option<MlxBackend>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Peers(pub Vec<Peer>);
+
+fn parse_peers(s: &str) -> Result<Peers, String> {
+    let mut peers = Vec::new();
+    for w in s.split(',') {
+        let p = Peer::parse(w)?;
+        if !peers.contains(&p) {
+            peers.push(p);
+        }
+    }
+    Ok(Peers(peers))
 }
 
 #[derive(Debug, Clone)]
@@ -159,6 +183,8 @@ impl CollArgs {
             in_place: self.in_place,
             ceiling_bits_per_s: self.ceiling,
             csv: self.csv.clone(),
+            peers: self.peer.as_ref().map(|p| p.0.clone()).unwrap_or_default(),
+            peer_backend: self.peer_backend,
         })
     }
 }

@@ -43,7 +43,7 @@ fn probe_iters(size: u64) -> usize {
 }
 
 /// Elements per rank as nccl-tests counts them, for an array of `size` bytes.
-fn count_for(op: CollOp, size: u64, elt: usize, n: usize) -> usize {
+pub(crate) fn count_for(op: CollOp, size: u64, elt: usize, n: usize) -> usize {
     let elements = (size / elt as u64) as usize;
     match op {
         CollOp::ReduceScatter | CollOp::AllGather => elements / n,
@@ -106,7 +106,7 @@ pub fn sizes_as_run(config: &CollConfig, n: usize) -> Result<Vec<String>> {
 
 /// The bytes of the array the figures are per (the whole array for reduce-scatter and
 /// all-gather, count × ranks).
-fn array_bytes(op: CollOp, count: usize, elt: usize, n: usize) -> u64 {
+pub(crate) fn array_bytes(op: CollOp, count: usize, elt: usize, n: usize) -> u64 {
     let elements = match op {
         CollOp::ReduceScatter | CollOp::AllGather => count * n,
         _ => count,
@@ -149,6 +149,7 @@ pub fn measure(
     );
     let rooted = matches!(op, CollOp::Broadcast | CollOp::Reduce);
     Ok(Some(Row {
+        implementation: "tbbench",
         op: op.name(),
         algo: m.ran.name(),
         requested: algo.name(),

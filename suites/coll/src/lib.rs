@@ -6,10 +6,12 @@ pub mod cli;
 mod harness;
 pub mod input;
 pub mod ops;
+pub mod peers;
 mod table;
 pub mod view;
 
 use anyhow::{bail, Result};
+use peers::{MlxBackend, Peer, PeerRun};
 use serde::{Serialize, Serializer};
 use std::path::PathBuf;
 use tbbench_runners::comm::{Algo, CollOp, Dtype, ReduceOp};
@@ -38,6 +40,12 @@ pub struct CollConfig {
     pub ceiling_bits_per_s: Option<f64>,
     /// Where the rows also go as CSV.
     pub csv: Option<PathBuf>,
+    /// Implementations run after tbbench's own sweep, on the same ranks and network.
+    #[serde(serialize_with = "peer_names")]
+    pub peers: Vec<Peer>,
+    /// MLX's backend for `--peer mlx`; None: the hostfile's, else ring.
+    #[serde(serialize_with = "backend_name")]
+    pub peer_backend: Option<MlxBackend>,
 }
 
 impl Default for CollConfig {
@@ -54,6 +62,8 @@ impl Default for CollConfig {
             in_place: false,
             ceiling_bits_per_s: None,
             csv: None,
+            peers: Vec::new(),
+            peer_backend: None,
         }
     }
 }
@@ -68,6 +78,15 @@ fn op_names<S: Serializer>(v: &[CollOp], s: S) -> Result<S::Ok, S::Error> {
 }
 fn algo_names<S: Serializer>(v: &[Algo], s: S) -> Result<S::Ok, S::Error> {
     s.collect_seq(v.iter().map(|a| a.name()))
+}
+fn peer_names<S: Serializer>(v: &[Peer], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(v.iter().map(|p| p.name()))
+}
+fn backend_name<S: Serializer>(b: &Option<MlxBackend>, s: S) -> Result<S::Ok, S::Error> {
+    match b {
+        Some(b) => s.serialize_str(b.name()),
+        None => s.serialize_none(),
+    }
 }
 fn dtype_name<S: Serializer>(d: &Dtype, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(d.name())
@@ -96,6 +115,9 @@ pub fn parse_redop(s: &str) -> Result<ReduceOp, String> {
 /// One measured row: an op by one algorithm at one size.
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
+    /// Whose collective this is: "tbbench", or a peer's ("mlx", "mpi").
+    #[serde(rename = "impl")]
+    pub implementation: &'static str,
     pub op: &'static str,
     /// The algorithm that ran.
     pub algo: &'static str,
@@ -159,6 +181,10 @@ pub struct CollResults {
     pub tuning: Vec<Probe>,
     pub rows: Vec<Row>,
     pub best: Vec<Best>,
+    /// The peers run after the sweep (`--peer`): each one's version and backend, or why it
+    /// did not run. Their rows are among `rows`, each with its `impl`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub peers: Vec<PeerRun>,
     /// The hosts' energy over the whole sweep, or why there is none (reports/README.md).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub energy: Option<serde_json::Value>,
@@ -222,8 +248,10 @@ impl Suite for CollSuite {
             tuning: Vec::new(),
             rows: Vec::new(),
             best: Vec::new(),
+            peers: Vec::new(),
             energy: None,
         };
+        let sweep_start = std::time::Instant::now();
         let energy = tbbench_runners::energy::Span::begin(ctx);
         let mut tuner =
             (config.algos.contains(&Algo::Auto) && n > 1).then(|| harness::Tuner::new(config));
@@ -265,6 +293,14 @@ impl Suite for CollSuite {
         results.tuning = tuner.map(harness::Tuner::into_probes).unwrap_or_default();
         results.energy = energy.end(ctx)?;
         ctx.comm.release_scratch();
+        if !config.peers.is_empty() {
+            let (runs, rows) = peers::run_all(config, ctx, sweep_start.elapsed(), ceiling)?;
+            if ctx.rank() == 0 {
+                table::side_by_side(config, &results.best, &runs, &rows);
+                results.rows.extend(rows);
+                results.peers = runs;
+            }
+        }
         if ctx.rank() != 0 {
             return Ok(None);
         }
@@ -277,34 +313,24 @@ impl Suite for CollSuite {
                 line
             })
         });
-        let wrong: u64 = results.rows.iter().map(|r| r.wrong).sum();
-        let mut checks = vec![Check {
-            name: "collective results".into(),
-            passed: wrong == 0,
-            detail: if wrong == 0 {
-                format!(
-                    "every element of {} rows matched its expected value",
-                    results.rows.len()
-                )
-            } else {
-                let bad: Vec<String> = results
+        // tbbench's own rows are its verification; each peer's rows are checked as strictly,
+        // in a check of their own.
+        let mut checks = vec![rows_check(
+            "collective results",
+            results
+                .rows
+                .iter()
+                .filter(|r| r.implementation == "tbbench"),
+        )];
+        for p in results.peers.iter().filter(|p| p.ran) {
+            checks.push(rows_check(
+                &format!("{} results", p.label),
+                results
                     .rows
                     .iter()
-                    .filter(|r| r.wrong > 0)
-                    .take(5)
-                    .map(|r| {
-                        format!(
-                            "{} {} {} ({} wrong)",
-                            r.op,
-                            r.algo,
-                            format_size(r.size_bytes),
-                            r.wrong
-                        )
-                    })
-                    .collect();
-                format!("{wrong} wrong elements: {}", bad.join("; "))
-            },
-        }];
+                    .filter(|r| r.implementation == p.implementation),
+            ));
+        }
         if let Some(why) = csv_failed {
             checks.push(Check {
                 name: "csv export".into(),
@@ -316,15 +342,69 @@ impl Suite for CollSuite {
         Ok(Some(SuiteOutput {
             results: serde_json::to_value(&results)?,
             checks,
-            warnings: pinned.into_iter().chain(size_notes).collect(),
+            warnings: pinned
+                .into_iter()
+                .chain(size_notes)
+                .chain(results_peer_warnings(&results.peers))
+                .collect(),
         }))
     }
+}
+
+/// Whether every element of these rows matched, as one check: the first few rows that did not
+/// named.
+fn rows_check<'a>(name: &str, rows: impl Iterator<Item = &'a Row>) -> Check {
+    let rows: Vec<&Row> = rows.collect();
+    let wrong: u64 = rows.iter().map(|r| r.wrong).sum();
+    let detail = if wrong == 0 {
+        format!(
+            "every element of {} rows matched its expected value",
+            rows.len()
+        )
+    } else {
+        let bad: Vec<String> = rows
+            .iter()
+            .filter(|r| r.wrong > 0)
+            .take(5)
+            .map(|r| {
+                format!(
+                    "{} {} {} ({} wrong)",
+                    r.op,
+                    r.algo,
+                    format_size(r.size_bytes),
+                    r.wrong
+                )
+            })
+            .collect();
+        format!("{wrong} wrong elements: {}", bad.join("; "))
+    };
+    Check {
+        name: name.into(),
+        passed: wrong == 0,
+        detail,
+    }
+}
+
+/// A peer that did not run (or stopped part way) is a warning in the result file: tbbench's
+/// own rows stand.
+fn results_peer_warnings(peers: &[PeerRun]) -> Vec<String> {
+    peers
+        .iter()
+        .filter_map(|p| {
+            p.why
+                .as_ref()
+                .map(|w| format!("--peer {}: {w}", p.implementation))
+        })
+        .collect()
 }
 
 /// The fastest algorithm at each size of one op (by median time).
 fn best_per_size(rows: &[Row], op: CollOp) -> Vec<Best> {
     let mut best: Vec<Best> = Vec::new();
-    for r in rows.iter().filter(|r| r.op == op.name()) {
+    for r in rows
+        .iter()
+        .filter(|r| r.op == op.name() && r.implementation == "tbbench")
+    {
         let entry = Best {
             op: r.op,
             size_bytes: r.size_bytes,

@@ -2,6 +2,7 @@
 //! busbw, #wrong) with the algorithm, the p99 and the share of the link's ceiling beside them;
 //! the crossover line; the CSV export.
 
+use crate::peers::PeerRun;
 use crate::{Best, CollConfig, Row};
 use anyhow::Result;
 use std::path::Path;
@@ -126,13 +127,95 @@ pub fn crossover(best: &[Best]) {
     println!();
 }
 
+/// tbbench beside the peers that ran, per op and size: tbbench's fastest algorithm's median
+/// time and busbw, each peer's, and each peer's time over tbbench's (above 1: tbbench is
+/// faster).
+pub fn side_by_side(config: &CollConfig, best: &[Best], peers: &[PeerRun], rows: &[Row]) {
+    let ran: Vec<&PeerRun> = peers.iter().filter(|p| p.ran).collect();
+    if ran.is_empty() {
+        return;
+    }
+    for op in &config.ops {
+        let op = op.name();
+        let ours: Vec<&Best> = best.iter().filter(|b| b.op == op).collect();
+        if ours.is_empty() || !rows.iter().any(|r| r.op == op) {
+            continue;
+        }
+        let names: Vec<String> = ran
+            .iter()
+            .map(|p| match &p.version {
+                Some(v) if p.implementation == "mlx" => format!("{} {v}", p.label),
+                Some(v) => format!("{} ({v})", p.label),
+                None => p.label.clone(),
+            })
+            .collect();
+        println!(
+            "# {op}, {}: tbbench (its fastest algorithm) beside {}; time: median us; x: the peer's time over tbbench's",
+            config.dtype.name(),
+            names.join(", ")
+        );
+        let mut head = format!("{:>10} {:>11} {:>5}", "size", "tbbench", "algo");
+        for p in &ran {
+            head.push_str(&format!(" {:>11} {:>6}", short(&p.label), "x"));
+        }
+        head.push_str(&format!(" {:>11}", "busbw GB/s"));
+        for p in &ran {
+            head.push_str(&format!(" {:>11}", short(&p.label)));
+        }
+        println!("{head}");
+        for b in &ours {
+            let mut line = format!(
+                "{:>10} {:>11.2} {:>5}",
+                format_size(b.size_bytes),
+                b.time_us,
+                b.algo
+            );
+            let theirs: Vec<Option<&Row>> = ran
+                .iter()
+                .map(|p| {
+                    rows.iter().find(|r| {
+                        r.implementation == p.implementation
+                            && r.op == op
+                            && r.size_bytes == b.size_bytes
+                    })
+                })
+                .collect();
+            for r in &theirs {
+                match r {
+                    Some(r) => line.push_str(&format!(
+                        " {:>11.2} {:>6.2}",
+                        r.time_us.median,
+                        r.time_us.median / b.time_us.max(1e-9)
+                    )),
+                    None => line.push_str(&format!(" {:>11} {:>6}", "-", "-")),
+                }
+            }
+            line.push_str(&format!(" {:>11.3}", b.busbw_gbps));
+            for r in &theirs {
+                match r {
+                    Some(r) => line.push_str(&format!(" {:>11.3}", r.busbw_gbps)),
+                    None => line.push_str(&format!(" {:>11}", "-")),
+                }
+            }
+            println!("{line}");
+        }
+        println!();
+    }
+}
+
+/// A peer's label cut to a table column.
+fn short(label: &str) -> String {
+    label.chars().take(11).collect()
+}
+
 pub fn write_csv(path: &Path, rows: &[Row]) -> Result<()> {
     let mut out = String::from(
-        "op,algo,requested,dtype,redop,root,in_place,size_bytes,count,iters,time_us_median,time_us_p99,algbw_gbps,busbw_gbps,percent_of_ceiling,wrong\n",
+        "impl,op,algo,requested,dtype,redop,root,in_place,size_bytes,count,iters,time_us_median,time_us_p99,algbw_gbps,busbw_gbps,percent_of_ceiling,wrong\n",
     );
     for r in rows {
         out.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{},{},{:.3},{:.3},{:.4},{:.4},{},{}\n",
+            "{},{},{},{},{},{},{},{},{},{},{},{:.3},{:.3},{:.4},{:.4},{},{}\n",
+            r.implementation,
             r.op,
             r.algo,
             r.requested,

@@ -28,10 +28,24 @@ struct CollResults {
     rows: Vec<Row>,
     #[serde(default)]
     best: Vec<Best>,
+    /// The peers run beside tbbench (`--peer`); older files have none.
+    #[serde(default)]
+    peers: Vec<PeerRun>,
+}
+
+#[derive(Debug, Deserialize)]
+struct PeerRun {
+    #[serde(rename = "impl")]
+    implementation: String,
+    label: String,
+    ran: bool,
 }
 
 #[derive(Debug, Deserialize)]
 struct Row {
+    /// "tbbench", or the peer's ("mlx", "mpi"); older files: tbbench.
+    #[serde(rename = "impl", default = "tbbench")]
+    implementation: String,
     op: String,
     algo: String,
     #[serde(default)]
@@ -62,6 +76,24 @@ const PUBLISHED_ALL_REDUCE_2_RANKS: [(&str, f64); 2] = [
     ),
     ("jaccl-ring, 3 TB5 cables (published, not measured)", 15.46),
 ];
+
+fn tbbench() -> String {
+    "tbbench".into()
+}
+
+impl CollResults {
+    /// What a row's series is called: tbbench's algorithm, or the peer's label ("MLX ring",
+    /// "Open MPI v4.1.4").
+    fn series_label(&self, r: &Row) -> String {
+        if r.implementation == "tbbench" {
+            return r.algo.clone();
+        }
+        self.peers
+            .iter()
+            .find(|p| p.implementation == r.implementation)
+            .map_or_else(|| r.implementation.clone(), |p| p.label.clone())
+    }
+}
 
 fn parse(r: &ResultFile) -> Result<CollResults, String> {
     CollResults::deserialize(&r.results).map_err(|e| format!("coll results unreadable: {e}"))
@@ -149,6 +181,48 @@ impl SuiteView for CollView {
                     i == 0,
                 ));
             }
+            // Each peer's figures at the same two sizes, so compare lines them up too.
+            for p in c.peers.iter().filter(|p| p.ran) {
+                let theirs: Vec<&Row> = c
+                    .rows
+                    .iter()
+                    .filter(|r| &r.op == op && r.implementation == p.implementation)
+                    .collect();
+                let (Some(lo), Some(hi)) = (
+                    theirs.iter().min_by_key(|r| r.size_bytes),
+                    theirs.iter().max_by_key(|r| r.size_bytes),
+                ) else {
+                    continue;
+                };
+                let named = |r: &Row| {
+                    format!(
+                        "{op} {}, {} ranks, {}",
+                        size_label(r.size_bytes as f64),
+                        c.ranks,
+                        p.label
+                    )
+                };
+                out.push(Metric::new(
+                    r,
+                    "time",
+                    &named(lo),
+                    "us",
+                    Better::Lower,
+                    lo.time_us.median,
+                    lo.time_us.stdev,
+                    false,
+                ));
+                out.push(Metric::new(
+                    r,
+                    "busbw",
+                    &named(hi),
+                    "GB/s",
+                    Better::Higher,
+                    hi.busbw_gbps,
+                    hi.busbw_gbps * hi.time_us.stdev / hi.time_us.median.max(1e-9),
+                    false,
+                ));
+            }
         }
         out
     }
@@ -194,18 +268,23 @@ impl SuiteView for CollView {
             let mut hlines = Vec::new();
             let mut colour = 0;
             for (name, c) in names.iter().zip(&parsed) {
-                let mut algos: Vec<&str> = Vec::new();
+                // tbbench's algorithms, then each peer: one series each.
+                let mut algos: Vec<(&str, &str)> = Vec::new();
                 for r in c.rows.iter().filter(|r| r.op == op && explicit(r)) {
-                    if !algos.contains(&r.algo.as_str()) {
-                        algos.push(&r.algo);
+                    let key = (r.implementation.as_str(), r.algo.as_str());
+                    if !algos.contains(&key) {
+                        algos.push(key);
                     }
                 }
-                for algo in algos {
+                for (imp, algo) in algos {
                     let rows: Vec<&Row> = c
                         .rows
                         .iter()
-                        .filter(|r| r.op == op && r.algo == algo && explicit(r))
+                        .filter(|r| {
+                            r.op == op && r.implementation == imp && r.algo == algo && explicit(r)
+                        })
                         .collect();
+                    let algo = c.series_label(rows[0]);
                     bw_series.push(Series {
                         name: format!("{name} {algo}"),
                         points: rows
@@ -235,7 +314,7 @@ impl SuiteView for CollView {
                     colour += 1;
                     for r in rows {
                         data.push(json!({
-                            "network": name, "op": op, "algo": r.algo, "dtype": r.dtype,
+                            "network": name, "op": op, "impl": r.implementation, "algo": r.algo, "dtype": r.dtype,
                             "ranks": c.ranks, "size_bytes": r.size_bytes,
                             "time_us_median": r.time_us.median, "time_us_p99": r.time_us.p99,
                             "busbw_gbps": r.busbw_gbps, "wrong": r.wrong,
@@ -278,6 +357,7 @@ impl SuiteView for CollView {
                 }));
             }
             body.push_str(&crossover_table(&op, &names, &parsed));
+            body.push_str(&peers_table(&op, &names, &parsed));
         }
         (body, json!({ "networks": names, "rows": data }))
     }
@@ -318,5 +398,71 @@ fn crossover_table(op: &str, names: &[String], parsed: &[CollResults]) -> String
         "<details open><summary>{}: the fastest algorithm at each size</summary>{}</details>\n",
         html::escape(op),
         html::table("crossover", &h, rows)
+    )
+}
+
+/// tbbench beside the peers (`--peer`), per network: at each size tbbench's fastest
+/// algorithm's median time and each peer's, with the peer's time over tbbench's (above 1:
+/// tbbench is faster). Empty where no run has a peer.
+fn peers_table(op: &str, names: &[String], parsed: &[CollResults]) -> String {
+    if !parsed.iter().any(|c| c.peers.iter().any(|p| p.ran)) {
+        return String::new();
+    }
+    let mut headers: Vec<String> = vec!["size".into()];
+    let mut columns: Vec<(usize, Option<&PeerRun>)> = Vec::new();
+    for (i, (n, c)) in names.iter().zip(parsed).enumerate() {
+        headers.push(format!("{n}: tbbench µs"));
+        columns.push((i, None));
+        for p in c.peers.iter().filter(|p| p.ran) {
+            headers.push(format!("{n}: {} µs", p.label));
+            headers.push(format!("{n}: {} ÷ tbbench", p.label));
+            columns.push((i, Some(p)));
+        }
+    }
+    let mut sizes: Vec<u64> = parsed
+        .iter()
+        .flat_map(|c| c.best.iter().filter(|b| b.op == op).map(|b| b.size_bytes))
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let rows = sizes
+        .iter()
+        .map(|&s| {
+            let mut row: Vec<Cell> = vec![Cell::from(size_label(s as f64))];
+            for (i, peer) in &columns {
+                let c = &parsed[*i];
+                let ours = c
+                    .best
+                    .iter()
+                    .find(|b| b.op == op && b.size_bytes == s)
+                    .map(|b| b.time_us);
+                match peer {
+                    None => row.push(html::opt_num(ours, 2)),
+                    Some(p) => {
+                        let theirs = c
+                            .rows
+                            .iter()
+                            .find(|r| {
+                                r.op == op
+                                    && r.implementation == p.implementation
+                                    && r.size_bytes == s
+                            })
+                            .map(|r| r.time_us.median);
+                        row.push(html::opt_num(theirs, 2));
+                        row.push(html::opt_num(
+                            theirs.zip(ours).map(|(t, o)| t / o.max(1e-9)),
+                            2,
+                        ));
+                    }
+                }
+            }
+            row
+        })
+        .collect();
+    let h: Vec<&str> = headers.iter().map(|s| s.as_str()).collect();
+    format!(
+        "<details open><summary>{}: tbbench beside MLX and MPI (median time; ÷: the peer's time over tbbench's fastest algorithm's)</summary>{}</details>\n",
+        html::escape(op),
+        html::table("peers", &h, rows)
     )
 }

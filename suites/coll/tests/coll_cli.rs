@@ -319,7 +319,7 @@ fn result_rows_carry_nccl_tests_figures_and_the_winners() {
     assert!(stdout.contains("# auto: probed 64KiB "), "{stdout}");
     let csv_text = std::fs::read_to_string(&csv).unwrap();
     assert_eq!(csv_text.lines().count(), rows.len() + 1, "{csv_text}");
-    assert!(csv_text.starts_with("op,algo,"));
+    assert!(csv_text.starts_with("impl,op,algo,"));
 }
 
 /// `auto` follows, at every size, the winner of the probed size nearest on a log scale (the

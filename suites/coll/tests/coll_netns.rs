@@ -8,6 +8,7 @@ mod netlab;
 mod support;
 
 use netlab::{netlab, Lab};
+use serde_json::Value;
 use std::time::Duration;
 use support::*;
 
@@ -94,4 +95,73 @@ fn large_all_reduce_runs_at_each_shaped_networks_rate() {
         eprintln!("attempt {attempt}: {off:?}");
     }
     panic!("{off:#?}");
+}
+
+/// `--peer mlx,mpi` on the lab's 4-ring (cables shaped to 500 Mbit/s, no diagonals), with
+/// MLX's own ring hostfile: MLX's ring backend runs over the cables (each rank listening on its
+/// end of the cable from the rank before it, as mlx.distributed_config writes it), exact, and
+/// never faster than the cables allow (so its data did not go over the management network);
+/// MPI, which connects every pair directly, is refused in one line naming the diagonals, and
+/// tbbench's rows stand.
+#[test]
+fn mlx_runs_round_the_cabled_ring_and_mpi_is_told_the_missing_cables() {
+    let Some(lab) = netlab::CabledLab::up("ring4", "tbm", &["500mbit"]) else {
+        return;
+    };
+    let dir = tmpdir("coll-netns-peers");
+    let hosts = lab.hostfile(&dir, "ring");
+    let out = dir.join("r.json");
+    let o = run(
+        &[
+            "coll",
+            "--hostfile",
+            hosts.to_str().unwrap(),
+            "--nodes",
+            "4",
+            "--rsh",
+            "ip netns exec",
+            "--over",
+            "tcp:links",
+            "--sizes",
+            "8,4MiB",
+            "--iters",
+            "5",
+            "--warmup",
+            "1",
+            "--peer",
+            "mlx,mpi",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(240),
+    );
+    let stderr = text(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    let r = read_json(&out);
+    assert_eq!(r["verification"]["passed"], true, "{}", r["verification"]);
+    let peers = &r["results"]["peers"];
+    assert_eq!(peers[0]["ran"], true, "{peers}");
+    assert_eq!(peers[0]["backend"], "ring");
+    assert_eq!(peers[1]["ran"], false, "{peers}");
+    let why = peers[1]["why"].as_str().unwrap();
+    assert!(
+        why.contains("no cable: 0-2") && why.contains("1-3"),
+        "{why}"
+    );
+    assert_eq!(stderr.matches("--peer mpi").count(), 1, "{stderr}");
+    // The ring's bound: each cable's rate both ways, 2 x 500 Mbit/s = 0.125 GB/s of busbw.
+    let bound = 2.0 * 0.5 / 8.0;
+    let rows = r["results"]["rows"].as_array().unwrap();
+    let mlx: Vec<&Value> = rows.iter().filter(|x| x["impl"] == "mlx").collect();
+    assert_eq!(mlx.len(), 2, "{mlx:?}");
+    for row in &mlx {
+        assert_eq!(row["wrong"], 0, "{row}");
+    }
+    let large = mlx.iter().find(|x| x["size_bytes"] == 4 << 20).unwrap();
+    let busbw = large["busbw_gbps"].as_f64().unwrap();
+    assert!(
+        busbw > 0.0 && busbw <= 1.1 * bound,
+        "MLX's 4 MiB all-reduce at {busbw} GB/s of busbw against the cables' {bound}"
+    );
+    assert_eq!(rows.iter().filter(|x| x["impl"] == "tbbench").count(), 2);
 }
