@@ -162,10 +162,18 @@ pub fn problems(s: &HostState) -> Vec<HostProblem> {
         }
     }
     if let Some(e) = &s.rdma.enabled {
-        if e.to_lowercase().contains("disabled") {
+        let said = e.to_lowercase();
+        if said.contains("disabled") {
             p.push(problem(
                 "rdma-disabled",
                 format!("RDMA is disabled ({e}): enable it with `rdma_ctl enable` in recoveryOS"),
+            ));
+        } else if said.contains("enabled") && s.rdma.devices.is_empty() {
+            // What a Mac whose ports are Thunderbolt 4 (or older) shows: RDMA over
+            // Thunderbolt needs Thunderbolt 5 at both ends of each cable.
+            p.push(problem(
+                "rdma-enabled-no-device",
+                format!("RDMA is enabled ({e}) but no RDMA device is listed: RDMA over Thunderbolt needs Thunderbolt 5 ports (and cables) at both ends; this Mac's ports are not, or no Thunderbolt 5 cable is in"),
             ));
         }
     }
@@ -311,5 +319,21 @@ mod tests {
             transparent_hugepages: None,
         });
         assert!(f.is_empty(), "{f:#?}");
+        // RDMA on but no device: a Thunderbolt 4 Mac.
+        let tb4 = Rdma {
+            enabled: Some("RDMA is enabled".into()),
+            devices: vec![],
+            none_because: Some("no RDMA device".into()),
+        };
+        let t = problems(&HostState {
+            interfaces: &[],
+            rdma: &tb4,
+            blas: &openblas,
+            blas_below_cpu: None,
+            transparent_hugepages: None,
+        });
+        assert_eq!(t.len(), 1, "{t:#?}");
+        assert_eq!(t[0].kind, "rdma-enabled-no-device");
+        assert!(t[0].detail.contains("Thunderbolt 5"), "{t:#?}");
     }
 }

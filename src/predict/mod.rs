@@ -7,7 +7,7 @@ pub mod model;
 pub mod view;
 
 use anyhow::{bail, Context, Result};
-use model::{CollRow, NetworkFigures, PointToPoint};
+use model::{Cabling, CollRow, NetworkFigures, PointToPoint};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use tbbench_infer::decode::model::{Config, Shard, Split};
@@ -70,12 +70,16 @@ struct DecodeRun {
     tokens_per_s: f64,
     /// The fastest rank's measured weight-read bandwidth, bytes/s.
     read_bandwidth: f64,
+    /// The cabling it ran on, where it ran over a cluster's cables.
+    cabling: Option<Cabling>,
 }
 
 struct HplRun {
     file: String,
     label: String,
     ranks: usize,
+    /// The cabling it ran on, where it ran over a cluster's cables.
+    cabling: Option<Cabling>,
     dgemm_gflops: Option<f64>,
     runs: Vec<(usize, usize, f64, Option<f64>)>,
 }
@@ -111,7 +115,156 @@ fn decode_run(l: &Loaded) -> Option<DecodeRun> {
             .as_array()
             .map(|a| a.iter().filter_map(f).fold(0.0, f64::max) * 1e9)
             .unwrap_or(0.0),
+        cabling: cabling_of(&l.result.network),
     })
+}
+
+/// The cabling a run over a cluster's cables had: a full mesh or a ring, and the most cables
+/// any pair has. None for a run over one network or another shape.
+fn cabling_of(net: &Network) -> Option<Cabling> {
+    let t = net.topology.as_ref()?;
+    let mesh = match t.shape.as_str() {
+        "full-mesh" => true,
+        "ring" => false,
+        _ => return None,
+    };
+    let per_pair = net.links.iter().map(|l| l.cable + 1).max()?;
+    Some(Cabling { mesh, per_pair })
+}
+
+/// A cluster's cables as a link run over them measured them: one cable's figures (the median
+/// pair's by rate; a pair of several cables, its ping-pong's share on each), and what the run
+/// was cabled as. Or, for published RDMA over Thunderbolt 5, its figures per cable.
+struct Cables {
+    label: String,
+    source: &'static str,
+    file: Option<String>,
+    per_cable: PointToPoint,
+    cabled_as: Option<Cabling>,
+    /// The link run's rank count: "as cabled" is predicted for as many ranks.
+    ranks: usize,
+    machines: Vec<(String, usize)>,
+}
+
+/// The newest link run over a cluster's cables (`--over tcp:links`, verbs:links) among the
+/// inputs, as [`Cables`]; then published RDMA over Thunderbolt 5 per cable, where one is.
+fn cables(loaded: &[&Loaded]) -> Vec<Cables> {
+    let Some(l) = loaded
+        .iter()
+        .rev()
+        .find(|l| l.result.suite == "link" && !l.result.network.links.is_empty())
+    else {
+        return Vec::new();
+    };
+    let r = &l.result.results;
+    let number = |v: &Value| f(v).unwrap_or(f64::NAN);
+    let mut pairs: Vec<Value> = Vec::new();
+    for row in r["latency"].as_array().into_iter().flatten() {
+        if !pairs.contains(&row["pair"]) {
+            pairs.push(row["pair"].clone());
+        }
+    }
+    let mut fits: Vec<PointToPoint> = Vec::new();
+    for pair in &pairs {
+        let rows = |key: &str| -> Vec<&Value> {
+            r[key]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|x| &x["pair"] == pair && x["wrong_bytes"].as_u64().unwrap_or(0) == 0)
+                .collect()
+        };
+        let latency: Vec<(f64, f64)> = rows("latency")
+            .iter()
+            .map(|x| (number(&x["size_bytes"]), number(&x["one_way_us"]["median"])))
+            .filter(|&(s, v)| bad_row(s, v, "us").is_none())
+            .collect();
+        let bandwidth: Vec<(f64, f64)> = rows("bandwidth")
+            .iter()
+            .filter(|x| x["mode"] == "bw")
+            .map(|x| (number(&x["size_bytes"]), number(&x["gbit_per_s"]["avg"])))
+            .filter(|&(s, v)| bad_row(s, v, "Gbit/s").is_none())
+            .collect();
+        let cables = pair.as_array().map_or(1, |ab| {
+            l.result
+                .network
+                .links
+                .iter()
+                .filter(|link| {
+                    ab.len() == 2
+                        && link.ranks[0] as u64 == ab[0].as_u64().unwrap_or(u64::MAX)
+                        && link.ranks[1] as u64 == ab[1].as_u64().unwrap_or(u64::MAX)
+                })
+                .count()
+                .max(1)
+        });
+        // A pair of several cables: its ping-pong stripes each message from STRIPE_MIN up over
+        // them, so one cable moved a k-th of such a size in the time measured (and all of a
+        // smaller one). Its streaming rows are left out: the link suite's windowed stream
+        // keeps to one connection, one cable.
+        let fit = if cables > 1 {
+            let k = cables as f64;
+            let stripe = tbbench_runners::transport::tcp::STRIPE_MIN as f64;
+            let per_cable: Vec<(f64, f64)> = latency
+                .iter()
+                .map(|&(s, t)| if s >= stripe { (s / k, t) } else { (s, t) })
+                .collect();
+            PointToPoint::fit(&per_cable, &[])
+        } else {
+            PointToPoint::fit(&latency, &bandwidth)
+        };
+        fits.extend(fit);
+    }
+    if fits.is_empty() {
+        return Vec::new();
+    }
+    fits.sort_by(|a, b| a.beta_bytes_per_us.total_cmp(&b.beta_bytes_per_us));
+    let per_cable = fits.swap_remove(fits.len() / 2);
+    let machines = machines_of(&l.result);
+    vec![
+        Cables {
+            label: network_label(&l.result.network),
+            source: "measured",
+            file: Some(l.path.display().to_string()),
+            per_cable,
+            cabled_as: cabling_of(&l.result.network),
+            ranks: l.result.ranks.len(),
+            machines,
+        },
+        Cables {
+            label: "RDMA over Thunderbolt 5 (published, not measured)".into(),
+            source: "published",
+            file: None,
+            per_cable: PointToPoint::published_rdma_tb5(),
+            cabled_as: None,
+            ranks: 0,
+            machines: Vec::new(),
+        },
+    ]
+}
+
+/// The cablings each rank count is predicted on: the one measured (where it has as many hosts),
+/// a full mesh, and (from 4 ranks, where a ring is not a mesh) a ring with one and with two
+/// cables per neighbour; for fewer ranks a full mesh with two cables per pair.
+fn cablings_for(c: &Cables, n: usize) -> Vec<(String, Cabling)> {
+    let mut out: Vec<(String, Cabling)> = Vec::new();
+    if let Some(as_cabled) = c.cabled_as.filter(|_| c.ranks == n) {
+        out.push((format!("as cabled ({})", as_cabled.name()), as_cabled));
+    }
+    let mut add = |mesh: bool, per_pair: usize| {
+        let cab = Cabling { mesh, per_pair };
+        if !out.iter().any(|(_, x)| *x == cab) {
+            out.push((cab.name(), cab));
+        }
+    };
+    add(true, 1);
+    if n >= 4 {
+        add(false, 1);
+        add(false, 2);
+    } else {
+        add(true, 2);
+    }
+    out
 }
 
 fn hpl_run(l: &Loaded) -> HplRun {
@@ -120,6 +273,7 @@ fn hpl_run(l: &Loaded) -> HplRun {
         file: l.path.display().to_string(),
         label: network_label(&l.result.network),
         ranks: l.result.ranks.len(),
+        cabling: cabling_of(&l.result.network),
         dgemm_gflops: f(&r["dgemm_gflops_single_rank"]).filter(|g| *g > 0.0),
         runs: r["runs"]
             .as_array()
@@ -263,6 +417,7 @@ fn networks(loaded: &[&Loaded], left_out: &mut Vec<String>) -> Vec<NetworkFigure
         }
         if used {
             net.files.push(l.path.display().to_string());
+            net.machines = machines_of(&l.result);
         }
     }
     out.retain(|n| n.p2p.is_some() || !n.coll.is_empty());
@@ -274,6 +429,48 @@ fn networks(loaded: &[&Loaded], left_out: &mut Vec<String>) -> Vec<NetworkFigure
         ..Default::default()
     });
     out
+}
+
+/// The machines a run used, each once: its host records by hostname (the network lab's
+/// namespaces are hosts of their own to the run and one machine here), with their cores.
+fn machines_of(r: &ResultFile) -> Vec<(String, usize)> {
+    let mut out: Vec<(String, usize)> = Vec::new();
+    for h in &r.hosts {
+        if !out.iter().any(|(name, _)| *name == h.hostname) {
+            out.push((h.hostname.clone(), h.cores_logical));
+        }
+    }
+    out
+}
+
+/// Where `n` ranks on `net`'s machines would get fewer cores each than the 1-rank basis had
+/// threads: its computation scaled by the threads it had over the cores each rank would get,
+/// and the line that says so. None where the ranks are not short of cores (or the machines
+/// are unknown).
+fn share_cores(
+    label: &str,
+    on: &[(String, usize)],
+    n: usize,
+    basis_threads: usize,
+) -> Option<(f64, String)> {
+    let machines = on.len();
+    let cores: usize = on.iter().map(|(_, c)| *c).min()?;
+    if cores == 0 || basis_threads == 0 {
+        return None;
+    }
+    // Ranks dealt evenly over the machines; a rank's share of its machine's cores may be a
+    // fraction of one (4 ranks on 2 cores: half each).
+    let per_machine = n.div_ceil(machines);
+    let each = cores as f64 / per_machine as f64;
+    (each < basis_threads as f64).then(|| {
+        let factor = basis_threads as f64 / each;
+        (
+            factor,
+            format!(
+                "{n} ranks on the {machines} machine(s) of {label} ({cores} cores) get {each:.2} core(s) each, against the {basis_threads} threads of the 1-rank decode: its computation scaled by {factor:.2}",
+            ),
+        )
+    })
 }
 
 fn decode_workload(spec: &WorkloadSpec) -> Result<Option<DecodeWorkload>> {
@@ -340,7 +537,11 @@ fn decode_workload(spec: &WorkloadSpec) -> Result<Option<DecodeWorkload>> {
 /// `n` ranks (any network: computation does not depend on it), else its 1-rank decode
 /// divided as the split divides the work, else weight bytes over a measured read bandwidth
 /// (the weaker estimate).
-fn compute_ms(w: &DecodeWorkload, runs: &[DecodeRun], n: usize) -> Result<(f64, String)> {
+fn compute_ms(
+    w: &DecodeWorkload,
+    runs: &[DecodeRun],
+    n: usize,
+) -> Result<(f64, String, Option<usize>)> {
     let split = if w.tensor_parallel { "tp" } else { "pp" };
     let same = |r: &&DecodeRun| r.name == w.name && r.layers == w.layers;
     if let Some(r) = runs
@@ -363,6 +564,7 @@ fn compute_ms(w: &DecodeWorkload, runs: &[DecodeRun], n: usize) -> Result<(f64, 
                 "measured: a {n}-rank decode of this model over {}, {how} computation ({} threads per rank, {})",
                 r.label, r.threads, r.file
             ),
+            None,
         ));
     }
     if let Some(r) = runs.iter().rfind(|r| same(r) && r.ranks == 1) {
@@ -374,9 +576,10 @@ fn compute_ms(w: &DecodeWorkload, runs: &[DecodeRun], n: usize) -> Result<(f64, 
         return Ok((
             ms,
             format!(
-                "measured: the 1-rank decode of this model ({} threads, {}), {how}; each rank assumed on a host of its own like that run's (ranks sharing a host share its memory bandwidth and run slower)",
+                "measured: the 1-rank decode of this model ({} threads, {}), {how}",
                 r.threads, r.file
             ),
+            (n > 1).then_some(r.threads),
         ));
     }
     if let Some(r) = runs
@@ -393,6 +596,7 @@ fn compute_ms(w: &DecodeWorkload, runs: &[DecodeRun], n: usize) -> Result<(f64, 
                 r.read_bandwidth / 1e9,
                 r.file
             ),
+            None,
         ));
     }
     bail!(
@@ -436,12 +640,24 @@ fn decode_predictions(
                 w.layers
             );
         }
-        let (compute, compute_from) = compute_ms(w, runs, n)?;
+        let (basis_ms, basis_from, basis_threads) = compute_ms(w, runs, n)?;
         for net in nets {
             if let Some(why) = cannot_hold(net, n) {
                 warnings.push(why);
                 continue;
             }
+            // A 1-rank basis divided among ranks that would share a machine's cores: each
+            // computes with fewer threads than the basis had.
+            let shared = basis_threads.and_then(|t| share_cores(&net.label, &net.machines, n, t));
+            let (compute, compute_from) = match &shared {
+                Some((factor, why)) => {
+                    if !warnings.contains(why) {
+                        warnings.push(why.clone());
+                    }
+                    (basis_ms * factor, format!("{basis_from}; {why}"))
+                }
+                None => (basis_ms, basis_from.clone()),
+            };
             let Some((comm_us, comm_from)) =
                 model::decode_comm_us(net, w.tensor_parallel, n, w.layers, w.cfg.dim, algo)
             else {
@@ -473,14 +689,77 @@ fn decode_predictions(
     Ok(out)
 }
 
-fn hpl_predictions(
-    n_size: usize,
-    nb: usize,
-    hpl: &[HplRun],
-    nets: &[NetworkFigures],
+/// The decode on each cabling (`cablings_for`) of each measured set of cables and of
+/// published RDMA over Thunderbolt 5: what more cables, a mesh or a ring would buy. Where a
+/// decode ran on the same cabling, its rate beside.
+fn decode_by_cabling(
+    w: &DecodeWorkload,
+    runs: &[DecodeRun],
+    cables: &[Cables],
     nodes: &[usize],
     warnings: &mut Vec<String>,
-) -> Result<(Vec<Value>, String)> {
+) -> Result<Vec<Value>> {
+    let split = if w.tensor_parallel { "tp" } else { "pp" };
+    let mut out = Vec::new();
+    for &n in nodes.iter().filter(|&&n| n > 1) {
+        let (basis_ms, basis_from, basis_threads) = compute_ms(w, runs, n)?;
+        for c in cables {
+            let shared = basis_threads.and_then(|t| share_cores(&c.label, &c.machines, n, t));
+            let (compute, compute_from) = match &shared {
+                Some((factor, why)) => {
+                    if !warnings.contains(why) {
+                        warnings.push(why.clone());
+                    }
+                    (basis_ms * factor, format!("{basis_from}; {why}"))
+                }
+                None => (basis_ms, basis_from.clone()),
+            };
+            for (name, cab) in cablings_for(c, n) {
+                let comm = model::decode_comm_cabled_us(
+                    &c.per_cable,
+                    cab,
+                    w.tensor_parallel,
+                    n,
+                    w.layers,
+                    w.cfg.dim,
+                ) / 1e3;
+                let tps = 1e3 / (compute + comm).max(1e-9);
+                let measured = (c.source == "measured")
+                    .then(|| {
+                        runs.iter().rfind(|r| {
+                            r.name == w.name
+                                && r.layers == w.layers
+                                && r.ranks == n
+                                && r.parallel == split
+                                && r.cabling == Some(cab)
+                        })
+                    })
+                    .flatten()
+                    .map(|r| r.tokens_per_s);
+                out.push(json!({
+                    "cables": c.label,
+                    "source": c.source,
+                    "cables_from": c.file,
+                    "cabling": name,
+                    "mesh": cab.mesh,
+                    "cables_per_pair": cab.per_pair,
+                    "ranks": n,
+                    "tokens_per_s": tps,
+                    "compute_ms_per_token": compute,
+                    "comm_ms_per_token": comm,
+                    "compute_from": compute_from,
+                    "measured_tokens_per_s": measured,
+                    "measured_over_predicted": measured.map(|m| m / tps),
+                }));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The per-rank DGEMM rate (Gflops), how much of it one rank's solve reaches, and the line
+/// saying where both come from.
+fn hpl_basis(hpl: &[HplRun]) -> Result<(f64, f64, String)> {
     // The per-rank DGEMM rate, and how much of it one rank's solve reaches.
     let rate = hpl
         .iter()
@@ -512,6 +791,86 @@ fn hpl_predictions(
         "{:.1} Gflops DGEMM per rank ({}), {eff_from}",
         rate.0, rate.1
     );
+    Ok((rate.0, eff_value, basis))
+}
+
+/// HPL on each cabling of each set of cables (as [`decode_by_cabling`]), the grid `tbbench hpl`
+/// picks; where an hpl solve of the same N and NB ran on the same cabling, its rate beside.
+fn hpl_by_cabling(
+    n_size: usize,
+    nb: usize,
+    hpl: &[HplRun],
+    cables: &[Cables],
+    nodes: &[usize],
+    warnings: &mut Vec<String>,
+) -> Result<Vec<Value>> {
+    let (rate, eff, _) = hpl_basis(hpl)?;
+    let flops = tbbench_hpl::check::flops(n_size);
+    let mut out = Vec::new();
+    for &ranks in nodes.iter().filter(|&&n| n > 1) {
+        let grid =
+            tbbench_hpl::grid::Grid::squarest(ranks, tbbench_hpl::grid::ProcessMap::RowMajor);
+        let compute_s = flops / (ranks as f64 * rate * eff * 1e9);
+        for c in cables {
+            for (name, cab) in cablings_for(c, ranks) {
+                let Some(comm_s) =
+                    model::hpl_comm_cabled_s(&c.per_cable, cab, n_size, nb, grid.p, grid.q)
+                else {
+                    let why = format!(
+                        "hpl on a ring of {ranks}: its {}x{} grid has rows or columns of more than two, which a ring does not cable: no prediction",
+                        grid.p, grid.q
+                    );
+                    if !warnings.contains(&why) {
+                        warnings.push(why);
+                    }
+                    continue;
+                };
+                let gflops = flops / (compute_s + comm_s) / 1e9;
+                let measured = (c.source == "measured")
+                    .then(|| {
+                        hpl.iter()
+                            .rev()
+                            .filter(|h| h.ranks == ranks && h.cabling == Some(cab))
+                            .find_map(|h| {
+                                h.runs
+                                    .iter()
+                                    .rev()
+                                    .find(|r| r.0 == n_size && r.1 == nb)
+                                    .map(|r| r.2)
+                            })
+                    })
+                    .flatten();
+                out.push(json!({
+                    "cables": c.label,
+                    "source": c.source,
+                    "cables_from": c.file,
+                    "cabling": name,
+                    "mesh": cab.mesh,
+                    "cables_per_pair": cab.per_pair,
+                    "ranks": ranks,
+                    "p": grid.p,
+                    "q": grid.q,
+                    "gflops": gflops,
+                    "compute_s": compute_s,
+                    "comm_s": comm_s,
+                    "measured_gflops": measured,
+                    "measured_over_predicted": measured.map(|m| m / gflops),
+                }));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn hpl_predictions(
+    n_size: usize,
+    nb: usize,
+    hpl: &[HplRun],
+    nets: &[NetworkFigures],
+    nodes: &[usize],
+    warnings: &mut Vec<String>,
+) -> Result<(Vec<Value>, String)> {
+    let (rate, eff_value, basis) = hpl_basis(hpl)?;
     let flops = tbbench_hpl::check::flops(n_size);
     let mut out = Vec::new();
     for &ranks in nodes {
@@ -519,7 +878,7 @@ fn hpl_predictions(
         let grid =
             tbbench_hpl::grid::Grid::squarest(ranks, tbbench_hpl::grid::ProcessMap::RowMajor);
         let (p, q) = (grid.p, grid.q);
-        let compute_s = flops / (ranks as f64 * rate.0 * eff_value * 1e9);
+        let compute_s = flops / (ranks as f64 * rate * eff_value * 1e9);
         for net in nets {
             if let Some(why) = cannot_hold(net, ranks) {
                 warnings.push(why);
@@ -621,6 +980,62 @@ fn print_table(workload: &str, predictions: &[Value], hpl: bool) {
     }
 }
 
+/// The predictions by cabling, after the networks' table: per set of cables (the measured
+/// ones, then published RDMA over Thunderbolt 5) and rank count, each cabling's figure, and
+/// the measured one where a run had that cabling.
+fn print_cabling(measured: &Cables, rows: &[Value], hpl: bool) {
+    if rows.is_empty() {
+        return;
+    }
+    let p = &measured.per_cable;
+    println!();
+    println!(
+        "# by cabling: one cable as {} measured it ({:.2} us one-way, {:.2} Gbit/s; {}), and published RDMA over Thunderbolt 5",
+        measured.label,
+        p.alpha_us,
+        p.beta_bytes_per_us * 8.0 * 1e6 / 1e9,
+        measured.file.as_deref().unwrap_or("")
+    );
+    let figure = if hpl { "Gflops" } else { "tokens/s" };
+    let width = rows
+        .iter()
+        .filter_map(|r| r["cabling"].as_str().map(str::len))
+        .max()
+        .unwrap_or(8)
+        .max(8);
+    let cable_width = rows
+        .iter()
+        .filter_map(|r| r["cables"].as_str().map(str::len))
+        .max()
+        .unwrap_or(6);
+    println!(
+        "{:<cable_width$} {:<width$} {:>5} {:>9} {:>10} {:>9}",
+        "cables", "cabling", "ranks", figure, "measured", "meas/pred"
+    );
+    let opt = |v: &Value| v.as_f64().map_or("-".to_string(), |x| format!("{x:.2}"));
+    for r in rows {
+        let value = if hpl {
+            &r["gflops"]
+        } else {
+            &r["tokens_per_s"]
+        };
+        let measured = if hpl {
+            &r["measured_gflops"]
+        } else {
+            &r["measured_tokens_per_s"]
+        };
+        println!(
+            "{:<cable_width$} {:<width$} {:>5} {:>9} {:>10} {:>9}",
+            r["cables"].as_str().unwrap_or(""),
+            r["cabling"].as_str().unwrap_or(""),
+            r["ranks"],
+            opt(value),
+            opt(measured),
+            opt(&r["measured_over_predicted"]),
+        );
+    }
+}
+
 /// Why `net` cannot carry a run of `ranks` at all (so no figure is predicted for it): shared
 /// memory joins the ranks of one host, in one segment of at most `shm::MAX_RANKS`.
 fn cannot_hold(net: &NetworkFigures, ranks: usize) -> Option<String> {
@@ -685,6 +1100,9 @@ pub fn run(o: &PredictOptions, tool: &Tool) -> Result<i32> {
     }
     let mut warnings = Vec::new();
     let algo = o.algo.as_deref().filter(|a| *a != "auto");
+    // What the cables a link run measured would do cabled otherwise.
+    let cabled = cables(&refs);
+    let by_cabling;
     let (predictions, workload_json, describe, hpl) = match &o.workload {
         WorkloadSpec::Hpl { n, nb } => {
             let runs: Vec<HplRun> = refs
@@ -693,6 +1111,7 @@ pub fn run(o: &PredictOptions, tool: &Tool) -> Result<i32> {
                 .map(|l| hpl_run(l))
                 .collect();
             let (p, basis) = hpl_predictions(*n, *nb, &runs, &nets, &o.nodes, &mut warnings)?;
+            by_cabling = hpl_by_cabling(*n, *nb, &runs, &cabled, &o.nodes, &mut warnings)?;
             (
                 p,
                 json!({"kind": "hpl", "n": n, "nb": nb, "compute_from": basis,
@@ -709,6 +1128,7 @@ pub fn run(o: &PredictOptions, tool: &Tool) -> Result<i32> {
                 .filter_map(|l| decode_run(l))
                 .collect();
             let p = decode_predictions(&w, &runs, &nets, &o.nodes, algo, &mut warnings)?;
+            by_cabling = decode_by_cabling(&w, &runs, &cabled, &o.nodes, &mut warnings)?;
             let split = if w.tensor_parallel { "tp" } else { "pp" };
             (
                 p,
@@ -720,12 +1140,16 @@ pub fn run(o: &PredictOptions, tool: &Tool) -> Result<i32> {
         }
     };
     print_table(&describe, &predictions, hpl);
+    if let Some(c) = cabled.first() {
+        print_cabling(c, &by_cabling, hpl);
+    }
     for w in &warnings {
         eprintln!("tbbench: warning: {w}");
     }
     let results = json!({
         "workload": workload_json,
         "predictions": predictions,
+        "by_cabling": by_cabling,
         "published": {
             "label": "RDMA over Thunderbolt 5 (published, not measured)",
             "one_way_us": model::PUBLISHED_RDMA_TB5_US,
@@ -776,6 +1200,7 @@ pub fn run(o: &PredictOptions, tool: &Tool) -> Result<i32> {
             tbbench_reports::load::NOT_A_RESULT_MARKER: "predict",
             "workload": result.results["workload"],
             "predictions": result.results["predictions"],
+            "by_cabling": result.results["by_cabling"],
         });
         let mut b = serde_json::to_vec_pretty(&doc)?;
         b.push(b'\n');

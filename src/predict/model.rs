@@ -4,6 +4,7 @@
 //! figures result files hold; the command (mod.rs) reads the files and the workload.
 
 use std::collections::BTreeMap;
+use tbbench_runners::transport::tcp::STRIPE_MIN;
 
 /// Published Apple-to-Apple RDMA over Thunderbolt 5 (perftest -c UC): ib_send_lat at 64 B,
 /// one way, and ib_send_bw at 64 KiB.
@@ -68,9 +69,12 @@ impl PointToPoint {
             .map(|(_, g)| g * 1e9 / 8.0 / 1e6)
             .filter(|b| b.is_finite() && *b > 0.0)
             .fold(0.0, f64::max);
+        // The rate the rows above the smallest imply (the smallest is the latency itself: it
+        // implies none).
         let from_lat = lat
             .iter()
-            .map(|(s, t)| s / (t - alpha_us).max(1e-3))
+            .filter(|(_, t)| *t > alpha_us)
+            .map(|(s, t)| s / (t - alpha_us))
             .filter(|b| b.is_finite())
             .fold(0.0, f64::max);
         let beta = if from_bw > 0.0 { from_bw } else { from_lat };
@@ -161,6 +165,9 @@ pub struct NetworkFigures {
     pub files: Vec<String>,
     /// The link result `p2p` comes from (one of `files`).
     pub link_file: Option<String>,
+    /// The machines the network's runs used, each once (hostname, logical cores): where
+    /// predicted ranks would run, so ranks that share one share its cores.
+    pub machines: Vec<(String, usize)>,
 }
 
 impl NetworkFigures {
@@ -306,6 +313,130 @@ pub fn hpl_comm_s(net: &NetworkFigures, n: usize, nb: usize, p: usize, q: usize)
     Some(us * 1e-6)
 }
 
+/// A cabling predicted for: every pair cabled (a full mesh) or each host to two neighbours
+/// (a ring), with this many cables between each cabled pair (a message striped over them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cabling {
+    pub mesh: bool,
+    pub per_pair: usize,
+}
+
+impl Cabling {
+    pub fn name(&self) -> String {
+        let shape = if self.mesh { "full mesh" } else { "ring" };
+        match (self.per_pair, self.mesh) {
+            (1, _) => shape.to_string(),
+            (k, true) => format!("{shape}, {k} cables per pair"),
+            (k, false) => format!("{shape}, {k} cables per neighbour"),
+        }
+    }
+
+    /// One message between two cabled ranks: from [`STRIPE_MIN`] up its share on each of the
+    /// pair's cables at once, below on one cable (tbbench's TCP stripes no smaller message;
+    /// a pair's other cables carry other messages meanwhile).
+    fn over(&self, p: &PointToPoint, bytes: f64) -> f64 {
+        if bytes >= STRIPE_MIN as f64 {
+            p.time_us(bytes / self.per_pair.max(1) as f64)
+        } else {
+            p.time_us(bytes)
+        }
+    }
+}
+
+/// An all-reduce of `bytes` on `n` ranks over cables whose each is `p`, by what tbbench's auto
+/// may run on the cabling: on a ring only the ring, both ways round it at once (half the array
+/// each way, 2(n−1) steps of bytes/2n); on a full mesh also mesh (every peer's share on its own
+/// cable at once: 2 steps of bytes/n) and recursive doubling (log2 n exchanges of the whole
+/// array, powers of two). Two ranks: one exchange of the whole array each way.
+pub fn all_reduce_cabled_us(p: &PointToPoint, c: Cabling, n: usize, bytes: f64) -> f64 {
+    if n <= 1 {
+        return 0.0;
+    }
+    let nf = n as f64;
+    if n == 2 {
+        return c.over(p, bytes).min(2.0 * c.over(p, bytes / 2.0));
+    }
+    let ring = 2.0 * (nf - 1.0) * c.over(p, bytes / (2.0 * nf));
+    if !c.mesh {
+        return ring;
+    }
+    let mesh = 2.0 * c.over(p, bytes / nf);
+    let rd = if n.is_power_of_two() {
+        n.trailing_zeros() as f64 * c.over(p, bytes)
+    } else {
+        f64::INFINITY
+    };
+    ring.min(mesh).min(rd)
+}
+
+/// A broadcast of `bytes` to `n` ranks: a binomial tree on a full mesh (⌈log2 n⌉ rounds), down
+/// both ways round a ring (⌊n/2⌋ hops).
+pub fn broadcast_cabled_us(p: &PointToPoint, c: Cabling, n: usize, bytes: f64) -> f64 {
+    if n <= 1 {
+        return 0.0;
+    }
+    let steps = if c.mesh { rounds(n) } else { (n / 2) as f64 };
+    steps * c.over(p, bytes)
+}
+
+/// Communication per decoded token on a cabling (as [`decode_comm_us`]): tensor parallel, two
+/// all-reduces of the hidden state per layer and the sampled token's all-reduce; pipeline, the
+/// hidden state handed from stage to stage (neighbours on either cabling) and the choice
+/// broadcast.
+pub fn decode_comm_cabled_us(
+    p: &PointToPoint,
+    c: Cabling,
+    tensor_parallel: bool,
+    n: usize,
+    layers: usize,
+    dim: usize,
+) -> f64 {
+    if n <= 1 {
+        return 0.0;
+    }
+    let hidden = 8.0 * dim as f64;
+    if tensor_parallel {
+        2.0 * layers as f64 * all_reduce_cabled_us(p, c, n, hidden)
+            + all_reduce_cabled_us(p, c, n, 16.0)
+    } else {
+        (n - 1) as f64 * c.over(p, hidden) + broadcast_cabled_us(p, c, n, 8.0)
+    }
+}
+
+/// HPL's communication (as [`hpl_comm_s`]) on a cabling: the panel broadcast along each
+/// process row and the row swaps down each column, every pair cabled. On a ring hpl maps its
+/// grid so that rows and columns are neighbours, which holds for rows and columns of at most
+/// two: a larger grid on a ring is None.
+pub fn hpl_comm_cabled_s(
+    p: &PointToPoint,
+    c: Cabling,
+    n: usize,
+    nb: usize,
+    rows: usize,
+    cols: usize,
+) -> Option<f64> {
+    if rows * cols <= 1 {
+        return Some(0.0);
+    }
+    if !c.mesh && (rows > 2 || cols > 2) {
+        return None;
+    }
+    let mut us = 0.0;
+    let mut m = n;
+    while m > 0 {
+        let panel = (m as f64 / rows as f64) * nb.min(m) as f64 * 8.0;
+        if cols > 1 {
+            us += broadcast_cabled_us(p, c, cols, panel);
+        }
+        if rows > 1 {
+            let swapped = nb.min(m) as f64 * (m as f64 / cols as f64) * 8.0;
+            us += rounds(rows) * c.over(p, swapped);
+        }
+        m = m.saturating_sub(nb);
+    }
+    Some(us * 1e-6)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -439,6 +570,44 @@ mod tests {
         assert!(close(
             tbbench_hpl::check::flops(10),
             2.0 / 3.0 * 1000.0 + 150.0
+        ));
+    }
+
+    #[test]
+    fn cabled_all_reduce_keeps_to_what_each_cabling_can_run() {
+        let p = PointToPoint::fit(&[(1.0, 10.0)], &[(1e6, 8.0)]).unwrap(); // 10 us, 1000 B/us
+        let ring = Cabling {
+            mesh: false,
+            per_pair: 1,
+        };
+        let mesh = Cabling {
+            mesh: true,
+            per_pair: 1,
+        };
+        let ring2 = Cabling {
+            mesh: false,
+            per_pair: 2,
+        };
+        // 4 ranks, 8 MB: ring both ways 6 steps of 1 MB; mesh 2 steps of 2 MB; rd 2 of 8 MB.
+        assert!(close(all_reduce_cabled_us(&p, ring, 4, 8e6), 6.0 * 1010.0));
+        assert!(close(all_reduce_cabled_us(&p, mesh, 4, 8e6), 2.0 * 2010.0));
+        // Two cables: each step's share halves on each cable, the latency does not.
+        assert!(close(all_reduce_cabled_us(&p, ring2, 4, 8e6), 6.0 * 510.0));
+        // Small: the ring's 6 latencies against rd's 2.
+        assert!(close(all_reduce_cabled_us(&p, ring, 4, 16.0), 6.0 * 10.002));
+        assert!(close(all_reduce_cabled_us(&p, mesh, 4, 16.0), 2.0 * 10.004));
+        assert_eq!(all_reduce_cabled_us(&p, mesh, 1, 1e6), 0.0);
+        assert!(close(all_reduce_cabled_us(&p, ring, 2, 1e6), 1010.0));
+        assert!(close(broadcast_cabled_us(&p, ring, 4, 1e3), 2.0 * 11.0));
+        assert!(close(broadcast_cabled_us(&p, mesh, 8, 1e3), 3.0 * 11.0));
+        assert_eq!(hpl_comm_cabled_s(&p, ring, 1000, 100, 2, 3), None);
+        assert!(hpl_comm_cabled_s(&p, mesh, 1000, 100, 2, 3).unwrap() > 0.0);
+        assert_eq!(ring2.name(), "ring, 2 cables per neighbour");
+        // Below STRIPE_MIN a message keeps to one cable: a second cable buys a decode's
+        // all-reduce of a few KiB nothing.
+        assert!(close(
+            all_reduce_cabled_us(&p, ring2, 4, 24576.0),
+            all_reduce_cabled_us(&p, ring, 4, 24576.0)
         ));
     }
 }

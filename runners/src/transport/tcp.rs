@@ -22,8 +22,8 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 /// Messages below this size are not striped: striping only pays once a message is large
-/// enough to keep several connections busy.
-const STRIPE_MIN: usize = 256 << 10;
+/// enough to keep several connections busy. (Predict models a pair's cables the same way.)
+pub const STRIPE_MIN: usize = 256 << 10;
 
 /// Congestion controls that pace every segment themselves. Where the interface's queue does
 /// not pace for them (loopback, and any qdisc but fq), Linux holds each segment after the

@@ -422,3 +422,138 @@ fn bad_rows_and_replaced_files_are_named() {
         text(&o.stderr)
     );
 }
+
+/// With a link run over a cluster's cables among the inputs (the lab's 4-ring, recorded), the
+/// decode is also predicted per cabling: as cabled (for as many ranks as the run had), a full
+/// mesh, a ring with one and two cables per neighbour, on the measured cables and on
+/// published RDMA over Thunderbolt 5. A decode's all-reduce of a few KiB keeps to one cable
+/// (tbbench stripes only large messages), so a second cable buys it nothing; a mesh lets it
+/// take recursive doubling's two steps instead of the ring's six.
+#[test]
+fn a_decode_is_predicted_on_each_cabling_of_the_measured_cables() {
+    let cabled = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/cabled/link-ring4-tcp-links.json")
+        .display()
+        .to_string();
+    let (o, doc) = predict(&[
+        &cabled,
+        &fixtures("decode"),
+        "--shape",
+        "llama-3.2-3b",
+        "--layers",
+        "1",
+        "--nodes",
+        "2,4",
+    ]);
+    let stdout = text(&o.stdout);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        stdout.contains("# by cabling: one cable as tcp/links (virtual) measured it"),
+        "{stdout}"
+    );
+    let doc = doc.unwrap();
+    let rows = doc["by_cabling"].as_array().unwrap();
+    let names = |source: &str, ranks: u64| -> Vec<String> {
+        rows.iter()
+            .filter(|r| r["source"] == source && r["ranks"] == ranks)
+            .map(|r| r["cabling"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(
+        names("measured", 4),
+        [
+            "as cabled (ring)",
+            "full mesh",
+            "ring, 2 cables per neighbour"
+        ]
+    );
+    assert_eq!(
+        names("published", 4),
+        ["full mesh", "ring", "ring, 2 cables per neighbour"]
+    );
+    assert_eq!(
+        names("measured", 2),
+        ["full mesh", "full mesh, 2 cables per pair"]
+    );
+    for r in rows {
+        let (tps, compute, comm) = (
+            r["tokens_per_s"].as_f64().unwrap(),
+            r["compute_ms_per_token"].as_f64().unwrap(),
+            r["comm_ms_per_token"].as_f64().unwrap(),
+        );
+        assert!(compute > 0.0 && comm > 0.0, "{r}");
+        assert!((tps - 1e3 / (compute + comm)).abs() < 1e-6 * tps, "{r}");
+        assert!(r["measured_tokens_per_s"].is_null(), "{r}");
+    }
+    let comm = |source: &str, ranks: u64, name: &str| -> f64 {
+        rows.iter()
+            .find(|r| r["source"] == source && r["ranks"] == ranks && r["cabling"] == name)
+            .and_then(|r| r["comm_ms_per_token"].as_f64())
+            .unwrap()
+    };
+    let ring = comm("measured", 4, "as cabled (ring)");
+    assert!(comm("measured", 4, "full mesh") < ring);
+    assert_eq!(comm("measured", 4, "ring, 2 cables per neighbour"), ring);
+    assert!(comm("published", 4, "ring") < ring);
+}
+
+/// A 1-rank decode taken with two threads, divided among two ranks that would share a
+/// two-core machine (the recorded networks ran both ranks on one 2-core VM): each rank gets
+/// one core, so the computation is the basis's whole step, not half of it, and a warning says
+/// why; published RDMA's ranks are on machines of their own and keep half.
+#[test]
+fn ranks_that_share_a_machine_share_its_cores() {
+    let dir = tmpdir("predict-cores");
+    let basis = dir.join("decode-1.json");
+    let o = run(
+        &[
+            "infer",
+            "--nodes",
+            "1",
+            "--shape",
+            "llama-3.2-3b",
+            "--layers",
+            "1",
+            "--threads",
+            "2",
+            "--max-tokens",
+            "4",
+            "--out",
+            basis.to_str().unwrap(),
+        ],
+        LIMIT,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let step = read_json(&basis)["results"]["per_token_ms"]["mean"]
+        .as_f64()
+        .unwrap();
+    let (o, doc) = predict(&[
+        &fixtures("network"),
+        basis.to_str().unwrap(),
+        "--shape",
+        "llama-3.2-3b",
+        "--layers",
+        "1",
+        "--nodes",
+        "2",
+    ]);
+    let stderr = text(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("get 1.00 core(s) each, against the 2 threads of the 1-rank decode"),
+        "{stderr}"
+    );
+    let doc = doc.unwrap();
+    for p in doc["predictions"].as_array().unwrap() {
+        let compute = p["compute_ms_per_token"].as_f64().unwrap();
+        let want = if p["source"] == "published" {
+            step / 2.0
+        } else {
+            step
+        };
+        assert!(
+            (compute - want).abs() < 1e-9 * want,
+            "{p} against a step of {step} ms"
+        );
+    }
+}

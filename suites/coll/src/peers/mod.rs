@@ -501,25 +501,28 @@ fn complaint(tail: &str) -> Option<String> {
         // OpenMPI's advice on how to see more of its messages says nothing of what failed.
         .filter(|l| !l.contains("orte_base_help_aggregate"))
         .collect();
-    let says = |l: &&&str| {
-        let l = l.to_ascii_lowercase();
-        [
-            "error",
-            "failed",
+    // The most telling words first: a crash or a refusal outranks a line of advice that
+    // happens to say "error".
+    let tiers: [&[&str]; 2] = [
+        &[
+            "segmentation fault",
+            "mlx peer:",
             "unable to",
             "not found",
             "no such",
-            "mlx peer:",
-        ]
-        .iter()
-        .any(|w| l.contains(w))
-    };
-    lines
-        .iter()
-        .rev()
-        .find(says)
-        .or(lines.last())
-        .map(|l| l.to_string())
+            "failed",
+        ],
+        &["error"],
+    ];
+    for words in tiers {
+        if let Some(l) = lines.iter().rev().find(|l| {
+            let l = l.to_ascii_lowercase();
+            words.iter().any(|w| l.contains(w))
+        }) {
+            return Some(l.to_string());
+        }
+    }
+    lines.last().map(|l| l.to_string())
 }
 
 /// The environment a peer's process must not inherit: an mpirun's or a scheduler's

@@ -295,7 +295,9 @@ fn mpirun(
         })
     });
     if shared_machine {
-        args.extend(["--bind-to".into(), "none".into()]);
+        // Unbound, and without the daemons' hwloc run-time control, whose shared topology
+        // segment OpenMPI 4.1's daemons crash on now and then when several share a machine.
+        args.extend(["--bind-to", "none", "--mca", "rtc", "^hwloc"].map(String::from));
     } else if ctx.oversubscribed().is_some() {
         args.extend(["--bind-to".into(), "core:overload-allowed".into()]);
     }
