@@ -367,8 +367,9 @@ impl Comm {
     }
 
     /// Tells the collectives the cables' ring order (every rank once): all-reduce, broadcast
-    /// and reduce over every rank then take the ranks in that order, so a ring runs round the
-    /// cables and only between neighbours, whatever the ranks' numbers.
+    /// and reduce over every rank then take the ranks in that order, and the ring all-gather
+    /// and reduce-scatter go round it (each block still at its rank's place), so a ring runs
+    /// round the cables and only between neighbours, whatever the ranks' numbers.
     pub fn set_ring_order(&mut self, order: Vec<usize>) {
         let mut sorted = order.clone();
         sorted.sort_unstable();
@@ -400,12 +401,34 @@ impl Comm {
         }
     }
 
+    /// The cables' ring order for a ring all-gather or reduce-scatter over every rank: it goes
+    /// round the ranks in that order, each block still at its rank's place in the array.
+    fn ring_blocks_order(
+        &self,
+        op: CollOp,
+        algo: Algo,
+        group: Group,
+    ) -> Option<std::sync::Arc<[usize]>> {
+        match (op, algo, group) {
+            (CollOp::AllGather | CollOp::ReduceScatter, Algo::Ring, Group::All) => {
+                self.ring_order.clone()
+            }
+            _ => None,
+        }
+    }
+
     /// The pairs (ranks) `algo` needs on `group` that have no cable; empty where it runs on
     /// the cables alone (or every pair is linked).
     pub fn uncabled(&self, op: CollOp, algo: Algo, group: Group, root_i: usize) -> Vec<[usize; 2]> {
         if self.unlinked.is_empty() {
             return Vec::new();
         }
+        // The ring all-gather and reduce-scatter over every rank go round the cables' order.
+        let ordered = self.ring_blocks_order(op, algo, group);
+        let group = match &ordered {
+            Some(o) => Group::Members(o),
+            None => group,
+        };
         let n = group.len(self.size());
         op.pairs(algo, n, root_i)
             .into_iter()
@@ -1074,15 +1097,26 @@ impl Comm {
         }
         match algo {
             Algo::Ring => {
-                let (right, left) = (group.rank((me + 1) % n), group.rank((me + n - 1) % n));
+                // Round the cables' order where there is one: position p is member at(p),
+                // whose block stays at its own place.
+                let order = self.ring_blocks_order(CollOp::ReduceScatter, Algo::Ring, group);
+                let at = |p: usize| order.as_ref().map_or(p, |o| o[p]);
+                let me_p = order
+                    .as_ref()
+                    .and_then(|o| o.iter().position(|&r| r == me))
+                    .unwrap_or(me);
+                let (right, left) = (
+                    group.rank(at((me_p + 1) % n)),
+                    group.rank(at((me_p + n - 1) % n)),
+                );
                 let mut scratch = self.take_scratch::<T>(block)?;
                 let tmp: &mut [T] =
                     as_elements_mut(&mut scratch[..block * std::mem::size_of::<T>()]);
                 // Shifted by one from the all-reduce ring, so this rank ends on its own block.
                 for s in 0..n - 1 {
                     let (send, recv) = (
-                        bounds((me + 2 * n - s - 1) % n),
-                        bounds((me + 2 * n - s - 2) % n),
+                        bounds(at((me_p + 2 * n - s - 1) % n)),
+                        bounds(at((me_p + 2 * n - s - 2) % n)),
                     );
                     let own = input.map(|input| Own {
                         input,
@@ -1168,9 +1202,22 @@ impl Comm {
         }
         match algo {
             Algo::Ring => {
-                let (right, left) = (group.rank((me + 1) % n), group.rank((me + n - 1) % n));
+                // Round the cables' order where there is one (as the reduce-scatter).
+                let order = self.ring_blocks_order(CollOp::AllGather, Algo::Ring, group);
+                let at = |p: usize| order.as_ref().map_or(p, |o| o[p]);
+                let me_p = order
+                    .as_ref()
+                    .and_then(|o| o.iter().position(|&r| r == me))
+                    .unwrap_or(me);
+                let (right, left) = (
+                    group.rank(at((me_p + 1) % n)),
+                    group.rank(at((me_p + n - 1) % n)),
+                );
                 for s in 0..n - 1 {
-                    let (send, recv) = (bounds((me + n - s) % n), bounds((me + 2 * n - s - 1) % n));
+                    let (send, recv) = (
+                        bounds(at((me_p + n - s) % n)),
+                        bounds(at((me_p + 2 * n - s - 1) % n)),
+                    );
                     let (out, inn) = split(data, send, recv);
                     let first = if s == 0 { input } else { None };
                     self.post(

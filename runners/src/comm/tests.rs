@@ -579,8 +579,9 @@ fn every_algorithm_moves_data_only_between_the_pairs_it_declares() {
 }
 
 /// A 4-ring cabled 0-2-1-3-0 (the hostfile lists the hosts another way round than the cables
-/// run): with the cables' ring order, all-reduce, broadcast and reduce by ring and by auto run
-/// round the cables and only between neighbours, every result exact; the small collectives
+/// run): with the cables' ring order, all-reduce, broadcast, reduce, all-gather and
+/// reduce-scatter by ring and by auto run round the cables and only between neighbours, every
+/// result exact (all-gather's and reduce-scatter's blocks at their ranks' places); the small collectives
 /// (barrier, gather, an all-reduce of a few values) go along the cables too.
 #[test]
 fn collectives_follow_a_ring_cabled_out_of_rank_order() {
@@ -594,6 +595,10 @@ fn collectives_follow_a_ring_cabled_out_of_rank_order() {
         (CollOp::Broadcast, Algo::Ring),
         (CollOp::Reduce, Algo::Ring),
         (CollOp::Reduce, Algo::Auto),
+        (CollOp::AllGather, Algo::Ring),
+        (CollOp::AllGather, Algo::Auto),
+        (CollOp::ReduceScatter, Algo::Ring),
+        (CollOp::ReduceScatter, Algo::Auto),
     ]
     .into_iter()
     .enumerate()
@@ -633,6 +638,34 @@ fn collectives_follow_a_ring_cabled_out_of_rank_order() {
                         CollOp::Broadcast => {
                             c.broadcast_in(Group::All, 1, &mut data, algo).unwrap();
                             assert!((0..count).all(|i| data[i] == (count + i) as f64));
+                        }
+                        CollOp::AllGather => {
+                            // Each rank's block of 1500, at its own place in rank order.
+                            let block = count / n;
+                            let mine: Vec<f64> = (0..block)
+                                .map(|i| (rank * block + i) as f64 + 0.5)
+                                .collect();
+                            let ran = c
+                                .all_gather_from(Group::All, &mine, &mut data, algo)
+                                .unwrap();
+                            assert_eq!(ran, Algo::Ring, "auto takes the ring on its cables");
+                            assert!((0..count).all(|i| data[i] == i as f64 + 0.5));
+                        }
+                        CollOp::ReduceScatter => {
+                            let block = count / n;
+                            let input = data.clone();
+                            let ran = c
+                                .reduce_scatter_from(
+                                    Group::All,
+                                    &input,
+                                    &mut data,
+                                    ReduceOp::Sum,
+                                    algo,
+                                )
+                                .unwrap();
+                            assert_eq!(ran, Algo::Ring, "auto takes the ring on its cables");
+                            let own = rank * block..(rank + 1) * block;
+                            assert!(own.clone().all(|i| data[i] == sum(i)), "rank {rank}");
                         }
                         _ => {
                             c.reduce_in(Group::All, 1, &mut data, ReduceOp::Sum, algo)
