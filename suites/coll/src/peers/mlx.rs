@@ -81,7 +81,12 @@ pub(super) fn run(
                 .zip(&ports)
                 .map(|(list, &port)| list.iter().map(|ip| join(ip, port as u16)).collect())
                 .collect();
-            vec![("MLX_HOSTFILE", serde_json::to_string(&hosts)?)]
+            // One rank: no hostfile, as mlx.launch gives it none.
+            if n > 1 {
+                vec![("MLX_HOSTFILE", serde_json::to_string(&hosts)?)]
+            } else {
+                Vec::new()
+            }
         }
         MlxBackend::Jaccl | MlxBackend::JacclRing => {
             let devices = match rdma_devices(ctx) {
@@ -100,6 +105,7 @@ pub(super) fn run(
     };
     let job = serde_json::json!({
         "backend": backend.name(),
+        "ranks": n,
         "dtype": config.dtype.name(),
         "redop": redop_str(config.redop),
         "warmup": config.warmup,

@@ -6,8 +6,8 @@ tbbench starts one of these per rank with MLX's own environment (MLX_RANK, MLX_H
 the ring backend; MLX_IBV_DEVICES and MLX_JACCL_COORDINATOR for jaccl), as mlx.launch would,
 and the job as JSON in TBBENCH_PEER_JOB:
 
-  {"backend": "ring", "dtype": "f32", "redop": "sum", "warmup": 5, "iters": 20,
-   "rows": [{"op": "all-reduce", "count": 1024}, ...]}
+  {"backend": "ring", "ranks": 2, "dtype": "f32", "redop": "sum", "warmup": 5,
+   "iters": 20, "rows": [{"op": "all-reduce", "count": 1024}, ...]}
 
 Rank 0 prints one JSON object per line: first {"version", "backend", "ranks"}, then per row
 {"op", "count", "times_us": [...], "wrong"} or {"op", "count", "skipped": why}. Counts are
@@ -35,7 +35,8 @@ def emit(obj):
 
 def main():
     job = json.loads(os.environ["TBBENCH_PEER_JOB"])
-    group = mx.distributed.init(strict=True, backend=job["backend"])
+    # One rank has no hostfile (as mlx.launch gives it none): MLX's group of one.
+    group = mx.distributed.init(strict=job["ranks"] > 1, backend=job["backend"])
     rank, n = group.rank(), group.size()
     RANK0[0] = rank == 0
     # MLX's CPU stream: the collectives run there whatever the default device is.
