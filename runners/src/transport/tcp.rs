@@ -191,6 +191,23 @@ impl Opening for TcpOpening {
                 stripe_one_way: p.opts.streams.is_some() || most_cables > 1,
             },
         )?;
+        // A pair with several cables stripes by each cable's measured rate (one slower cable,
+        // a Thunderbolt 4 among 5, would otherwise hold every message to its pace).
+        let mut t = t;
+        if let Some(c) = p.cabling.filter(|_| most_cables > 1) {
+            let mut cables = vec![0usize; p.table.len()];
+            for l in &c.links {
+                let other = if l.ranks[0] == p.rank {
+                    l.ranks[1]
+                } else if l.ranks[1] == p.rank {
+                    l.ranks[0]
+                } else {
+                    continue;
+                };
+                cables[other] += 1;
+            }
+            t.weigh_cables(&cables)?;
+        }
         // The label comes from the interface the data really left by, whatever was asked.
         let iface = match &p.opts.net.iface {
             Some(name) => netinfo::interface_by_name(name).ok(),
@@ -350,6 +367,9 @@ pub struct TcpTransport {
     waiting: Waiting,
     /// Whether the next exchanges' messages go one way (see `opts.stripe_one_way`).
     traffic: Traffic,
+    /// shares[peer]: each stream's weight in a striped message, where the pair's cables were
+    /// measured ([`TcpTransport::weigh_cables`]); empty: equal shares.
+    shares: Vec<Vec<u64>>,
     /// Reused by every exchange, so the latency path allocates nothing. Empty between calls.
     scratch: Scratch,
 }
@@ -479,6 +499,7 @@ pub fn connect_mesh(
         paced_slice: None,
         waiting: Waiting::Spin,
         traffic: Traffic::Both,
+        shares: vec![Vec::new(); size],
         scratch: Scratch::default(),
     };
     t.paced_slice = t.paced_slice();
@@ -674,14 +695,36 @@ fn pieces(len: usize, k: usize) -> usize {
 }
 
 /// The pieces of a `len`-byte message, as (stream, offset, length); both ends compute the same.
-fn stripes(len: usize, k: usize) -> impl Iterator<Item = (usize, usize, usize)> {
+/// Each stream's piece is its share of `weights` (one per stream, each at least 1) where they
+/// are given, else an equal one.
+fn stripes(
+    len: usize,
+    k: usize,
+    weights: &[u64],
+) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
     let parts = pieces(len, k);
+    let weighted = parts > 1 && weights.len() == parts;
+    let total: u128 = if weighted {
+        weights.iter().map(|&w| u128::from(w)).sum()
+    } else {
+        parts as u128
+    };
+    let upto = move |s: usize| -> u128 {
+        if weighted {
+            weights[..s].iter().map(|&w| u128::from(w)).sum()
+        } else {
+            s as u128
+        }
+    };
     (0..parts).map(move |s| {
-        let lo = s * len / parts;
-        let hi = (s + 1) * len / parts;
+        let lo = (len as u128 * upto(s) / total) as usize;
+        let hi = (len as u128 * upto(s + 1) / total) as usize;
         (s, lo, hi - lo)
     })
 }
+
+/// Bytes each cable of a pair is timed with, after as many again to open TCP's window.
+const WEIGH_BYTES: usize = 4 << 20;
 
 #[derive(Default)]
 struct Channel {
@@ -695,6 +738,81 @@ enum Io {
 }
 
 impl TcpTransport {
+    /// Times each cable of every pair with several (`cables[peer]`, the pair's cable count;
+    /// stream s rides cable s mod that) and stripes the pair's messages by the rates found:
+    /// the lower rank sends [`WEIGH_BYTES`] twice down each cable's first stream, timing the
+    /// second until the higher rank's one-byte answer, then tells it the weights. Pairs go in
+    /// one order on every rank (lowest pair first), so no two ranks wait on each other.
+    pub fn weigh_cables(&mut self, cables: &[usize]) -> Result<()> {
+        use std::io::Read;
+        let k = self.opts.streams.max(1);
+        let me = self.rank;
+        let mut order: Vec<usize> = (0..self.size)
+            .filter(|&p| {
+                p != me
+                    && cables.get(p).copied().unwrap_or(1).min(k) > 1
+                    && !self.conns[p].is_empty()
+            })
+            .collect();
+        // The pair (min, max) order, the same on both ends of each pair.
+        order.sort_by_key(|&p| (me.min(p), me.max(p)));
+        let mut data = vec![0u8; WEIGH_BYTES];
+        for peer in order {
+            let c = cables[peer].min(k);
+            let name = self.names[peer].to_string();
+            let ctx = |what: &str| format!("timing the cables to {name}: {what}");
+            let mut weights = vec![0u64; k];
+            if me < peer {
+                let mut rate = vec![0.0f64; c];
+                for (cable, r) in rate.iter_mut().enumerate() {
+                    let mut conn = &self.conns[peer][cable];
+                    let mut ack = [0u8; 1];
+                    conn.write_all(&data).with_context(|| ctx("sending"))?;
+                    conn.read_exact(&mut ack).with_context(|| ctx("waiting"))?;
+                    let t = Instant::now();
+                    conn.write_all(&data).with_context(|| ctx("sending"))?;
+                    conn.read_exact(&mut ack).with_context(|| ctx("waiting"))?;
+                    *r = WEIGH_BYTES as f64 / t.elapsed().as_secs_f64().max(1e-9);
+                }
+                // Each stream its cable's rate over the streams on that cable, in kB/s.
+                for (s, w) in weights.iter_mut().enumerate() {
+                    let on_cable = (0..k).filter(|x| x % c == s % c).count() as f64;
+                    *w = ((rate[s % c] / on_cable / 1e3) as u64).max(1);
+                }
+                let mut msg = Vec::with_capacity(8 * k);
+                for w in &weights {
+                    msg.extend_from_slice(&w.to_le_bytes());
+                }
+                (&self.conns[peer][0])
+                    .write_all(&msg)
+                    .with_context(|| ctx("sending the weights"))?;
+            } else {
+                for cable in 0..c {
+                    let mut conn = &self.conns[peer][cable];
+                    for _ in 0..2 {
+                        conn.read_exact(&mut data)
+                            .with_context(|| ctx("receiving"))?;
+                        conn.write_all(&[1]).with_context(|| ctx("answering"))?;
+                    }
+                }
+                let mut msg = vec![0u8; 8 * k];
+                (&self.conns[peer][0])
+                    .read_exact(&mut msg)
+                    .with_context(|| ctx("receiving the weights"))?;
+                for (w, b) in weights.iter_mut().zip(msg.chunks_exact(8)) {
+                    *w = u64::from_le_bytes(b.try_into().expect("8 bytes")).max(1);
+                }
+            }
+            self.shares[peer] = weights;
+        }
+        Ok(())
+    }
+
+    /// Each stream's share of a striped message to `peer`, where its cables were timed.
+    pub fn stripe_shares(&self, peer: usize) -> &[u64] {
+        &self.shares[peer]
+    }
+
     /// The descriptors of the connections to `peer`, in stream order (tests read their
     /// kernel counters).
     #[cfg(all(test, target_os = "linux"))]
@@ -951,7 +1069,7 @@ impl TcpTransport {
             }
             self.linked_to(op.peer)?;
             let expect = header(op.buf.len(), pieces(op.buf.len(), parts));
-            for (s, off, len) in stripes(op.buf.len(), parts) {
+            for (s, off, len) in stripes(op.buf.len(), parts, &self.shares[op.peer]) {
                 channels[op.peer * k + s].sends.push_back(Piece {
                     data: op.buf[off..].as_ptr() as *mut u8,
                     len,
@@ -967,7 +1085,7 @@ impl TcpTransport {
             }
             self.linked_to(op.peer)?;
             let expect = header(op.buf.len(), pieces(op.buf.len(), parts));
-            for (s, off, len) in stripes(op.buf.len(), parts) {
+            for (s, off, len) in stripes(op.buf.len(), parts, &self.shares[op.peer]) {
                 channels[op.peer * k + s].recvs.push_back(Piece {
                     data: op.buf[off..].as_mut_ptr(),
                     len,

@@ -165,3 +165,53 @@ fn mlx_runs_round_the_cabled_ring_and_mpi_is_told_the_missing_cables() {
     );
     assert_eq!(rows.iter().filter(|x| x["impl"] == "tbbench").count(), 2);
 }
+
+/// Two cables of different rates between two hosts (100 and 300 Mbit/s: a Thunderbolt 4 cable
+/// beside a Thunderbolt 5 one): the pair stripes its messages by each cable's measured rate,
+/// so a large all-reduce runs near the two cables' sum (0.05 GB/s), where equal shares would
+/// hold it to twice the slow cable's rate (0.025 GB/s).
+#[test]
+fn two_cables_of_different_rates_stripe_by_their_rates() {
+    let Some(lab) = netlab::CabledLab::up("pair2", "tbn", &["100mbit", "300mbit"]) else {
+        return;
+    };
+    let dir = tmpdir("coll-netns-weighted");
+    let hosts = lab.hostfile(&dir, "list");
+    let mut seen = Vec::new();
+    // One retry absorbs a neighbour's burst on two vCPUs; equal shares fail both times.
+    for attempt in 1..=2 {
+        let out = dir.join(format!("r-{attempt}.json"));
+        let o = run(
+            &[
+                "coll",
+                "--hostfile",
+                hosts.to_str().unwrap(),
+                "--rsh",
+                "ip netns exec",
+                "--over",
+                "tcp:links",
+                "--algo",
+                "rd",
+                "--sizes",
+                "4MiB",
+                "--iters",
+                "5",
+                "--warmup",
+                "1",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            Duration::from_secs(240),
+        );
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let r = read_json(&out);
+        assert_eq!(r["verification"]["passed"], true);
+        let busbw = r["results"]["rows"][0]["busbw_gbps"].as_f64().unwrap();
+        assert!(busbw <= 1.05 * 0.05, "{busbw} GB/s above the cables' sum");
+        if busbw >= 0.7 * 0.05 {
+            return;
+        }
+        seen.push(busbw);
+    }
+    panic!("a 4 MiB all-reduce over cables of 100 and 300 Mbit/s at {seen:?} GB/s: not above 70% of their sum (0.05), as striping by rate gives");
+}
