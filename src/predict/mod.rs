@@ -473,6 +473,29 @@ fn share_cores(
     })
 }
 
+/// The computation per token on `n` ranks on `label`'s machines, from `compute_ms`'s basis
+/// (ms, where from, the 1-rank basis's threads where it is one): a 1-rank basis divided among
+/// ranks that would share a machine's cores is scaled by [`share_cores`], and the line why
+/// joins `warnings` once.
+fn computation_on(
+    (basis_ms, basis_from, basis_threads): (f64, &str, Option<usize>),
+    label: &str,
+    machines: &[(String, usize)],
+    n: usize,
+    warnings: &mut Vec<String>,
+) -> (f64, String) {
+    match basis_threads.and_then(|t| share_cores(label, machines, n, t)) {
+        Some((factor, why)) => {
+            let from = format!("{basis_from}; {why}");
+            if !warnings.contains(&why) {
+                warnings.push(why);
+            }
+            (basis_ms * factor, from)
+        }
+        None => (basis_ms, basis_from.to_string()),
+    }
+}
+
 fn decode_workload(spec: &WorkloadSpec) -> Result<Option<DecodeWorkload>> {
     Ok(Some(match spec {
         WorkloadSpec::Shape {
@@ -646,18 +669,13 @@ fn decode_predictions(
                 warnings.push(why);
                 continue;
             }
-            // A 1-rank basis divided among ranks that would share a machine's cores: each
-            // computes with fewer threads than the basis had.
-            let shared = basis_threads.and_then(|t| share_cores(&net.label, &net.machines, n, t));
-            let (compute, compute_from) = match &shared {
-                Some((factor, why)) => {
-                    if !warnings.contains(why) {
-                        warnings.push(why.clone());
-                    }
-                    (basis_ms * factor, format!("{basis_from}; {why}"))
-                }
-                None => (basis_ms, basis_from.clone()),
-            };
+            let (compute, compute_from) = computation_on(
+                (basis_ms, &basis_from, basis_threads),
+                &net.label,
+                &net.machines,
+                n,
+                warnings,
+            );
             let Some((comm_us, comm_from)) =
                 model::decode_comm_us(net, w.tensor_parallel, n, w.layers, w.cfg.dim, algo)
             else {
@@ -704,16 +722,13 @@ fn decode_by_cabling(
     for &n in nodes.iter().filter(|&&n| n > 1) {
         let (basis_ms, basis_from, basis_threads) = compute_ms(w, runs, n)?;
         for c in cables {
-            let shared = basis_threads.and_then(|t| share_cores(&c.label, &c.machines, n, t));
-            let (compute, compute_from) = match &shared {
-                Some((factor, why)) => {
-                    if !warnings.contains(why) {
-                        warnings.push(why.clone());
-                    }
-                    (basis_ms * factor, format!("{basis_from}; {why}"))
-                }
-                None => (basis_ms, basis_from.clone()),
-            };
+            let (compute, compute_from) = computation_on(
+                (basis_ms, &basis_from, basis_threads),
+                &c.label,
+                &c.machines,
+                n,
+                warnings,
+            );
             for (name, cab) in cablings_for(c, n) {
                 let comm = model::decode_comm_cabled_us(
                     &c.per_cable,

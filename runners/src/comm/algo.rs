@@ -282,6 +282,22 @@ fn piece(count: usize, parts: usize, i: usize) -> Range<usize> {
     (i * count / parts)..((i + 1) * count / parts)
 }
 
+/// A member's place on a ring ([`Comm::ring_seat`]): the member at each position, its own
+/// position, and its neighbours' world ranks.
+struct RingSeat {
+    order: Option<std::sync::Arc<[usize]>>,
+    me: usize,
+    right: usize,
+    left: usize,
+}
+
+impl RingSeat {
+    /// The member (its index in the group, its block's place) at ring position `p`.
+    fn at(&self, p: usize) -> usize {
+        self.order.as_ref().map_or(p, |o| o[p])
+    }
+}
+
 /// The whole world as `order` lists it (the cables' ring order, from [`Comm::cabled_order`]);
 /// any other group as it is.
 fn in_order<'a>(order: &'a Option<std::sync::Arc<[usize]>>, group: Group<'a>) -> Group<'a> {
@@ -414,6 +430,28 @@ impl Comm {
                 self.ring_order.clone()
             }
             _ => None,
+        }
+    }
+
+    /// Where member `me` of `group` (of `n`) sits on a ring all-gather's or reduce-scatter's
+    /// ring: round the cables' order over the whole world where there is one, each block
+    /// still at its member's place in the array; else round the group's own order.
+    fn ring_seat(&self, op: CollOp, group: Group, me: usize, n: usize) -> RingSeat {
+        let order = self.ring_blocks_order(op, Algo::Ring, group);
+        let at = |p: usize| order.as_ref().map_or(p, |o| o[p]);
+        let me_p = order
+            .as_ref()
+            .and_then(|o| o.iter().position(|&r| r == me))
+            .unwrap_or(me);
+        let (right, left) = (
+            group.rank(at((me_p + 1) % n)),
+            group.rank(at((me_p + n - 1) % n)),
+        );
+        RingSeat {
+            order,
+            me: me_p,
+            right,
+            left,
         }
     }
 
@@ -1097,18 +1135,8 @@ impl Comm {
         }
         match algo {
             Algo::Ring => {
-                // Round the cables' order where there is one: position p is member at(p),
-                // whose block stays at its own place.
-                let order = self.ring_blocks_order(CollOp::ReduceScatter, Algo::Ring, group);
-                let at = |p: usize| order.as_ref().map_or(p, |o| o[p]);
-                let me_p = order
-                    .as_ref()
-                    .and_then(|o| o.iter().position(|&r| r == me))
-                    .unwrap_or(me);
-                let (right, left) = (
-                    group.rank(at((me_p + 1) % n)),
-                    group.rank(at((me_p + n - 1) % n)),
-                );
+                let seat = self.ring_seat(CollOp::ReduceScatter, group, me, n);
+                let (at, me_p, right, left) = (|p| seat.at(p), seat.me, seat.right, seat.left);
                 let mut scratch = self.take_scratch::<T>(block)?;
                 let tmp: &mut [T] =
                     as_elements_mut(&mut scratch[..block * std::mem::size_of::<T>()]);
@@ -1202,17 +1230,8 @@ impl Comm {
         }
         match algo {
             Algo::Ring => {
-                // Round the cables' order where there is one (as the reduce-scatter).
-                let order = self.ring_blocks_order(CollOp::AllGather, Algo::Ring, group);
-                let at = |p: usize| order.as_ref().map_or(p, |o| o[p]);
-                let me_p = order
-                    .as_ref()
-                    .and_then(|o| o.iter().position(|&r| r == me))
-                    .unwrap_or(me);
-                let (right, left) = (
-                    group.rank(at((me_p + 1) % n)),
-                    group.rank(at((me_p + n - 1) % n)),
-                );
+                let seat = self.ring_seat(CollOp::AllGather, group, me, n);
+                let (at, me_p, right, left) = (|p| seat.at(p), seat.me, seat.right, seat.left);
                 for s in 0..n - 1 {
                     let (send, recv) = (
                         bounds(at((me_p + n - s) % n)),

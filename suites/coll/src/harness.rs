@@ -135,38 +135,72 @@ pub fn measure(
     let Some(m) = by_dtype(config.dtype, &run, &input, &mut ctx.comm)? else {
         return Ok(None);
     };
-    let n = ctx.size();
-    let time_us = Summary::of(&m.times_us, Percentiles::P999);
+    Ok(Some(row(
+        config,
+        ctx.size(),
+        ceiling_gbps,
+        Timed {
+            implementation: "tbbench",
+            op,
+            algo: m.ran.name(),
+            requested: algo.name(),
+            in_place: config.in_place,
+            count: m.count,
+            times_us: &m.times_us,
+            wrong: m.wrong,
+        },
+    )))
+}
+
+/// One row's measurement, whoever ran it (tbbench or a peer).
+pub(crate) struct Timed<'a> {
+    pub implementation: &'static str,
+    pub op: CollOp,
+    pub algo: &'static str,
+    pub requested: &'static str,
+    pub in_place: bool,
+    /// Elements as nccl-tests counts them (per rank for reduce-scatter and all-gather).
+    pub count: usize,
+    /// Per iteration, the slowest rank's time.
+    pub times_us: &'a [f64],
+    pub wrong: u64,
+}
+
+/// A result row with nccl-tests' figures: the time summary, algbw (the array over the median
+/// time) and busbw (algbw by the op's factor for `n` ranks), and its share of the ceiling.
+pub(crate) fn row(config: &CollConfig, n: usize, ceiling_gbps: Option<f64>, t: Timed) -> Row {
+    let size_bytes = array_bytes(t.op, t.count, config.dtype.size(), n);
+    let time_us = Summary::of(t.times_us, Percentiles::P999);
     let algbw = if time_us.median > 0.0 {
-        m.size_bytes as f64 / (time_us.median * 1e-6) / 1e9
+        size_bytes as f64 / (time_us.median * 1e-6) / 1e9
     } else {
         0.0
     };
-    let busbw = algbw * op.bus_factor(n);
+    let busbw = algbw * t.op.bus_factor(n);
     let reduces = matches!(
-        op,
+        t.op,
         CollOp::AllReduce | CollOp::ReduceScatter | CollOp::Reduce
     );
-    let rooted = matches!(op, CollOp::Broadcast | CollOp::Reduce);
-    Ok(Some(Row {
-        implementation: "tbbench",
-        op: op.name(),
-        algo: m.ran.name(),
-        requested: algo.name(),
+    let rooted = matches!(t.op, CollOp::Broadcast | CollOp::Reduce);
+    Row {
+        implementation: t.implementation,
+        op: t.op.name(),
+        algo: t.algo,
+        requested: t.requested,
         dtype: config.dtype.name(),
         redop: reduces.then(|| redop_str(config.redop)),
         root: rooted.then_some(config.root),
-        in_place: config.in_place,
-        size_bytes: m.size_bytes,
-        count: m.count as u64,
+        in_place: t.in_place,
+        size_bytes,
+        count: t.count as u64,
         iters: config.iters,
         warmup: config.warmup,
         time_us,
         algbw_gbps: algbw,
         busbw_gbps: busbw,
         percent_of_ceiling: ceiling_gbps.filter(|c| *c > 0.0).map(|c| busbw / c * 100.0),
-        wrong: m.wrong,
-    }))
+        wrong: t.wrong,
+    }
 }
 
 /// The sweep's settings for one call by `algo`.
@@ -193,7 +227,6 @@ struct Run {
 struct Measured {
     ran: Algo,
     count: usize,
-    size_bytes: u64,
     /// Per iteration, the slowest rank's time.
     times_us: Vec<f64>,
     /// Wrong elements over all ranks.
@@ -271,7 +304,6 @@ fn timed<T: Element, C: Collective>(
     Ok(Some(Measured {
         ran,
         count,
-        size_bytes: array_bytes(C::OP, count, elt, n),
         times_us,
         wrong: w[0] as u64,
     }))

@@ -11,7 +11,7 @@
 mod mlx;
 mod mpi;
 
-use crate::{harness, redop_str, CollConfig, Row};
+use crate::{harness, CollConfig, Row};
 use anyhow::Result;
 use serde::Serialize;
 use std::io::{BufRead, BufReader, Read};
@@ -19,8 +19,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tbbench_runners::comm::{Algo, CollOp, Dtype, ReduceOp};
 use tbbench_runners::suite::Context;
-use tbbench_schema::summary::Percentiles;
-use tbbench_schema::Summary;
 
 /// An implementation run beside tbbench's own collectives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -253,44 +251,27 @@ fn row_of(
     p: &PrintedRow,
     ceiling_gbps: Option<f64>,
 ) -> Row {
-    let size_bytes = harness::array_bytes(p.op, p.count, config.dtype.size(), n);
-    let time_us = Summary::of(&p.times_us, Percentiles::P999);
-    let algbw = if time_us.median > 0.0 {
-        size_bytes as f64 / (time_us.median * 1e-6) / 1e9
-    } else {
-        0.0
-    };
-    let busbw = algbw * p.op.bus_factor(n);
-    let reduces = matches!(
-        p.op,
-        CollOp::AllReduce | CollOp::ReduceScatter | CollOp::Reduce
-    );
-    let rooted = matches!(p.op, CollOp::Broadcast | CollOp::Reduce);
     // The algorithm is the library's own choice; the column names the backend that ran it.
     let algo = match peer {
         Peer::Mlx => backend.unwrap_or("mlx"),
         Peer::Mpi => "mpi",
     };
-    Row {
-        implementation: peer.name(),
-        op: p.op.name(),
-        algo,
-        requested: algo,
-        dtype: config.dtype.name(),
-        redop: reduces.then(|| redop_str(config.redop)),
-        root: rooted.then_some(config.root),
-        // The peers run out of place (MLX's collectives return a new array).
-        in_place: false,
-        size_bytes,
-        count: p.count as u64,
-        iters: config.iters,
-        warmup: config.warmup,
-        time_us,
-        algbw_gbps: algbw,
-        busbw_gbps: busbw,
-        percent_of_ceiling: ceiling_gbps.filter(|c| *c > 0.0).map(|c| busbw / c * 100.0),
-        wrong: p.wrong,
-    }
+    harness::row(
+        config,
+        n,
+        ceiling_gbps,
+        harness::Timed {
+            implementation: peer.name(),
+            op: p.op,
+            algo,
+            requested: algo,
+            // The peers run out of place (MLX's collectives return a new array).
+            in_place: false,
+            count: p.count,
+            times_us: &p.times_us,
+            wrong: p.wrong,
+        },
+    )
 }
 
 /// Reads what a peer's rank 0 printed: a first line with its version, then one JSON object per
