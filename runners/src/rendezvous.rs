@@ -548,6 +548,10 @@ impl Control {
                         exit_now(1);
                     }
                     Ok(_) => {}
+                    // Rank 0's main thread has failed and is ending the run with its own
+                    // cause (`abort`): a peer that stops as told is no death to report, and
+                    // reporting it could print before, and instead of, the real cause.
+                    Err(_) if self.rank == 0 && unwound() => return,
                     Err(_) => self.peer_failed(
                         i,
                         &format!("{} died (control connection lost)", self.peer_name(i)),
