@@ -809,6 +809,23 @@ fn hpl_basis(hpl: &[HplRun]) -> Result<(f64, f64, String)> {
     Ok((rate.0, eff_value, basis))
 }
 
+/// The Gflops of the newest passed solve of order `n_size`, block `nb`, among the hpl runs
+/// `of` picks.
+fn measured_hpl(
+    hpl: &[HplRun],
+    n_size: usize,
+    nb: usize,
+    of: impl Fn(&HplRun) -> bool,
+) -> Option<f64> {
+    hpl.iter().rev().filter(|h| of(h)).find_map(|h| {
+        h.runs
+            .iter()
+            .rev()
+            .find(|r| r.0 == n_size && r.1 == nb)
+            .map(|r| r.2)
+    })
+}
+
 /// HPL on each cabling of each set of cables (as [`decode_by_cabling`]), the grid `tbbench hpl`
 /// picks; where an hpl solve of the same N and NB ran on the same cabling, its rate beside.
 fn hpl_by_cabling(
@@ -843,16 +860,9 @@ fn hpl_by_cabling(
                 let gflops = flops / (compute_s + comm_s) / 1e9;
                 let measured = (c.source == "measured")
                     .then(|| {
-                        hpl.iter()
-                            .rev()
-                            .filter(|h| h.ranks == ranks && h.cabling == Some(cab))
-                            .find_map(|h| {
-                                h.runs
-                                    .iter()
-                                    .rev()
-                                    .find(|r| r.0 == n_size && r.1 == nb)
-                                    .map(|r| r.2)
-                            })
+                        measured_hpl(hpl, n_size, nb, |h| {
+                            h.ranks == ranks && h.cabling == Some(cab)
+                        })
                     })
                     .flatten();
                 out.push(json!({
@@ -904,17 +914,9 @@ fn hpl_predictions(
                 continue;
             };
             let gflops = flops / (compute_s + comm_s) / 1e9;
-            let measured = hpl
-                .iter()
-                .rev()
-                .filter(|h| h.ranks == ranks && h.label == net.label)
-                .find_map(|h| {
-                    h.runs
-                        .iter()
-                        .rev()
-                        .find(|r| r.0 == n_size && r.1 == nb)
-                        .map(|r| r.2)
-                });
+            let measured = measured_hpl(hpl, n_size, nb, |h| {
+                h.ranks == ranks && h.label == net.label
+            });
             out.push(json!({
                 "label": net.label,
                 "link_kind": net.link_kind,
