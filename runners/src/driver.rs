@@ -5,7 +5,7 @@
 use crate::comm::Comm;
 use crate::launch::{
     self, ENV_ADDR, ENV_LABEL, ENV_LAUNCHED, ENV_RANK, ENV_RDV, ENV_SIZE, ENV_TOKEN,
-    PROTOCOL_PREFIX,
+    PROTOCOL_ALIVE, PROTOCOL_PREFIX,
 };
 use crate::netinfo;
 use crate::options::RunOptions;
@@ -253,6 +253,7 @@ fn rank_main<S: Suite>(
         );
         let port = listener.local_addr()?.port();
         if launched {
+            heartbeat_to_launcher();
             println!("{PROTOCOL_PREFIX}RENDEZVOUS {port}");
         } else if keepalive.is_none() {
             // Started by hand: say where the other ranks must connect. (Under MPI they know.)
@@ -634,4 +635,20 @@ mod tests {
             .to_string();
         assert!(e.contains("'nodes'"), "{e}");
     }
+}
+
+/// Rank 0 under the launcher says it is alive on its stdout every `HEARTBEAT`, for as long as
+/// the process lives: the launcher's only way to tell a frozen rank 0 from a busy one once the
+/// other ranks (which watch it too) have ended. A line at a time, as every line is written
+/// whole under stdout's lock; a closed stdout (the launcher gone) is the stdin watch's to act on.
+fn heartbeat_to_launcher() {
+    use std::io::Write;
+    let _ = std::thread::Builder::new()
+        .name("launcher-heartbeat".into())
+        .spawn(|| loop {
+            std::thread::sleep(rendezvous::HEARTBEAT);
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{PROTOCOL_PREFIX}{PROTOCOL_ALIVE}");
+            let _ = out.flush();
+        });
 }

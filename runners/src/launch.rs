@@ -22,6 +22,9 @@ use std::time::{Duration, Instant};
 
 /// Lines rank 0 writes for the launcher, not for the user, start with this.
 pub const PROTOCOL_PREFIX: &str = "\u{1e}TBBENCH ";
+/// Rank 0's heartbeat to the launcher (after the prefix), every `HEARTBEAT` from its start:
+/// once the other ranks have ended, nothing else would notice a frozen rank 0.
+pub const PROTOCOL_ALIVE: &str = "ALIVE";
 
 pub const ENV_RANK: &str = "TBBENCH_RANK";
 pub const ENV_SIZE: &str = "TBBENCH_SIZE";
@@ -509,6 +512,9 @@ fn run_ranks(
     )?;
     ranks.push(r0);
 
+    // When rank 0 was last heard from (any line, its heartbeat included); None until its
+    // first line, as a remote shell may take a while to start it.
+    let mut rank0_heard: Option<Instant> = None;
     // Rank 0 reports its rendezvous port first; everything else waits for that.
     let deadline = Instant::now() + opts.timeout + Duration::from_secs(10);
     let rdv_port = loop {
@@ -517,6 +523,10 @@ fn run_ranks(
         }
         match line_rx.recv_timeout(Duration::from_millis(50)) {
             Ok(line) => {
+                rank0_heard = Some(Instant::now());
+                if is_alive(&line) {
+                    continue;
+                }
                 if let Some(rest) = line.strip_prefix(&format!("{PROTOCOL_PREFIX}RENDEZVOUS ")) {
                     break rest
                         .trim()
@@ -525,7 +535,11 @@ fn run_ranks(
                 }
                 println!("{line}");
             }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if let Some(msg) = rank0_silent(rank0_heard, &placements[0]) {
+                    return Ok(stop_all(&mut ranks, &msg, 1));
+                }
+            }
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 let st = ranks[0].child.wait()?;
                 if interrupted.load(Ordering::SeqCst) {
@@ -594,10 +608,11 @@ fn run_ranks(
     let mut take = |relayed: Relayed| match relayed {
         Relayed::Result => wrote_result = true,
         Relayed::CutOff => cut_off = true,
-        Relayed::Text => {}
+        Relayed::Text | Relayed::Heartbeat => {}
     };
     loop {
         while let Ok(line) = line_rx.try_recv() {
+            rank0_heard = Some(Instant::now());
             take(relay(&line, &out_path, fresh)?);
         }
         if interrupted.load(Ordering::SeqCst) {
@@ -672,13 +687,17 @@ fn run_ranks(
             // that noticed.
             if at.elapsed() > Duration::from_secs(1) {
                 let msg = if code == EXIT_RANK0_SILENT {
-                    format!(
-                        "rank 0 ({rank0}) stopped answering (no heartbeat for {} s)",
-                        LIVENESS.as_secs()
-                    )
+                    silent_line(&rank0)
                 } else {
                     format!("rank 0 ({rank0}) dropped its control connections")
                 };
+                return Ok(stop_all(&mut ranks, &msg, 1));
+            }
+        }
+        // Rank 0 frozen (stopped, swapped out, its host hung) once the others have ended
+        // cleanly: no rank is left to notice, so the launcher does, by its heartbeat.
+        if ranks[0].status.is_none() {
+            if let Some(msg) = rank0_silent(rank0_heard, &placements[0]) {
                 return Ok(stop_all(&mut ranks, &msg, 1));
             }
         }
@@ -696,6 +715,27 @@ fn run_ranks(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Whether a line from rank 0 is its heartbeat (for the launcher alone).
+fn is_alive(line: &str) -> bool {
+    line.strip_prefix(PROTOCOL_PREFIX) == Some(PROTOCOL_ALIVE)
+}
+
+/// The error line for a rank 0 not heard from for `LIVENESS` (its heartbeat comes every
+/// `HEARTBEAT`), if that is so.
+fn rank0_silent(heard: Option<Instant>, p: &Placement) -> Option<String> {
+    heard
+        .filter(|at| at.elapsed() > LIVENESS)
+        .map(|_| silent_line(&shown_name(p)))
+}
+
+/// The one line for a rank 0 that stopped answering, whoever noticed.
+fn silent_line(rank0: &str) -> String {
+    format!(
+        "rank 0 ({rank0}) stopped answering (no heartbeat for {} s)",
+        LIVENESS.as_secs()
+    )
 }
 
 /// The exit code by which a rank said it lost rank 0, if it did.
@@ -726,6 +766,8 @@ enum Relayed {
     Result,
     /// A result line that does not parse: rank 0 was cut off while sending it.
     CutOff,
+    /// Rank 0's heartbeat: not shown.
+    Heartbeat,
 }
 
 /// Passes one line of rank 0's output on to the user, or writes the result it carries. Only a
@@ -742,6 +784,9 @@ pub fn written_path() -> Option<PathBuf> {
 }
 
 fn relay(line: &str, out_path: &std::path::Path, fresh: bool) -> Result<Relayed> {
+    if is_alive(line) {
+        return Ok(Relayed::Heartbeat);
+    }
     match line.strip_prefix(&format!("{PROTOCOL_PREFIX}RESULT ")) {
         Some(json) => {
             // Written as rank 0 sent it (every key, in order), once it reads as a result file.

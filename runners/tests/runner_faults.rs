@@ -110,6 +110,54 @@ fn frozen_rank_0_is_named_in_one_line_within_ten_seconds() {
     assert_ranks_gone(&ranks, Duration::from_secs(1), "the run");
 }
 
+/// With no other rank left to watch it (here a one-rank run; likewise rank 0 alone at the end
+/// of a run, gathering), only the launcher can notice rank 0 frozen: by its heartbeat.
+#[test]
+fn frozen_rank_0_with_no_peer_watching_is_named_by_the_launcher() {
+    let out = scratch_out();
+    let child = spawn(&[
+        "coll",
+        "--nodes",
+        "1",
+        "--op",
+        "all-reduce",
+        "--sizes",
+        "16MiB",
+        "--iters",
+        "1000000",
+        "--out",
+        &out,
+    ]);
+    let ranks = wait_for_ranks(child.id(), 1, Duration::from_millis(300));
+    let victim = ranks[0].0;
+    let stopped_at = Instant::now();
+    signal(victim, "-STOP");
+    let (o, _) = finish(child, Duration::from_secs(30));
+    let took = stopped_at.elapsed();
+    let _ = std::process::Command::new("kill")
+        .args(["-CONT", &victim.to_string()])
+        .stderr(std::process::Stdio::null())
+        .status();
+    assert!(
+        took < Duration::from_secs(10),
+        "run took {took:?} to end after rank 0 froze"
+    );
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    let line = only_error_line(&err);
+    assert!(
+        line.contains("rank 0") && line.contains("stopped answering"),
+        "{err}"
+    );
+    assert!(
+        !text(&o.stdout).contains("TBBENCH"),
+        "the heartbeat is the launcher's, not the user's: {}",
+        text(&o.stdout)
+    );
+    assert_ranks_gone(&ranks, Duration::from_secs(1), "the run");
+    assert!(!std::path::Path::new(&out).exists());
+}
+
 #[test]
 fn killed_rank_0_is_named_in_one_line() {
     let out = scratch_out();

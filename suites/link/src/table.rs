@@ -121,23 +121,22 @@ pub fn print_matrix(
         if pairs.iter().all(|p| value(p).is_none()) {
             continue;
         }
+        // Each line printed whole: rank 0's heartbeat to the launcher shares its stdout.
         println!("{title}");
-        print!("{:>6}", "rank");
-        for b in 0..size {
-            print!(" {b:>9}");
-        }
-        println!();
+        let head: String = (0..size).map(|b| format!(" {b:>9}")).collect();
+        println!("{:>6}{head}", "rank");
         for a in 0..size {
-            print!("{a:>6}");
-            for b in 0..size {
-                let cell = match (a == b, find(a, b).and_then(value)) {
-                    (true, _) => ".".to_string(),
-                    (false, Some(v)) => v,
-                    (false, None) => "-".to_string(),
-                };
-                print!(" {cell:>9}");
-            }
-            println!();
+            let cells: String = (0..size)
+                .map(|b| {
+                    let cell = match (a == b, find(a, b).and_then(value)) {
+                        (true, _) => ".".to_string(),
+                        (false, Some(v)) => v,
+                        (false, None) => "-".to_string(),
+                    };
+                    format!(" {cell:>9}")
+                })
+                .collect();
+            println!("{a:>6}{cells}");
         }
         println!();
     }
