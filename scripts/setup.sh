@@ -11,8 +11,9 @@
 #
 # Packages: iproute2 (ip, tc: the network lab and its tests), iperf3, sockperf and hpcc (the
 # peers scripts/bench-*.sh compare against), libopenblas0 (hpl's BLAS), openssh-client
-# (hostfile runs), python3 (scripts); for the tests also chromium (the report opened headless)
-# and libibverbs-dev (verbs.h for the RDMA struct layout test).
+# (hostfile runs), python3 (scripts); for the tests also chromium (the report opened headless),
+# libibverbs-dev (verbs.h for the RDMA struct layout test) and slurm-wlm with munge (the
+# Slurm lab).
 # Rust comes from rustup when cargo is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,7 +37,8 @@ if [ "$(uname -s)" = "Linux" ] && command -v apt-get >/dev/null; then
   [ "$deps_only" = 0 ] && pkgs="$pkgs hpcc openmpi-bin libopenmpi-dev"
   # chromium: the report test opens report.html in a real headless browser; libibverbs-dev:
   # verbs.h, which the verbs transport's struct layouts are checked against.
-  [ "$deps_only" = 1 ] && pkgs="$pkgs openmpi-bin libopenmpi-dev libclang-dev chromium libibverbs-dev"
+  # slurm-wlm, munge: the one-node Slurm lab the srun/sbatch tests start (scripts/slurm-lab.sh).
+  [ "$deps_only" = 1 ] && pkgs="$pkgs openmpi-bin libopenmpi-dev libclang-dev chromium libibverbs-dev slurm-wlm munge"
   missing=""
   for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
   if [ -n "$missing" ]; then

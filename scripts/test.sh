@@ -14,8 +14,13 @@ if [ "${TBBENCH_TEST_NO_SETUP:-0}" != 1 ]; then
 fi
 list="${CARGO_TARGET_DIR:-target}/tmp/skipped-tests.txt"
 rm -f "$list"
+# The Slurm tests bring up scripts/slurm-lab.sh's one-node cluster; it goes down afterwards
+# unless it was up before.
+lab_was_up=0
+[ -f "${TBBENCH_SLURM_LAB:-/tmp/tbbench-slurm-lab}/slurmctld.pid" ] && lab_was_up=1
 cargo test --workspace "$@"
 rc=$?
+[ "$lab_was_up" = 1 ] || scripts/slurm-lab.sh down >/dev/null 2>&1 || true
 if [ -s "$list" ]; then
   echo "tests: $(wc -l < "$list") skipped:"
   sort "$list" | sed 's/^/  /'

@@ -72,6 +72,11 @@ pub struct RunArgs {
     /// Start more local ranks than 4 a core (they then share cores, and figures say so).
     #[arg(long)]
     pub oversubscribe: bool,
+    /// Write an sbatch script for this run (every --nodes rank an srun task) to FILE, or
+    /// print it; nothing runs.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true,
+          default_missing_value = "-", conflicts_with_all = ["hostfile", "exe"])]
+    pub slurm: Option<PathBuf>,
 }
 
 /// `--over`'s value: one flag value that is a list (clap would otherwise take a Vec as repeated
@@ -184,6 +189,7 @@ impl RunArgs {
             out: self.out.clone(),
             out_generated: false,
             oversubscribe: self.oversubscribe,
+            slurm_script: self.slurm.clone(),
         }
     }
 }

@@ -10,7 +10,7 @@ use crate::launch::{
 use crate::netinfo;
 use crate::options::RunOptions;
 use crate::rendezvous::{self, Control};
-use crate::session::{Bootstrap, PeerName, RankInfo, Token};
+use crate::session::{Bootstrap, Launcher, PeerName, RankInfo, Token};
 use crate::suite::{Context, Suite};
 use crate::sysinfo;
 use crate::transport::{self, shm, OpenPlan, Opened, Opening, Peers};
@@ -63,13 +63,16 @@ pub fn run<S: Suite>(config: &S::Config, opts: &RunOptions, tool: &Tool) -> Resu
     if let Some(unused) = opts.tcp_flags_unused() {
         return Err(crate::cli::UsageError(unused).into());
     }
+    if let Some(script) = &opts.slurm_script {
+        return crate::slurm::write_script(opts, S::NAME, script);
+    }
+    // srun's tasks first: srun --mpi=pmi2 also sets PMI_SIZE, which reads as mpirun's.
+    if let Some(step) = crate::slurm::step()? {
+        let opts = one_network(opts, "srun")?;
+        return rank_main::<S>(config, &opts, tool, crate::slurm::bootstrap(&opts, &step)?);
+    }
     if let Some(size) = crate::mpi_boot::mpirun_size() {
-        // mpirun starts the ranks once, so they can run on one network only.
-        let opts = match opts.over.len() {
-            0 => opts.clone(),
-            1 => opts.on_network(0),
-            _ => bail!("--over with several networks is not supported under mpirun: run once per network (--over NET or --transport, --iface)"),
-        };
+        let opts = one_network(opts, "mpirun")?;
         return rank_main::<S>(
             config,
             &opts,
@@ -77,7 +80,22 @@ pub fn run<S: Suite>(config: &S::Config, opts: &RunOptions, tool: &Tool) -> Resu
             crate::mpi_boot::bootstrap(&opts, size)?,
         );
     }
+    if let Some(job) = crate::slurm::job_without_step() {
+        eprintln!(
+            "tbbench: note: in Slurm job {job} but not started by srun: the ranks start on this node only (`srun tbbench {} ...` makes each task a rank)",
+            S::NAME
+        );
+    }
     launch::launch(opts, S::NAME)
+}
+
+/// Ranks another launcher started run once, so on one network only.
+fn one_network(opts: &RunOptions, launcher: &str) -> Result<RunOptions> {
+    match opts.over.len() {
+        0 => Ok(opts.clone()),
+        1 => Ok(opts.on_network(0)),
+        _ => bail!("--over with several networks is not supported under {launcher}: run once per network (--over NET or --transport, --iface)"),
+    }
 }
 
 fn env_usize(name: &str) -> Result<usize> {
@@ -139,6 +157,7 @@ fn env_bootstrap() -> Result<Bootstrap> {
         label: std::env::var(ENV_LABEL).ok(),
         addr: std::env::var(ENV_ADDR).ok(),
         launched,
+        launcher: Launcher::named(if launched { "tbbench" } else { "by hand" }),
         keepalive: None,
     })
 }
@@ -159,6 +178,7 @@ fn rank_main<S: Suite>(
         label,
         addr,
         launched,
+        launcher,
         keepalive,
     } = boot;
     if rank == 0 && !launched {
@@ -255,8 +275,9 @@ fn rank_main<S: Suite>(
         if launched {
             heartbeat_to_launcher();
             println!("{PROTOCOL_PREFIX}RENDEZVOUS {port}");
-        } else if keepalive.is_none() {
-            // Started by hand: say where the other ranks must connect. (Under MPI they know.)
+        } else if launcher.kind == "by hand" {
+            // Started by hand: say where the other ranks must connect. (Under mpirun and
+            // srun they know.)
             eprintln!(
                 "tbbench: rank 0 waiting for {} rank(s) at {}",
                 size - 1,
@@ -359,6 +380,7 @@ fn rank_main<S: Suite>(
         cabling,
         cabled.as_deref(),
         launched,
+        &launcher,
     ) {
         Ok(code) => {
             ctl.finish();
@@ -438,6 +460,7 @@ fn run_suite<S: Suite>(
     cabling: Result<Option<crate::links::Cabling>>,
     cabled: Option<&[Option<String>]>,
     launched: bool,
+    launcher: &Launcher,
 ) -> Result<i32> {
     // A suite that needs a pair with no cable ends here, before anything is opened.
     let cabling = cabling?;
@@ -523,6 +546,11 @@ fn run_suite<S: Suite>(
         warnings.insert(0, w);
     }
     let mut params = merge_params(serde_json::to_value(opts)?, serde_json::to_value(config)?)?;
+    // The ranks that ran (mpirun's and srun's, not the --nodes default), and who started them.
+    if let Some(p) = params.as_object_mut() {
+        p.insert("nodes".into(), table.len().into());
+        p.insert("launcher".into(), serde_json::to_value(launcher)?);
+    }
     // The hostfile's `envs` (MLX's object form), which the launcher set on every rank; values
     // of keys that look like secrets are not written into files people share.
     if let Ok(envs) = std::env::var(launch::ENV_HOSTFILE_ENVS) {
@@ -620,6 +648,22 @@ fn group_hosts(table: &[RankInfo]) -> Vec<Host> {
     hosts
 }
 
+/// Rank 0 under the launcher says it is alive on its stdout every `HEARTBEAT`, for as long as
+/// the process lives: the launcher's only way to tell a frozen rank 0 from a busy one once the
+/// other ranks (which watch it too) have ended. A line at a time, as every line is written
+/// whole under stdout's lock; a closed stdout (the launcher gone) is the stdin watch's to act on.
+fn heartbeat_to_launcher() {
+    use std::io::Write;
+    let _ = std::thread::Builder::new()
+        .name("launcher-heartbeat".into())
+        .spawn(|| loop {
+            std::thread::sleep(rendezvous::HEARTBEAT);
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{PROTOCOL_PREFIX}{PROTOCOL_ALIVE}");
+            let _ = out.flush();
+        });
+}
+
 #[cfg(test)]
 mod tests {
     use super::merge_params;
@@ -635,20 +679,4 @@ mod tests {
             .to_string();
         assert!(e.contains("'nodes'"), "{e}");
     }
-}
-
-/// Rank 0 under the launcher says it is alive on its stdout every `HEARTBEAT`, for as long as
-/// the process lives: the launcher's only way to tell a frozen rank 0 from a busy one once the
-/// other ranks (which watch it too) have ended. A line at a time, as every line is written
-/// whole under stdout's lock; a closed stdout (the launcher gone) is the stdin watch's to act on.
-fn heartbeat_to_launcher() {
-    use std::io::Write;
-    let _ = std::thread::Builder::new()
-        .name("launcher-heartbeat".into())
-        .spawn(|| loop {
-            std::thread::sleep(rendezvous::HEARTBEAT);
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{PROTOCOL_PREFIX}{PROTOCOL_ALIVE}");
-            let _ = out.flush();
-        });
 }

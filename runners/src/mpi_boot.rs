@@ -29,79 +29,38 @@ pub fn bootstrap(_opts: &RunOptions, size: usize) -> Result<Bootstrap> {
 
 #[cfg(feature = "mpi")]
 pub fn bootstrap(opts: &RunOptions, _size: usize) -> Result<Bootstrap> {
-    use crate::session::Token;
-    use anyhow::{anyhow, Context};
+    use crate::offer::Offer;
+    use crate::session::Launcher;
+    use anyhow::anyhow;
     use mpi::traits::*;
-    use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 
     let universe = mpi::initialize().ok_or_else(|| anyhow!("MPI could not be initialized"))?;
     let world = universe.world();
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     let root = world.process_at_rank(0);
-    // Rank 0 binds the rendezvous first, then tells everyone where it is: every address it
-    // has (the --iface or --addr one alone when given), so each rank can try them in turn.
+    // Rank 0 binds the rendezvous first, then tells everyone where it is.
     let mut listener = None;
     let mut msg = [0u8; 1024];
     if rank == 0 {
-        let ip = match (&opts.net.iface, opts.net.addr) {
-            (Some(i), _) => Some(IpAddr::V4(crate::netinfo::ipv4_of(i)?)),
-            (None, a) => a,
-        };
-        let l = TcpListener::bind(SocketAddr::new(
-            ip.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
-            opts.port,
-        ))
-        .context("cannot listen for the rendezvous")?;
-        let port = l.local_addr()?.port();
-        let candidates: Vec<String> = match ip {
-            Some(ip) => vec![ip.to_string()],
-            None => {
-                let mut all: Vec<String> = crate::netinfo::interfaces()?
-                    .into_iter()
-                    .filter(|i| i.up)
-                    .flat_map(|i| i.ipv4)
-                    .filter(|a| !a.is_loopback())
-                    .map(|a| a.to_string())
-                    .collect();
-                all.push("127.0.0.1".into());
-                all
-            }
-        };
-        let token = Token::random()?;
-        let text = format!("{} {} {}", token.hex(), port, candidates.join(","));
-        let bytes = text.as_bytes();
-        msg[..bytes.len().min(1023)].copy_from_slice(&bytes[..bytes.len().min(1023)]);
+        let (l, offer) = Offer::bind(opts)?;
+        let line = offer.encode();
+        let bytes = line.as_bytes();
+        let n = bytes.len().min(1023);
+        msg[..n].copy_from_slice(&bytes[..n]);
         listener = Some(l);
     }
     root.broadcast_into(&mut msg[..]);
-    let text = String::from_utf8_lossy(&msg)
-        .trim_end_matches('\0')
-        .to_string();
-    let mut words = text.split(' ');
-    let token = Token::from_hex(words.next().unwrap_or(""))?;
-    let port: u16 = words
-        .next()
-        .and_then(|p| p.parse().ok())
-        .ok_or_else(|| anyhow!("bad rendezvous message from rank 0"))?;
-    let candidates: Vec<&str> = words.next().unwrap_or("").split(',').collect();
-    // Every candidate goes to the rendezvous, which tries them in turn; the token guards
-    // against reaching some other listener.
-    let rdv = (rank != 0).then(|| {
-        candidates
-            .iter()
-            .map(|c| format!("{c}:{port}"))
-            .collect::<Vec<_>>()
-            .join(",")
-    });
+    let offer = Offer::decode(String::from_utf8_lossy(&msg).trim_end_matches('\0'))?;
     Ok(Bootstrap {
         rank,
         size,
-        token,
-        rdv,
+        token: offer.token,
+        rdv: (rank != 0).then(|| offer.rdv()),
         listener,
         label: None,
         addr: None,
         launched: false,
+        launcher: Launcher::named("mpirun"),
         keepalive: Some(Box::new(universe)),
     })
 }

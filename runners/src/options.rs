@@ -86,6 +86,9 @@ pub struct RunOptions {
     pub out_generated: bool,
     /// Local ranks far beyond the host's cores were asked for on purpose.
     pub oversubscribe: bool,
+    /// `--slurm`: write the run's sbatch script here ("-": print it) instead of running.
+    #[serde(skip)]
+    pub slurm_script: Option<PathBuf>,
 }
 
 /// The network a run's data takes: built once, by the launcher, from the flags (`--transport`,
@@ -377,6 +380,7 @@ impl Default for RunOptions {
             out: None,
             out_generated: false,
             oversubscribe: false,
+            slurm_script: None,
         }
     }
 }

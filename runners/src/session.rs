@@ -11,6 +11,13 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Token(pub [u8; 16]);
 
+/// Never shown, not even in a debug print.
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(..)")
+    }
+}
+
 impl Token {
     pub fn random() -> Result<Self> {
         let mut t = [0u8; 16];
@@ -94,6 +101,33 @@ pub struct Bootstrap {
     pub addr: Option<String>,
     /// Started by tbbench's own launcher: rank 0 reports its port and the result on stdout.
     pub launched: bool,
+    /// Who started the ranks, for the result (`params.launcher`).
+    pub launcher: Launcher,
     /// Kept alive for the whole run (the MPI universe, finalized when dropped).
     pub keepalive: Option<Box<dyn std::any::Any>>,
+}
+
+/// Who started the ranks, as the result records it (`params.launcher`): `tbbench` (its own
+/// launcher), `mpirun`, `slurm` (srun, with the job and step) or `by hand`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Launcher {
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_id: Option<String>,
+    /// Under Slurm, how rank 0's offer reached the others: `pmi` or `file`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offer_via: Option<String>,
+}
+
+impl Launcher {
+    pub fn named(kind: &str) -> Launcher {
+        Launcher {
+            kind: kind.to_string(),
+            job_id: None,
+            step_id: None,
+            offer_via: None,
+        }
+    }
 }

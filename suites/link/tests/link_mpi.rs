@@ -54,6 +54,9 @@ fn ranks_started_by_mpirun_meet_and_measure() {
         );
         assert_eq!(r["network"]["transport"], transport);
         assert_eq!(r["verification"]["passed"], true);
+        // The world that ran, not the --nodes default; and who started it.
+        assert_eq!(r["params"]["nodes"], np.parse::<usize>().unwrap());
+        assert_eq!(r["params"]["launcher"]["kind"], "mpirun");
         // mpirun binds each rank to a core; the host record must still show all its cores.
         assert_eq!(
             r["hosts"][0]["cores_logical"].as_u64().unwrap() as usize,
