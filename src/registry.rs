@@ -28,6 +28,7 @@ pub fn suites() -> Vec<SuiteEntry> {
         entry(tbbench_link::cli::registration(), tbbench_link::view::views()),
         entry(tbbench_coll::cli::registration(), tbbench_coll::view::views()),
         entry(tbbench_hpl::cli::registration(), tbbench_hpl::view::views()),
+        entry(tbbench_hpl::mxp::cli::registration(), tbbench_hpl::mxp::view::views()),
         entry(tbbench_infer::cli::registration(), tbbench_infer::view::views()),
         entry(tbbench_doctor::cli::registration(), tbbench_doctor::view::views()),
     ]

@@ -101,9 +101,12 @@ pub fn build(paths: &[PathBuf], threshold_pct: f64, generator: &str, now: &str) 
     for view in views::registry() {
         let runs: Vec<&Loaded> = loaded
             .iter()
-            .filter(|l| l.result.suite == view.suite())
+            .filter(|l| {
+                l.result.suite == view.suite()
+                    || view.companions().contains(&l.result.suite.as_str())
+            })
             .collect();
-        if runs.is_empty() {
+        if runs.iter().all(|l| l.result.suite != view.suite()) {
             continue;
         }
         let (section, data) = view.section(&runs);

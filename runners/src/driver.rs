@@ -25,6 +25,16 @@ pub fn is_rank_process() -> bool {
     std::env::var_os(ENV_RANK).is_some()
 }
 
+/// The world size where another launcher started this process as one of its ranks (mpirun,
+/// an srun step of several tasks), whatever `--nodes` says.
+pub fn size_from_launcher() -> Option<usize> {
+    crate::slurm::step()
+        .ok()
+        .flatten()
+        .map(|s| s.size)
+        .or_else(crate::mpi_boot::mpirun_size)
+}
+
 /// Entry point for every suite: launches the ranks, or runs as one of them.
 pub fn run<S: Suite>(config: &S::Config, opts: &RunOptions, tool: &Tool) -> Result<i32> {
     let opts = &RunOptions {

@@ -30,6 +30,11 @@ pub trait SuiteView: Send + Sync {
     fn setup(&self, _r: &ResultFile) -> Vec<(String, String)> {
         Vec::new()
     }
+    /// Other suites whose runs this view's section also reads (hpl-mxp sets its solves beside
+    /// hpl's); they arrive with its own in `section`'s runs. None by default.
+    fn companions(&self) -> &'static [&'static str] {
+        &[]
+    }
 }
 
 static INSTALLED: OnceLock<Vec<Box<dyn SuiteView>>> = OnceLock::new();

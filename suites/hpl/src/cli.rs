@@ -84,9 +84,9 @@ impl HplArgs {
         };
         // The grid and the threads are planned on the ranks, which know the run's real size
         // and hosts; a grid that cannot match `--nodes` is still refused here, before any
-        // rank starts (under mpirun the ranks check it against MPI's size).
-        if let (Some(p), Some(q), None) = (self.p, self.q, tbbench_runners::mpi_boot::mpirun_size())
-        {
+        // rank starts (under mpirun and srun the ranks check it against the launcher's size).
+        let launched = tbbench_runners::driver::size_from_launcher();
+        if let (Some(p), Some(q), None) = (self.p, self.q, launched) {
             if p.checked_mul(q) != Some(self.run.nodes as u64) {
                 anyhow::bail!(
                     "--p {p} --q {q} is a grid of {} ranks, but --nodes is {}",

@@ -45,6 +45,50 @@ type Dtrsm = unsafe extern "C" fn(
     *const c_int,
 );
 
+type Sgemm = unsafe extern "C" fn(
+    *const c_char,
+    *const c_char,
+    *const c_int,
+    *const c_int,
+    *const c_int,
+    *const f32,
+    *const f32,
+    *const c_int,
+    *const f32,
+    *const c_int,
+    *const f32,
+    *mut f32,
+    *const c_int,
+);
+type Strsm = unsafe extern "C" fn(
+    *const c_char,
+    *const c_char,
+    *const c_char,
+    *const c_char,
+    *const c_int,
+    *const c_int,
+    *const f32,
+    *const f32,
+    *const c_int,
+    *mut f32,
+    *const c_int,
+);
+
+/// xGEMV: y ← α·A·x + β·y.
+type Gemv<T> = unsafe extern "C" fn(
+    *const c_char,
+    *const c_int,
+    *const c_int,
+    *const T,
+    *const T,
+    *const c_int,
+    *const T,
+    *const c_int,
+    *const T,
+    *mut T,
+    *const c_int,
+);
+
 /// A BLAS found on this host.
 pub struct Blas {
     /// "openblas", "accelerate", or the library's file name.
@@ -55,6 +99,13 @@ pub struct Blas {
     dtrsm: Dtrsm,
     /// LAPACK's row interchanges, where the library carries LAPACK (OpenBLAS does).
     dlaswp: Option<Dlaswp>,
+    /// Single precision, for HPL-MxP's factorization (every BLAS has them; optional all the
+    /// same, so a library without them still serves hpl).
+    pub(crate) sgemm: Option<Sgemm>,
+    pub(crate) strsm: Option<Strsm>,
+    /// Matrix-vector products, for HPL-MxP's refinement.
+    pub(crate) dgemv: Option<Gemv<f64>>,
+    pub(crate) sgemv: Option<Gemv<f32>>,
     set_threads: Option<unsafe extern "C" fn(c_int)>,
 }
 
@@ -224,12 +275,18 @@ fn open(lib: &str) -> Option<Blas> {
             let f = sym(c"dlaswp_");
             (!f.is_null()).then(|| std::mem::transmute::<*mut c_void, Dlaswp>(f))
         };
+        let (sgemm, strsm) = (sym(c"sgemm_"), sym(c"strsm_"));
+        let (dgemv, sgemv) = (sym(c"dgemv_"), sym(c"sgemv_"));
         Some(Blas {
             name,
             kernel,
             dgemm: std::mem::transmute::<*mut c_void, Dgemm>(gemm),
             dtrsm: std::mem::transmute::<*mut c_void, Dtrsm>(trsm),
             dlaswp,
+            sgemm: (!sgemm.is_null()).then(|| std::mem::transmute::<*mut c_void, Sgemm>(sgemm)),
+            strsm: (!strsm.is_null()).then(|| std::mem::transmute::<*mut c_void, Strsm>(strsm)),
+            dgemv: (!dgemv.is_null()).then(|| std::mem::transmute::<*mut c_void, Gemv<f64>>(dgemv)),
+            sgemv: (!sgemv.is_null()).then(|| std::mem::transmute::<*mut c_void, Gemv<f32>>(sgemv)),
             set_threads,
         })
     }
@@ -379,6 +436,39 @@ unsafe fn blas_gemm_minus(
         c,
         &ldci,
     )
+}
+
+/// y += A[m×n]·x (the BLAS's dgemv where it has one).
+pub fn gemv_add(m: usize, n: usize, a: &[f64], lda: usize, x: &[f64], y: &mut [f64]) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(lda >= m && a.len() >= (n - 1) * lda + m && x.len() >= n && y.len() >= m);
+    if let Some(f) = blas().and_then(|b| b.dgemv) {
+        let (mi, ni, ld, one) = (m as c_int, n as c_int, lda as c_int, 1 as c_int);
+        // SAFETY: shapes asserted above.
+        unsafe {
+            f(
+                c"N".as_ptr(),
+                &mi,
+                &ni,
+                &1.0,
+                a.as_ptr(),
+                &ld,
+                x.as_ptr(),
+                &one,
+                &1.0,
+                y.as_mut_ptr(),
+                &one,
+            )
+        };
+        return;
+    }
+    for (j, &xj) in x[..n].iter().enumerate() {
+        for (yi, ai) in y[..m].iter_mut().zip(&a[j * lda..j * lda + m]) {
+            *yi += ai * xj;
+        }
+    }
 }
 
 /// B[k×n] ← L⁻¹·B with L the unit lower triangle of a[k×k] (forward substitution).

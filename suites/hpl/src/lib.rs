@@ -7,7 +7,7 @@
 //! RFACT), `swap` the row interchanges (SWAP), `swap_solve` the swaps and U12's solve fused
 //! for one process row, `packed_product` one rank's update product, `kernels` the local
 //! dense kernels, `check` HPL's residual test, `suite` the runs and their results, `view` how
-//! the report shows them.
+//! the report shows them. `mxp` is HPL-MxP, the mixed-precision solve, on the same grid.
 
 pub mod check;
 pub mod cli;
@@ -17,6 +17,7 @@ pub mod grid;
 pub mod input;
 pub mod kernels;
 pub mod matrix;
+pub mod mxp;
 pub mod packed_product;
 mod panel;
 pub mod reference;

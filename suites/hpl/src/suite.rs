@@ -115,27 +115,10 @@ impl Suite for HplSuite {
         let rank = ctx.rank();
         let threads = config.threads.unwrap_or_else(|| ctx.threads_per_rank());
         let (planned, mut warnings) = plan(config, ranks)?;
-        // Every rank says which BLAS it loaded (hosts may differ); rank 0 records it per host.
         kernels::set_threads(threads);
         // Chosen (and, unless told, measured) before any clock starts.
         let u12_solve = swap_solve::solver();
-        // With it, what its note says: a kernel OpenBLAS chose older than the CPU, corrected
-        // by tbbench or stood in for by the packed product (a host's own CPU tells).
-        let mine = kernels::record();
-        if let Some(all) = ctx.comm.gather(0, &serde_json::to_vec(&mine)?)? {
-            for (r, bytes) in all.iter().enumerate() {
-                let b: Blas = serde_json::from_slice(bytes)?;
-                let host = ctx.rank_hosts[r].clone();
-                if let Some(w) = b.note.as_ref().map(|w| format!("{host}: {w}")) {
-                    if !warnings.contains(&w) {
-                        warnings.push(w);
-                    }
-                }
-                if let Some(h) = ctx.hosts.iter_mut().find(|h| h.hostname == host) {
-                    h.blas = Some(b);
-                }
-            }
-        }
+        record_blas(ctx, &mut warnings)?;
         // The update's product, per NB and shape the runs' solves may use, chosen (and, unless
         // told, measured) before the DGEMM probe: measured right before a solve, the
         // measurement left that solve 2-4% slower (2-core Xeon VM, NB 128). The ranks measure
@@ -328,9 +311,31 @@ fn dgemm_rate(packed_too: bool) -> f64 {
     blas.max(packed.unwrap_or(0.0))
 }
 
+/// Every rank says which BLAS it loaded (hosts may differ); rank 0 records it per host, with
+/// what its note says (a kernel OpenBLAS chose older than the CPU, corrected by tbbench or
+/// stood in for by the packed product: a host's own CPU tells) among the warnings.
+pub(crate) fn record_blas(ctx: &mut Context, warnings: &mut Vec<String>) -> Result<()> {
+    let mine = kernels::record();
+    if let Some(all) = ctx.comm.gather(0, &serde_json::to_vec(&mine)?)? {
+        for (r, bytes) in all.iter().enumerate() {
+            let b: Blas = serde_json::from_slice(bytes)?;
+            let host = ctx.rank_hosts[r].clone();
+            if let Some(w) = b.note.as_ref().map(|w| format!("{host}: {w}")) {
+                if !warnings.contains(&w) {
+                    warnings.push(w);
+                }
+            }
+            if let Some(h) = ctx.hosts.iter_mut().find(|h| h.hostname == host) {
+                h.blas = Some(b);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The bytes each rank may use: `fraction` of its host's available memory, shared by the
 /// ranks on that host.
-fn budget_per_rank(ctx: &Context, rank: usize, fraction: f64) -> u64 {
+pub(crate) fn budget_per_rank(ctx: &Context, rank: usize, fraction: f64) -> u64 {
     let host = &ctx.rank_hosts[rank];
     ctx.hosts
         .iter()

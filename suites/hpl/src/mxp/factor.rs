@@ -1,0 +1,162 @@
+//! HPL-MxP's factorization: a right-looking blocked LU without pivoting, in single precision,
+//! on the same 2D block-cyclic distribution as hpl's. Step k (NB columns):
+//! 1. the rank holding the diagonal block factors it;
+//! 2. it goes down its process column and along its process row;
+//! 3. the process column solves its panel below it (L21 = A21·U11⁻¹), the process row its
+//!    panel to the right (U12 = L11⁻¹·A12);
+//! 4. L21 goes along each process row, U12 down each process column;
+//! 5. every rank updates its part of the trailing matrix, A22 −= L21·U12 (sgemm).
+//!
+//! No pivots, so no row swaps and no pivot searches: the matrix is diagonally dominant by
+//! construction (`super::dominant`).
+
+use super::kernels32 as k32;
+use crate::grid::owner;
+use crate::matrix::Layout;
+use anyhow::Result;
+use tbbench_runners::comm::{as_bytes_mut, Comm, Group};
+
+/// Where one rank's factorization spent its time, seconds.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct FactorTimes {
+    /// Diagonal blocks and the panels' triangular solves.
+    pub panel: f64,
+    /// The diagonal blocks' and panels' broadcasts.
+    pub broadcast: f64,
+    /// The trailing updates (sgemm).
+    pub update: f64,
+}
+
+/// Factors this rank's share `a` (the N×N part of the layout, single precision, leading
+/// dimension `l.lda`) in place into L\U. Every rank of the grid calls it.
+pub fn factor(comm: &mut Comm, l: &Layout, a: &mut [f32], t: &mut FactorTimes) -> Result<()> {
+    let (n, nb, grid) = (l.n, l.nb, l.grid);
+    let lda = l.lda;
+    let nqa = l.cols_before(n);
+    assert!(a.len() >= lda * nqa);
+    let row: Vec<usize> = (0..grid.q).map(|c| grid.rank_at(l.myrow, c)).collect();
+    let col: Vec<usize> = (0..grid.p).map(|r| grid.rank_at(r, l.mycol)).collect();
+    let mut diag = vec![0f32; nb * nb];
+    let mut lpanel: Vec<f32> = Vec::new();
+    let mut upanel: Vec<f32> = Vec::new();
+    let mut clock = std::time::Instant::now();
+    let lap = |c: &mut std::time::Instant| {
+        let s = c.elapsed().as_secs_f64();
+        *c = std::time::Instant::now();
+        s
+    };
+    for g0 in (0..n).step_by(nb) {
+        let kb = nb.min(n - g0);
+        let (prow, pcol) = (owner(g0, nb, grid.p), owner(g0, nb, grid.q));
+        let (in_row, in_col) = (l.myrow == prow, l.mycol == pcol);
+        let (lr0, lc0) = (l.rows_before(g0), l.cols_before(g0));
+        let (lr1, lc1) = (l.rows_before(g0 + kb), l.cols_before(g0 + kb));
+        let d = &mut diag[..kb * kb];
+        // 1. The diagonal block, factored where it lies and copied out.
+        if in_row && in_col {
+            // SAFETY: the block lies inside this rank's share (rows lr0..lr0+kb of columns
+            // lc0..lc0+kb, lda ≥ mp).
+            unsafe { k32::getrf_nopiv(kb, a.as_mut_ptr().wrapping_add(lc0 * lda + lr0), lda) };
+            for c in 0..kb {
+                d[c * kb..(c + 1) * kb]
+                    .copy_from_slice(&a[(lc0 + c) * lda + lr0..(lc0 + c) * lda + lr0 + kb]);
+            }
+        }
+        t.panel += lap(&mut clock);
+        // 2. To the process column and the process row that solve against it.
+        let diag_rank = grid.rank_at(prow, pcol);
+        if in_col && grid.p > 1 {
+            comm.bcast_in(Group::Members(&col), diag_rank, as_bytes_mut(d))?;
+        }
+        if in_row && grid.q > 1 {
+            comm.bcast_in(Group::Members(&row), diag_rank, as_bytes_mut(d))?;
+        }
+        t.broadcast += lap(&mut clock);
+        // 3. The panels' solves, in place.
+        let (m_below, n_right) = (l.mp - lr1, nqa - lc1);
+        // SAFETY: the diagonal copy and the share are distinct; each panel lies in the share.
+        unsafe {
+            if in_col {
+                k32::trsm_right_upper(
+                    m_below,
+                    kb,
+                    d.as_ptr(),
+                    kb,
+                    a.as_mut_ptr().wrapping_add(lc0 * lda + lr1),
+                    lda,
+                );
+            }
+            if in_row {
+                k32::trsm_left_lower_unit(
+                    kb,
+                    n_right,
+                    d.as_ptr(),
+                    kb,
+                    a.as_mut_ptr().wrapping_add(lc1 * lda + lr0),
+                    lda,
+                );
+            }
+        }
+        t.panel += lap(&mut clock);
+        // 4. L21 along the process rows, U12 down the process columns (sizes agree within
+        // each: a process row shares its local rows, a process column its local columns).
+        // Alone in its process row (column), a rank reads L21 (U12) where it lies.
+        if grid.q > 1 {
+            lpanel.resize(m_below * kb, 0.0);
+            if in_col {
+                for c in 0..kb {
+                    let from = (lc0 + c) * lda + lr1;
+                    lpanel[c * m_below..(c + 1) * m_below]
+                        .copy_from_slice(&a[from..from + m_below]);
+                }
+            }
+            if m_below > 0 {
+                let root = grid.rank_at(l.myrow, pcol);
+                comm.bcast_in(Group::Members(&row), root, as_bytes_mut(&mut lpanel))?;
+            }
+        }
+        if grid.p > 1 {
+            upanel.resize(kb * n_right, 0.0);
+            if in_row {
+                for c in 0..n_right {
+                    let from = (lc1 + c) * lda + lr0;
+                    upanel[c * kb..(c + 1) * kb].copy_from_slice(&a[from..from + kb]);
+                }
+            }
+            if n_right > 0 {
+                let root = grid.rank_at(prow, l.mycol);
+                comm.bcast_in(Group::Members(&col), root, as_bytes_mut(&mut upanel))?;
+            }
+        }
+        t.broadcast += lap(&mut clock);
+        // 5. The trailing update.
+        let base = a.as_mut_ptr();
+        let (lp, ldl) = if grid.q > 1 {
+            (lpanel.as_ptr(), m_below.max(1))
+        } else {
+            (base.wrapping_add(lc0 * lda + lr1) as *const f32, lda)
+        };
+        let (up, ldu) = if grid.p > 1 {
+            (upanel.as_ptr(), kb)
+        } else {
+            (base.wrapping_add(lc1 * lda + lr0) as *const f32, lda)
+        };
+        // SAFETY: the panels are copies, or parts of the share beside the trailing block
+        // (L21 in columns before it, U12 in rows above it), which lies in the share.
+        unsafe {
+            k32::gemm_minus(
+                m_below,
+                n_right,
+                kb,
+                lp,
+                ldl,
+                up,
+                ldu,
+                base.wrapping_add(lc1 * lda + lr1),
+                lda,
+            )
+        };
+        t.update += lap(&mut clock);
+    }
+    Ok(())
+}
