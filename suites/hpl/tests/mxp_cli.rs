@@ -58,6 +58,56 @@ fn solves_pass_on_every_grid_with_blocks_that_do_not_divide_n() {
     }
 }
 
+fn cpu_has_bf16() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bf16")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// BF16 where the CPU has AVX-512 BF16 (the 1×Q path with its lookahead and the 2×2 one);
+/// elsewhere one line saying what is missing and that fp32 runs.
+#[test]
+fn bf16_solves_pass_where_the_cpu_has_it_and_is_refused_in_one_line_elsewhere() {
+    let dir = tmpdir("mxp-bf16");
+    for (nodes, n, nb) in [
+        ("1", "500", "64"),
+        ("2", "333", "32"),
+        ("3", "401", "40"),
+        ("4", "500", "64"),
+    ] {
+        let out = dir.join(format!("r{nodes}.json"));
+        let o = mxp(nodes, &["--n", n, "--nb", nb, "--precision", "bf16"], &out);
+        if !cpu_has_bf16() {
+            assert!(!o.status.success());
+            let err = text(&o.stderr);
+            assert!(
+                err.contains("AVX-512 BF16") && err.contains("fp32"),
+                "{err}"
+            );
+            assert!(!out.exists());
+            skipped("no AVX-512 BF16 here: the BF16 solve was refused, as it should be");
+            return;
+        }
+        assert!(o.status.success(), "{nodes} ranks: {}", text(&o.stderr));
+        let r = read_json(&out);
+        let run = &r["results"]["runs"][0];
+        assert_eq!(run["passed"], true, "{run}");
+        assert_eq!(run["code"], "MXP-BF16");
+        // BF16's rounding leaves a rougher preconditioner than FP32's: a few more iterations.
+        assert!(run["iterations"].as_u64().unwrap() <= 10, "{run}");
+        assert!(r["results"]["kernel"]
+            .as_str()
+            .unwrap()
+            .contains("vdpbf16ps"));
+    }
+}
+
 #[test]
 fn without_a_blas_the_rust_loops_factor_and_say_so() {
     let dir = tmpdir("mxp-rust");

@@ -31,9 +31,10 @@ pub struct MxpArgs {
     /// Process grid columns (with --p).
     #[arg(long, requires = "p", value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub q: Option<u64>,
-    /// The factorization's precision: fp32 (the BLAS's sgemm and strsm).
-    #[arg(long, default_value = "fp32", value_parser = ["fp32"])]
-    pub precision: String,
+    /// The factorization's precision: fp32 (the BLAS's sgemm and strsm), or bf16 (the
+    /// trailing update in BF16 with FP32 accumulation: x86 with AVX-512 BF16).
+    #[arg(long, default_value = "fp32", value_parser = Precision::parse)]
+    pub precision: Precision,
     /// Threads per rank (default: the host's cores over its ranks).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub threads: Option<u64>,
@@ -68,7 +69,7 @@ impl MxpArgs {
             n: self.n as usize,
             nb: self.nb as usize,
             grid: self.p.zip(self.q).map(|(p, q)| (p as usize, q as usize)),
-            precision: Precision::Fp32,
+            precision: self.precision,
             threads: self.threads.map(|t| t as usize),
             max_iterations: self.max_iterations as usize,
             mem_fraction: self.mem_fraction,

@@ -22,18 +22,32 @@ use tbbench_schema::Check;
 pub enum Precision {
     /// IEEE single: sgemm and strsm of the loaded BLAS.
     Fp32,
+    /// The trailing update's operands rounded to BF16, products accumulated in FP32
+    /// (AVX-512 BF16); the trailing matrix, the diagonal blocks and the panels stay FP32.
+    Bf16,
 }
 
 impl Precision {
     pub fn name(self) -> &'static str {
         match self {
             Precision::Fp32 => "fp32",
+            Precision::Bf16 => "bf16",
+        }
+    }
+    pub fn parse(s: &str) -> Result<Precision, String> {
+        match s {
+            "fp32" => Ok(Precision::Fp32),
+            "bf16" => Ok(Precision::Bf16),
+            _ => Err(format!(
+                "'{s}' is not a precision tbbench factors in (fp32, bf16)"
+            )),
         }
     }
     /// The T/V column of the result line.
     fn code(self) -> &'static str {
         match self {
             Precision::Fp32 => "MXP-FP32",
+            Precision::Bf16 => "MXP-BF16",
         }
     }
 }
@@ -118,7 +132,20 @@ impl Suite for MxpSuite {
         kernels::set_threads(threads);
         let mut warnings = Vec::new();
         crate::suite::record_blas(ctx, &mut warnings)?;
-        let kernel = kernels32::name();
+        if config.precision == Precision::Bf16 && !super::bf16::available() {
+            bail!(
+                "--precision bf16 needs AVX-512 BF16 (vdpbf16ps), which {}'s CPU lacks: --precision fp32 runs anywhere",
+                ctx.rank_hosts[rank]
+            );
+        }
+        let kernel = match config.precision {
+            Precision::Fp32 => kernels32::name(),
+            Precision::Bf16 => format!(
+                "update: {}; panels: {}",
+                super::bf16::NAME,
+                kernels32::name()
+            ),
+        };
         let (n, nb) = (config.n, config.nb);
 
         let sys = Dominant::generate(&mut ctx.comm, n, nb, grid)?;
@@ -126,7 +153,13 @@ impl Suite for MxpSuite {
         ctx.comm.barrier()?;
         let start = Instant::now();
         let mut ft = FactorTimes::default();
-        factor::factor(&mut ctx.comm, &sys.layout, &mut lu, &mut ft)?;
+        factor::factor(
+            &mut ctx.comm,
+            &sys.layout,
+            &mut lu,
+            config.precision,
+            &mut ft,
+        )?;
         let factor_s = start.elapsed().as_secs_f64();
         let refined = refine::solve(
             &mut ctx.comm,
