@@ -62,12 +62,7 @@ impl HplArgs {
         crate::swap_solve::forced().map_err(anyhow::Error::msg)?;
         crate::packed_product::forced().map_err(anyhow::Error::msg)?;
         crate::packed_product::forced_kernel().map_err(anyhow::Error::msg)?;
-        if !(self.mem_fraction > 0.0 && self.mem_fraction <= 1.0) {
-            anyhow::bail!(
-                "--mem-fraction must be above 0 and at most 1, not {}",
-                self.mem_fraction
-            );
-        }
+        check_mem_fraction(self.mem_fraction)?;
         if !(self.max_minutes > 0.0 && self.max_minutes <= units::MAX_DURATION_S / 60.0) {
             anyhow::bail!(
                 "--max-minutes must be above 0 and at most {} (7 days), not {}",
@@ -83,18 +78,8 @@ impl HplArgs {
             None => (Vec::new(), Vec::new()),
         };
         // The grid and the threads are planned on the ranks, which know the run's real size
-        // and hosts; a grid that cannot match `--nodes` is still refused here, before any
-        // rank starts (under mpirun and srun the ranks check it against the launcher's size).
-        let launched = tbbench_runners::driver::size_from_launcher();
-        if let (Some(p), Some(q), None) = (self.p, self.q, launched) {
-            if p.checked_mul(q) != Some(self.run.nodes as u64) {
-                anyhow::bail!(
-                    "--p {p} --q {q} is a grid of {} ranks, but --nodes is {}",
-                    p as u128 * q as u128,
-                    self.run.nodes
-                );
-            }
-        }
+        // and hosts; a grid that cannot match `--nodes` is still refused here.
+        check_grid(self.p, self.q, self.run.nodes)?;
         Ok(HplConfig {
             runs,
             n: self.n.map(|n| n as usize),
@@ -110,6 +95,29 @@ impl HplArgs {
             map: crate::grid::ProcessMap::RowMajor,
         })
     }
+}
+
+/// `--mem-fraction`: above 0, at most 1 (hpl and hpl-mxp).
+pub(crate) fn check_mem_fraction(f: f64) -> anyhow::Result<()> {
+    if !(f > 0.0 && f <= 1.0) {
+        anyhow::bail!("--mem-fraction must be above 0 and at most 1, not {f}");
+    }
+    Ok(())
+}
+
+/// `--p`/`--q` against `--nodes`, before any rank starts (hpl and hpl-mxp); under mpirun and
+/// srun the ranks check the grid against the launcher's size instead.
+pub(crate) fn check_grid(p: Option<u64>, q: Option<u64>, nodes: usize) -> anyhow::Result<()> {
+    let launched = tbbench_runners::driver::size_from_launcher();
+    if let (Some(p), Some(q), None) = (p, q, launched) {
+        if p.checked_mul(q) != Some(nodes as u64) {
+            anyhow::bail!(
+                "--p {p} --q {q} is a grid of {} ranks, but --nodes is {nodes}",
+                p as u128 * q as u128
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The hpl suite as the binary lists it.

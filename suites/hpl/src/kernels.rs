@@ -75,7 +75,7 @@ type Strsm = unsafe extern "C" fn(
 );
 
 /// xGEMV: y ← α·A·x + β·y.
-type Gemv<T> = unsafe extern "C" fn(
+pub(crate) type Gemv<T> = unsafe extern "C" fn(
     *const c_char,
     *const c_int,
     *const c_int,
@@ -440,32 +440,50 @@ unsafe fn blas_gemm_minus(
 
 /// y += A[m×n]·x (the BLAS's dgemv where it has one).
 pub fn gemv_add(m: usize, n: usize, a: &[f64], lda: usize, x: &[f64], y: &mut [f64]) {
+    gemv_with(blas().and_then(|b| b.dgemv), 1.0, m, n, a, lda, x, y)
+}
+
+/// y += A[m×n]·x with the BLAS's xGEMV `f` where there is one, else the loops (down A's
+/// columns, so they vectorize); `one` is the type's 1.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemv_with<T>(
+    f: Option<Gemv<T>>,
+    one: T,
+    m: usize,
+    n: usize,
+    a: &[T],
+    lda: usize,
+    x: &[T],
+    y: &mut [T],
+) where
+    T: Copy + std::ops::Mul<Output = T> + std::ops::AddAssign,
+{
     if m == 0 || n == 0 {
         return;
     }
     assert!(lda >= m && a.len() >= (n - 1) * lda + m && x.len() >= n && y.len() >= m);
-    if let Some(f) = blas().and_then(|b| b.dgemv) {
-        let (mi, ni, ld, one) = (m as c_int, n as c_int, lda as c_int, 1 as c_int);
+    if let Some(f) = f {
+        let (mi, ni, ld, inc) = (m as c_int, n as c_int, lda as c_int, 1 as c_int);
         // SAFETY: shapes asserted above.
         unsafe {
             f(
                 c"N".as_ptr(),
                 &mi,
                 &ni,
-                &1.0,
+                &one,
                 a.as_ptr(),
                 &ld,
                 x.as_ptr(),
+                &inc,
                 &one,
-                &1.0,
                 y.as_mut_ptr(),
-                &one,
+                &inc,
             )
         };
         return;
     }
     for (j, &xj) in x[..n].iter().enumerate() {
-        for (yi, ai) in y[..m].iter_mut().zip(&a[j * lda..j * lda + m]) {
+        for (yi, &ai) in y[..m].iter_mut().zip(&a[j * lda..j * lda + m]) {
             *yi += ai * xj;
         }
     }

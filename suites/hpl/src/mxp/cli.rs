@@ -48,23 +48,8 @@ pub struct MxpArgs {
 
 impl MxpArgs {
     pub fn config(&self) -> anyhow::Result<MxpConfig> {
-        if !(self.mem_fraction > 0.0 && self.mem_fraction <= 1.0) {
-            anyhow::bail!(
-                "--mem-fraction must be above 0 and at most 1, not {}",
-                self.mem_fraction
-            );
-        }
-        // Under mpirun or srun the ranks check the grid against the launcher's size.
-        let launched = tbbench_runners::driver::size_from_launcher();
-        if let (Some(p), Some(q), None) = (self.p, self.q, launched) {
-            if p.checked_mul(q) != Some(self.run.nodes as u64) {
-                anyhow::bail!(
-                    "--p {p} --q {q} is a grid of {} ranks, but --nodes is {}",
-                    p as u128 * q as u128,
-                    self.run.nodes
-                );
-            }
-        }
+        crate::cli::check_mem_fraction(self.mem_fraction)?;
+        crate::cli::check_grid(self.p, self.q, self.run.nodes)?;
         Ok(MxpConfig {
             n: self.n as usize,
             nb: self.nb as usize,

@@ -78,35 +78,7 @@ pub unsafe fn gemm_minus(
 
 /// y += A[m×n]·x in single precision (the BLAS's sgemv where it has one).
 pub fn gemv_add(m: usize, n: usize, a: &[f32], lda: usize, x: &[f32], y: &mut [f32]) {
-    if m == 0 || n == 0 {
-        return;
-    }
-    assert!(lda >= m && a.len() >= (n - 1) * lda + m && x.len() >= n && y.len() >= m);
-    if let Some(f) = blas().and_then(|b| b.sgemv) {
-        let (mi, ni, ld, one) = (m as c_int, n as c_int, lda as c_int, 1 as c_int);
-        // SAFETY: shapes asserted above.
-        unsafe {
-            f(
-                c"N".as_ptr(),
-                &mi,
-                &ni,
-                &1.0,
-                a.as_ptr(),
-                &ld,
-                x.as_ptr(),
-                &one,
-                &1.0,
-                y.as_mut_ptr(),
-                &one,
-            )
-        };
-        return;
-    }
-    for (j, &xj) in x[..n].iter().enumerate() {
-        for (yi, ai) in y[..m].iter_mut().zip(&a[j * lda..j * lda + m]) {
-            *yi += ai * xj;
-        }
-    }
+    crate::kernels::gemv_with(blas().and_then(|b| b.sgemv), 1.0f32, m, n, a, lda, x, y)
 }
 
 /// B[k×n] ← L⁻¹·B, L the unit lower triangle of A[k×k] (the row panel U12 of a step).
