@@ -97,6 +97,19 @@ pub struct InferArgs {
     /// Seeds the prompt words and the arrival times.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Service-level targets each level's goodput is counted against: ttft=500ms,tpot=50ms,e2e=10s
+    /// (any of the three).
+    #[arg(long, value_name = "TARGETS")]
+    pub slo: Option<String>,
+    /// Percent of a level's requests that must meet every --slo target for the level to meet
+    /// the SLO.
+    #[arg(long, default_value_t = 99.0, requires = "slo")]
+    pub slo_percentile: f64,
+    /// Search the highest concurrency (from the first --concurrency level, doubling then
+    /// bisecting, up to 256) or, with --rate, the highest arrival rate (within 10%) whose
+    /// level meets the SLO.
+    #[arg(long, requires = "slo")]
+    pub find_max: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -132,8 +145,14 @@ impl InferArgs {
         })
     }
 
-    pub fn config(&self) -> crate::InferConfig {
-        crate::InferConfig {
+    pub fn config(&self) -> anyhow::Result<crate::InferConfig> {
+        let slo = self
+            .slo
+            .as_deref()
+            .map(|s| crate::slo::Slo::parse(s, self.slo_percentile))
+            .transpose()
+            .map_err(anyhow::Error::msg)?;
+        Ok(crate::InferConfig {
             endpoint: self.endpoint.clone().unwrap_or_default(),
             model: self.model.clone(),
             api: if self.api == "completions" {
@@ -157,7 +176,9 @@ impl InferArgs {
             temperature: self.temperature,
             seed: self.seed,
             out: self.run.out.clone(),
-        }
+            slo,
+            find_max: self.find_max,
+        })
     }
 }
 
@@ -179,6 +200,9 @@ fn refuse_unused_flags(args: &InferArgs, m: &clap::ArgMatches) -> Result<(), Str
         "api_key_env",
         "temperature",
         "seed",
+        "slo",
+        "slo_percentile",
+        "find_max",
     ];
     // What only the built-in decode reads.
     const DECODE_FLAGS: &[&str] = &["parallel", "prompt", "no_verify", "threads", "algo"];
@@ -235,7 +259,7 @@ pub fn registration() -> Registration {
                     tool,
                 )
             } else {
-                crate::endpoint::run(&a.config(), tool)
+                crate::endpoint::run(&a.config()?, tool)
             }
         },
         // The built-in decode of the model scripts/setup.sh installs (no server to talk to).

@@ -16,6 +16,9 @@ use std::time::{Duration, Instant};
 use tbbench_runners::{netinfo, sysinfo};
 use tbbench_schema::{Check, Network, ResultFile, RunRecord, Tool};
 
+/// `--find-max` doubles concurrency up to this.
+const MAX_FIND_CONCURRENCY: usize = 256;
+
 fn validate(c: &InferConfig) -> Result<()> {
     if c.prompt_tokens == 0 || c.max_tokens == 0 || c.requests == 0 {
         bail!("--prompt-tokens, --max-tokens and --requests must be at least 1");
@@ -28,6 +31,9 @@ fn validate(c: &InferConfig) -> Result<()> {
         if !(r.is_finite() && (0.001..=100_000.0).contains(&r)) {
             bail!("--rate must be between 0.001 and 100000 requests per second, not {r}");
         }
+    }
+    if c.find_max && c.slo.is_none() {
+        bail!("--find-max needs --slo (the targets a level must meet)");
     }
     if !(c.timeout_s.is_finite() && c.timeout_s > 0.0) {
         bail!("--timeout must be above zero");
@@ -260,15 +266,7 @@ pub fn run(config: &InferConfig, tool: &Tool) -> Result<i32> {
     let make_body = |i: u64| openai::body(&options, &prompt::build(&tag, i, words, config.seed));
     let mut levels = Vec::new();
     let mut first_index = 0;
-    let plan: Vec<(Option<usize>, Option<f64>)> = match config.rate_per_s {
-        Some(r) => vec![(None, Some(r))],
-        None => config
-            .concurrency
-            .iter()
-            .map(|&c| (Some(c), None))
-            .collect(),
-    };
-    for (conc, rate) in plan {
+    let mut measure = |conc: Option<usize>, rate: Option<f64>| -> Level {
         let (records, lags) = match (conc, rate) {
             (_, Some(r)) => load::open(
                 &target,
@@ -279,20 +277,109 @@ pub fn run(config: &InferConfig, tool: &Tool) -> Result<i32> {
                 &make_body,
             ),
             (Some(c), None) => (
-                load::closed(&target, c, config.requests, first_index, &make_body),
+                // A level holds at least two requests per worker, so its figures are not
+                // only the workers' first requests.
+                load::closed(
+                    &target,
+                    c,
+                    if config.find_max {
+                        config.requests.max(2 * c as u64)
+                    } else {
+                        config.requests
+                    },
+                    first_index,
+                    &make_body,
+                ),
                 vec![],
             ),
             (None, None) => unreachable!("a level is a concurrency or a rate"),
         };
-        first_index += config.requests;
+        first_index += records.len() as u64;
         let records = match &tokenizer {
             Some(t) => recount(t, records),
             None => records,
         };
-        let level = Level::new(conc, rate, records, lags);
+        let mut level = Level::new(conc, rate, records, lags);
+        level.goodput = config.slo.as_ref().map(|s| s.goodput(&level));
         println!("{}", table::row(&level));
-        levels.push(level);
+        if let Some(g) = &level.goodput {
+            println!("{}", table::goodput_line(g));
+        }
+        level
+    };
+    if let Some(slo) = &config.slo {
+        println!("SLO: {}", slo.describe());
     }
+    let max_within_slo = if config.find_max {
+        // From the first level given: the highest load whose level meets the SLO.
+        let (integer, first, limit) = match config.rate_per_s {
+            Some(r) => (false, r, 100_000.0),
+            None => (
+                true,
+                config.concurrency[0] as f64,
+                MAX_FIND_CONCURRENCY as f64,
+            ),
+        };
+        let mut probes: Vec<(f64, bool)> = Vec::new();
+        let mut load = Some(first);
+        while let Some(x) = load {
+            let level = if integer {
+                measure(Some(x as usize), None)
+            } else {
+                measure(None, Some(x))
+            };
+            probes.push((x, level.goodput.is_some_and(|g| g.met)));
+            levels.push(level);
+            load = crate::slo::next_probe(&probes, integer, limit);
+        }
+        let best = probes
+            .iter()
+            .filter(|p| p.1)
+            .map(|p| p.0)
+            .fold(f64::NAN, f64::max);
+        let what = if integer { "concurrency" } else { "rate_per_s" };
+        let found = (!best.is_nan()).then_some(best);
+        match found {
+            Some(b) => println!(
+                "find-max: the highest {} meeting the SLO is {b}{} ({} probes)",
+                if integer {
+                    "concurrency"
+                } else {
+                    "arrival rate"
+                },
+                if integer { "" } else { "/s" },
+                probes.len()
+            ),
+            None => println!(
+                "find-max: no load met the SLO, down to {}{}",
+                probes.iter().map(|p| p.0).fold(f64::INFINITY, f64::min),
+                if integer {
+                    " concurrent request"
+                } else {
+                    " requests/s"
+                }
+            ),
+        }
+        Some(json!({
+            "by": what,
+            "value": found,
+            "reason": if found.is_none() { Some("no load tried met the SLO") } else { None },
+            "probes": probes.iter().map(|(x, met)| json!({what: x, "met": met})).collect::<Vec<_>>(),
+        }))
+    } else {
+        let plan: Vec<(Option<usize>, Option<f64>)> = match config.rate_per_s {
+            Some(r) => vec![(None, Some(r))],
+            None => config
+                .concurrency
+                .iter()
+                .map(|&c| (Some(c), None))
+                .collect(),
+        };
+        for (conc, rate) in plan {
+            levels.push(measure(conc, rate));
+        }
+        None
+    };
 
     warnings.extend(level_warnings(config, &levels));
     let total: u64 = levels.iter().map(|l| l.requests).sum();
@@ -333,6 +420,8 @@ pub fn run(config: &InferConfig, tool: &Tool) -> Result<i32> {
             "calibrated": calibrated,
         },
         "levels": levels,
+        "slo": config.slo,
+        "max_within_slo": max_within_slo,
     });
     let mut params = serde_json::to_value(config)?;
     if let Some(p) = params.as_object_mut() {

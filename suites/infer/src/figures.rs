@@ -65,6 +65,9 @@ pub struct Level {
     /// Open loop: how late requests started against their Poisson schedule.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dispatch_lag_ms: Option<Summary>,
+    /// Against `--slo`, where given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<crate::slo::Goodput>,
     pub per_request: Vec<Record>,
 }
 
@@ -151,6 +154,7 @@ impl Level {
             } else {
                 None
             },
+            goodput: None,
             per_request: records,
         }
     }

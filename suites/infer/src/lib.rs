@@ -17,6 +17,7 @@ pub mod openai;
 pub mod prompt;
 pub mod request;
 mod server_tokenizer;
+pub mod slo;
 pub mod sse;
 mod table;
 pub mod view;
@@ -54,6 +55,12 @@ pub struct InferConfig {
     pub seed: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub out: Option<PathBuf>,
+    /// `--slo`: targets each level's goodput is counted against.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slo: Option<slo::Slo>,
+    /// `--find-max`: search the highest concurrency (or rate, with `--rate`) that meets the
+    /// SLO, from the first level given.
+    pub find_max: bool,
 }
 
 impl Default for InferConfig {
@@ -74,6 +81,8 @@ impl Default for InferConfig {
             temperature: None,
             seed: 1,
             out: None,
+            slo: None,
+            find_max: false,
         }
     }
 }

@@ -44,3 +44,16 @@ pub fn row(l: &Level) -> String {
         }
     )
 }
+
+/// The line under a level's row where `--slo` is given: how many met every target, the
+/// goodput, and whether the level meets the SLO.
+pub fn goodput_line(g: &crate::slo::Goodput) -> String {
+    format!(
+        "{:<10} SLO {}: {:.0}% of requests met every target; goodput {:.2} requests/s, {:.1} output tokens/s",
+        "",
+        if g.met { "met" } else { "NOT met" },
+        g.share_met * 100.0,
+        g.requests_per_s,
+        g.output_tokens_per_s
+    )
+}

@@ -40,6 +40,14 @@ enum Act {
     EndlessLine,
     /// Two tokens, then usage claiming 2^64 - 1 of them.
     HugeUsage,
+    /// A server that slows with load: the first token after `per_in_flight_ms` for every
+    /// request in flight when this one arrives (itself included), then `tokens - 1` more
+    /// every `gap_ms`.
+    Loaded {
+        per_in_flight_ms: u64,
+        gap_ms: u64,
+        tokens: u64,
+    },
 }
 
 struct Server {
@@ -129,12 +137,14 @@ fn serve_with(script: impl Fn(usize) -> Act + Send + Sync + 'static, tokenizer: 
     let url = format!("http://{}/v1", l.local_addr().unwrap());
     let seen = Arc::new(Mutex::new(Vec::new()));
     let count = Arc::new(AtomicUsize::new(0));
+    let in_flight = Arc::new(AtomicUsize::new(0));
     let script = Arc::new(script);
     let seen2 = seen.clone();
     std::thread::spawn(move || {
         for conn in l.incoming() {
             let Ok(mut s) = conn else { continue };
             let (seen, count, script) = (seen2.clone(), count.clone(), script.clone());
+            let in_flight = in_flight.clone();
             std::thread::spawn(move || {
                 let req = read_request(&mut s);
                 if req.is_empty() {
@@ -239,6 +249,31 @@ fn serve_with(script: impl Fn(usize) -> Act + Send + Sync + 'static, tokenizer: 
                         let tail = format!(
                             "data: {{\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"length\"}}]}}\n\ndata: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":10,\"completion_tokens\":{},\"total_tokens\":1}}}}\n\ndata: [DONE]\n\n",
                             u64::MAX
+                        );
+                        let _ = chunk(&mut s, tail.as_bytes());
+                        let _ = chunk(&mut s, b"");
+                    }
+                    Act::Loaded {
+                        per_in_flight_ms,
+                        gap_ms,
+                        tokens,
+                    } => {
+                        let load = in_flight.fetch_add(1, Ordering::SeqCst) as u64 + 1;
+                        // Counted out before the answer ends, so the client's next request
+                        // never finds this one still counted.
+                        let ttft = per_in_flight_ms * load;
+                        let _ = s.write_all(SSE_HEAD);
+                        std::thread::sleep(Duration::from_millis(ttft));
+                        for i in 0..tokens {
+                            if i > 0 {
+                                std::thread::sleep(Duration::from_millis(gap_ms));
+                            }
+                            let _ = chunk(&mut s, token_event(i).as_bytes());
+                        }
+                        in_flight.fetch_sub(1, Ordering::SeqCst);
+                        let tail = format!(
+                            "data: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":100,\"completion_tokens\":{tokens},\"total_tokens\":{}}}}}\n\ndata: [DONE]\n\n",
+                            100 + tokens
                         );
                         let _ = chunk(&mut s, tail.as_bytes());
                         let _ = chunk(&mut s, b"");
@@ -753,5 +788,112 @@ fn the_report_reads_infer_results() {
     assert_eq!(o.status.code(), Some(0), "{stdout}{}", text(&o.stderr));
     for figure in ["TTFT p50", "TPOT p50", "tokens/s"] {
         assert!(stdout.contains(figure), "{figure} in compare:\n{stdout}");
+    }
+}
+
+/// `--slo` counts each level's goodput; `--find-max` finds the highest concurrency whose
+/// level meets it, on a server whose first token takes 50 ms per request in flight: 3 in
+/// flight (150 ms) meet a 175 ms TTFT target, 4 (200 ms) do not.
+#[test]
+fn find_max_finds_the_highest_concurrency_within_the_slo() {
+    let server = serve(|_| Act::Loaded {
+        per_in_flight_ms: 50,
+        gap_ms: 2,
+        tokens: 4,
+    });
+    let dir = tmpdir("infer-slo");
+    let out = dir.join("r.json");
+    let (o, _) = infer(
+        &server.url,
+        &out,
+        &[
+            "--model",
+            "m",
+            "--requests",
+            "6",
+            "--max-tokens",
+            "4",
+            "--slo",
+            "ttft=175ms,e2e=2s",
+            "--find-max",
+        ],
+    );
+    let stdout = text(&o.stdout);
+    assert!(o.status.success(), "{stdout}\n{}", text(&o.stderr));
+    assert!(
+        stdout.contains("SLO: ttft ≤ 175 ms, e2e ≤ 2000 ms for 99% of requests"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("the highest concurrency meeting the SLO is 3"),
+        "{stdout}"
+    );
+    let r = read_json(&out);
+    let m = &r["results"]["max_within_slo"];
+    assert_eq!(m["by"], "concurrency");
+    assert_eq!(m["value"], 3.0, "{m}");
+    let probes = m["probes"].as_array().unwrap();
+    assert!(probes.len() <= 5, "few probes: {m}");
+    let levels = r["results"]["levels"].as_array().unwrap();
+    assert_eq!(levels.len(), probes.len(), "one level per probe");
+    for l in levels {
+        let g = &l["goodput"];
+        let c = l["concurrency"].as_u64().unwrap();
+        assert_eq!(g["met"], c <= 3, "c={c}: {g}");
+        if c <= 3 {
+            assert_eq!(g["share_met"], 1.0);
+            assert!(g["output_tokens_per_s"].as_f64().unwrap() > 0.0);
+        }
+        // At least two requests per worker.
+        assert!(l["requests"].as_u64().unwrap() >= (2 * c).max(6));
+    }
+    assert_eq!(r["results"]["slo"]["ttft_ms"], 175.0);
+    // The report and compare read it.
+    let html = dir.join("report.html");
+    let o = std::process::Command::new(bin())
+        .args(["report", out.to_str().unwrap(), "-o"])
+        .arg(&html)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("goodput tok/s") && page.contains("the highest concurrency within it"));
+    let o = std::process::Command::new(bin())
+        .args(["compare", out.to_str().unwrap(), out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        text(&o.stdout).contains("highest load within the SLO"),
+        "{}",
+        text(&o.stdout)
+    );
+}
+
+#[test]
+fn bad_slo_flags_are_refused_in_one_line() {
+    let dir = tmpdir("infer-slo-bad");
+    let out = dir.join("r.json");
+    for (extra, want, code) in [
+        (vec!["--slo", "ttfb=1s"], "ttfb", 1),
+        (
+            vec!["--slo", "ttft=1s", "--slo-percentile", "150"],
+            "--slo-percentile",
+            1,
+        ),
+        (vec!["--find-max"], "--slo", 2),
+    ] {
+        let mut args = vec![
+            "infer",
+            "--endpoint",
+            "http://127.0.0.1:9/v1",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend(extra.iter());
+        let o = run(&args, Duration::from_secs(20));
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {}", text(&o.stderr));
+        let err = text(&o.stderr);
+        assert!(err.contains(want), "want '{want}': {err}");
+        assert!(!out.exists());
     }
 }

@@ -238,6 +238,9 @@ fn token_counts_and_timings_agree_with_llama_cpp_python() {
             "2",
             "--temperature",
             "0",
+            // Targets every request meets on any machine: goodput is then the level's rate.
+            "--slo",
+            "ttft=60s,e2e=120s",
             "--out",
             out.to_str().unwrap(),
         ],
@@ -249,6 +252,17 @@ fn token_counts_and_timings_agree_with_llama_cpp_python() {
     let perf = perf_blocks(&server.log_text());
     let r = read_json(&out);
     let level = &r["results"]["levels"][0];
+    let g = &level["goodput"];
+    assert_eq!(
+        (g["met"].as_bool(), g["share_met"].as_f64()),
+        (Some(true), Some(1.0)),
+        "{g}"
+    );
+    let rate = level["aggregate_tokens_per_s"].as_f64().unwrap();
+    assert!(
+        (g["output_tokens_per_s"].as_f64().unwrap() - rate).abs() < 1e-6 * rate,
+        "{g}"
+    );
     let per = level["per_request"].as_array().unwrap().clone();
     assert_eq!(per.len(), requests);
     assert_eq!(level["failed"], 0);

@@ -20,6 +20,28 @@ struct InferResults {
     #[serde(default)]
     tokens_approximate: bool,
     levels: Vec<Level>,
+    /// `--slo`'s targets, where given.
+    #[serde(default)]
+    slo: Option<serde_json::Value>,
+    /// `--find-max`'s answer: `by`, `value` (None: nothing met the SLO), `probes`.
+    #[serde(default)]
+    max_within_slo: Option<MaxWithinSlo>,
+}
+
+#[derive(Debug, Deserialize)]
+struct MaxWithinSlo {
+    by: String,
+    value: Option<f64>,
+    #[serde(default)]
+    probes: Vec<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+struct Goodput {
+    output_tokens_per_s: f64,
+    requests_per_s: f64,
+    share_met: f64,
+    met: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -46,6 +68,8 @@ struct Level {
     decode_tokens_per_s: Option<Summary>,
     #[serde(default)]
     per_request: Vec<PerRequest>,
+    #[serde(default)]
+    goodput: Option<Goodput>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -134,6 +158,34 @@ impl SuiteView for InferView {
                     Some(l.name()) == last,
                 ));
             }
+            if let Some(g) = l.goodput {
+                out.push(Metric::new(
+                    r,
+                    "goodput tokens/s",
+                    &subject,
+                    "tokens/s",
+                    Better::Higher,
+                    g.output_tokens_per_s,
+                    0.0,
+                    Some(l.name()) == last,
+                ));
+            }
+        }
+        if let Some(m) = &x.max_within_slo {
+            out.push(Metric::new(
+                r,
+                "highest load within the SLO",
+                &format!("{} {}", x.model, m.by),
+                if m.by == "concurrency" {
+                    "requests"
+                } else {
+                    "requests/s"
+                },
+                Better::Higher,
+                m.value.unwrap_or(0.0),
+                0.0,
+                true,
+            ));
         }
         out
     }
@@ -190,6 +242,13 @@ impl SuiteView for InferView {
                     } else {
                         lv.token_source.clone().unwrap_or_else(|| "–".into())
                     }),
+                    opt_num(lv.goodput.map(|g| g.share_met * 100.0), 0),
+                    opt_num(lv.goodput.map(|g| g.output_tokens_per_s), 1),
+                    Cell::from(match lv.goodput {
+                        Some(g) if g.met => "met",
+                        Some(_) => "NOT met",
+                        None => "–",
+                    }),
                 ]);
                 data.push(json!({
                     "network": name, "model": x.model, "level": lv.name(),
@@ -201,6 +260,9 @@ impl SuiteView for InferView {
                     "e2e_p50_ms": lv.e2e_ms.map(|d| d.median),
                     "decode_tokens_per_s_p50": lv.decode_tokens_per_s.map(|d| d.median),
                     "aggregate_tokens_per_s": lv.aggregate_tokens_per_s,
+                    "goodput": lv.goodput.map(|g| json!({"share_met": g.share_met,
+                        "requests_per_s": g.requests_per_s,
+                        "output_tokens_per_s": g.output_tokens_per_s, "met": g.met})),
                 }));
             }
         }
@@ -222,14 +284,51 @@ impl SuiteView for InferView {
                 "decode tok/s p50",
                 "aggregate tok/s",
                 "token counts",
+                "SLO met %",
+                "goodput tok/s",
+                "SLO",
             ],
             rows,
         ));
+        for ((x, name), _) in parsed.iter().zip(&names).zip(&shown) {
+            if let Some(slo) = &x.slo {
+                let targets: Vec<String> = ["ttft_ms", "tpot_ms", "e2e_ms"]
+                    .iter()
+                    .filter_map(|k| {
+                        slo[*k].as_f64().map(|v| {
+                            format!("{} ≤ {v} ms", k.trim_end_matches("_ms").to_uppercase())
+                        })
+                    })
+                    .collect();
+                body.push_str(&format!(
+                    "<p>{}: SLO {} for {}% of requests{}</p>\n",
+                    html::escape(name),
+                    html::escape(&targets.join(", ")),
+                    slo["percentile"].as_f64().unwrap_or(0.0),
+                    match &x.max_within_slo {
+                        Some(m) => match m.value {
+                            Some(v) => format!(
+                                "; the highest {} within it: <strong>{v}</strong> ({} probes)",
+                                if m.by == "concurrency" {
+                                    "concurrency"
+                                } else {
+                                    "arrival rate (requests/s)"
+                                },
+                                m.probes.len()
+                            ),
+                            None => format!("; no load met it ({} probes)", m.probes.len()),
+                        },
+                        None => String::new(),
+                    }
+                ));
+            }
+        }
         body.push_str(
             "<p class=\"meta\">TTFT: request sent to the first content or reasoning token. \
              TPOT: (E2E − TTFT)/(tokens − 1). gap: time between two text-bearing chunks. \
              decode tok/s: 1/TPOT per request. aggregate tok/s: all output tokens of a level \
-             over its wall time. The README defines each.</p>\n",
+             over its wall time. SLO met %: requests that met every --slo target; goodput \
+             tok/s: their output tokens over the level's wall time. The README defines each.</p>\n",
         );
 
         // Closed-loop levels as curves against concurrency.
