@@ -110,6 +110,31 @@ pub struct InferArgs {
     /// level meets the SLO.
     #[arg(long, requires = "slo")]
     pub find_max: bool,
+    /// Built-in decode: context depths (tokens in the KV cache) at which to time the prefill
+    /// that fills it and a decode of --max-tokens from there, as llama-bench's -d: 0,1024,4096.
+    #[arg(long, value_name = "DEPTHS", value_parser = parse_depths)]
+    pub context: Option<Depths>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Depths(pub Vec<usize>);
+
+/// `0,1024,4096`: at most 32 depths, each below 2^24 tokens.
+fn parse_depths(s: &str) -> Result<Depths, String> {
+    let mut v = Vec::new();
+    for w in s.split(',').map(str::trim) {
+        let d: usize = w.parse().map_err(|_| {
+            format!("'{w}' is not a context depth in tokens (use a list like 0,1024,4096)")
+        })?;
+        if d >= 1 << 24 {
+            return Err(format!("context depth {d} is beyond any model's context"));
+        }
+        v.push(d);
+    }
+    if v.len() > 32 {
+        return Err(format!("{} context depths; at most 32", v.len()));
+    }
+    Ok(Depths(v))
 }
 
 #[derive(Debug, Clone)]
@@ -142,6 +167,7 @@ impl InferArgs {
             verify: !self.no_verify,
             threads: self.threads.map(|t| t as usize),
             algo: self.algo,
+            context: self.context.clone().map(|d| d.0).unwrap_or_default(),
         })
     }
 
@@ -205,7 +231,14 @@ fn refuse_unused_flags(args: &InferArgs, m: &clap::ArgMatches) -> Result<(), Str
         "find_max",
     ];
     // What only the built-in decode reads.
-    const DECODE_FLAGS: &[&str] = &["parallel", "prompt", "no_verify", "threads", "algo"];
+    const DECODE_FLAGS: &[&str] = &[
+        "parallel",
+        "prompt",
+        "no_verify",
+        "threads",
+        "algo",
+        "context",
+    ];
     let given = |ids: &[&str]| -> Vec<String> {
         ids.iter()
             .filter(|id| m.value_source(id) == Some(clap::parser::ValueSource::CommandLine))

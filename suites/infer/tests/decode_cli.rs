@@ -119,3 +119,100 @@ fn impossible_splits_and_sizes_are_refused_in_one_line() {
         assert!(!out.exists(), "{args:?} wrote a result");
     }
 }
+
+/// `--context`: each depth filled, then a timed decode from there, on both splits; a depth
+/// past the model's context, or with --endpoint, is refused in one line.
+#[test]
+fn context_depths_are_filled_then_decoded_on_both_splits() {
+    let dir = tmpdir("decode-context");
+    for (parallel, layers) in [("tp", "1"), ("pp", "2")] {
+        let out = dir.join(format!("{parallel}.json"));
+        let o = run(
+            &[
+                "infer",
+                "--shape",
+                "llama-3.2-3b",
+                "--layers",
+                layers,
+                "--nodes",
+                "2",
+                "--parallel",
+                parallel,
+                "--max-tokens",
+                "3",
+                "--context",
+                "0,48",
+                "--no-verify",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            Duration::from_secs(300),
+        );
+        assert!(o.status.success(), "{parallel}: {}", text(&o.stderr));
+        let stdout = text(&o.stdout);
+        assert!(stdout.contains("context     48: filled in"), "{stdout}");
+        let r = read_json(&out);
+        let depths = r["results"]["by_context"].as_array().unwrap();
+        assert_eq!(depths.len(), 2, "{depths:?}");
+        assert_eq!(depths[0]["context"], 0);
+        assert!(
+            depths[0]["prefill_tokens_per_s"].is_null(),
+            "nothing filled at 0"
+        );
+        assert_eq!(depths[1]["context"], 48);
+        assert!(depths[1]["prefill_tokens_per_s"].as_f64().unwrap() > 0.0);
+        for d in depths {
+            assert!(d["decode_tokens_per_s"].as_f64().unwrap() > 0.0, "{d}");
+            assert_eq!(d["generated_tokens"], 3);
+        }
+        let html = dir.join(format!("{parallel}.html"));
+        let o = run(
+            &[
+                "report",
+                out.to_str().unwrap(),
+                "-o",
+                html.to_str().unwrap(),
+            ],
+            Duration::from_secs(60),
+        );
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let page = std::fs::read_to_string(&html).unwrap();
+        assert!(
+            page.contains("At context depth")
+                && page.contains("Decode tokens/s against the context")
+        );
+    }
+    let out = dir.join("bad.json");
+    for (extra, want) in [
+        (
+            vec![
+                "--shape",
+                "llama-3.2-3b",
+                "--layers",
+                "1",
+                "--nodes",
+                "1",
+                "--context",
+                "200000",
+            ],
+            "exceed the model's context",
+        ),
+        (
+            vec!["--endpoint", "http://127.0.0.1:9/v1", "--context", "64"],
+            "--context",
+        ),
+        (
+            vec!["--shape", "llama-3.2-3b", "--context", "1,x"],
+            "'x' is not a context depth",
+        ),
+    ] {
+        let mut args = vec!["infer"];
+        args.extend(extra.iter());
+        args.extend(["--out", out.to_str().unwrap()]);
+        let o = run(&args, Duration::from_secs(60));
+        assert!(!o.status.success(), "{args:?}");
+        let err = text(&o.stderr);
+        assert!(err.contains(want), "want '{want}': {err}");
+        assert!(!out.exists());
+    }
+}

@@ -56,6 +56,9 @@ pub struct DecodeConfig {
     /// shows in token rates.
     #[serde(serialize_with = "algo_name")]
     pub algo: Algo,
+    /// `--context`: depths the KV cache is filled to before a timed decode of `max_tokens`
+    /// tokens each, as llama-bench's `-d` (`results.by_context`).
+    pub context: Vec<usize>,
 }
 
 fn algo_name<S: serde::Serializer>(a: &Algo, s: S) -> Result<S::Ok, S::Error> {
@@ -385,6 +388,91 @@ struct Measured {
     threads: usize,
     /// The hosts' energy over the run of the prompt and the generated tokens (rank 0).
     energy: Option<serde_json::Value>,
+    /// `--context`'s depths, each measured after the main run.
+    by_context: Vec<Depth>,
+}
+
+/// One `--context` depth: the cache filled to `context` tokens, then a timed decode.
+#[derive(Debug, Clone, serde::Serialize)]
+struct Depth {
+    context: usize,
+    /// The fill's rate (None at depth 0, where nothing is filled).
+    prefill_tokens_per_s: Option<f64>,
+    prefill_s: f64,
+    decode_tokens_per_s: f64,
+    generated_tokens: usize,
+}
+
+/// The filler of a depth: token ids spread over the vocabulary, the same on every rank and in
+/// every run (what fills the cache does not change how long attention over it takes).
+fn filler(len: usize, vocab: usize) -> Vec<u32> {
+    (0..len)
+        .map(|i| ((i as u64 * 7919 + 13) % vocab.max(1) as u64) as u32)
+        .collect()
+}
+
+/// Each depth: the cache emptied, filled to the depth by the prefill (timed: the prefill
+/// rate at that depth), then `n` tokens decoded from there, every one of them (timed: the
+/// decode rate at that depth). At depth 0 the decode starts from one token.
+fn at_depths(
+    shard: &mut Shard,
+    c: &mut dyn Collective,
+    depths: &[usize],
+    n: usize,
+) -> Result<Vec<Depth>> {
+    let vocab = shard.cfg.vocab;
+    let mut out = Vec::new();
+    for &d in depths {
+        shard.reset();
+        let fill = filler(d.max(1), vocab);
+        let t0 = Instant::now();
+        let mut next = prefill(shard, c, &fill)?;
+        let prefill_s = t0.elapsed().as_secs_f64();
+        let t1 = Instant::now();
+        for pos in fill.len()..fill.len() + n {
+            next = shard.step(c, next, pos)?;
+        }
+        let decode_s = t1.elapsed().as_secs_f64();
+        out.push(Depth {
+            context: d,
+            prefill_tokens_per_s: (d > 0).then(|| d as f64 / prefill_s.max(1e-12)),
+            prefill_s,
+            decode_tokens_per_s: n as f64 / decode_s.max(1e-12),
+            generated_tokens: n,
+        });
+    }
+    shard.reset();
+    Ok(out)
+}
+
+/// Refuses, before any depth is filled, a depth past the model's context or one whose cache
+/// does not fit this host's free memory.
+fn check_depths(config: &DecodeConfig, cfg: &model::Config, ctx: &Context) -> Result<()> {
+    let Some(&deepest) = config.context.iter().max() else {
+        return Ok(());
+    };
+    if deepest + config.max_tokens > cfg.context {
+        anyhow::bail!(
+            "--context {deepest} + --max-tokens {} exceed the model's context of {}",
+            config.max_tokens,
+            cfg.context
+        );
+    }
+    // Keys and values of every layer, all of them on one rank at the most.
+    let bytes = (deepest + config.max_tokens) as u64
+        * cfg.layers as u64
+        * (cfg.kv_heads * cfg.head_dim) as u64
+        * 8;
+    let (ranks_here, free) = host_share(ctx);
+    if free > 0 && bytes * ranks_here > free / 10 * 8 {
+        anyhow::bail!(
+            "--context {deepest}: the KV cache would take {:.1} GiB on {} ({ranks_here} rank(s)), more than 80% of its {:.1} GiB free",
+            (bytes * ranks_here) as f64 / (1u64 << 30) as f64,
+            ctx.rank_hosts[ctx.rank()],
+            free as f64 / (1u64 << 30) as f64
+        );
+    }
+    Ok(())
 }
 
 /// Says on rank 0's terminal what starts now: building weights and the 1-rank check can take
@@ -450,6 +538,25 @@ fn measure(
     let run = generate(shard, &mut ranks, prompt, config.max_tokens, stop)?;
     let waited = ranks.waited;
     let energy = energy.end(ctx)?;
+    if !config.context.is_empty() {
+        phase(
+            ctx,
+            &format!(
+                "decoding at context depths {:?}: each filled, then {} tokens",
+                config.context, config.max_tokens
+            ),
+        );
+    }
+    let by_context = {
+        let mut ranks = Ranks {
+            stages: stages(&ctx.comm),
+            comm: &mut ctx.comm,
+            waited: Duration::ZERO,
+            algo: config.algo,
+            wire: Vec::new(),
+        };
+        at_depths(shard, &mut ranks, &config.context, config.max_tokens)?
+    };
     let steps = run.per_token.len().max(1) as f64;
     const FIELDS: usize = 6;
     let mine: [f64; FIELDS] = [
@@ -505,6 +612,7 @@ fn measure(
         ceiling,
         threads,
         energy,
+        by_context,
     }))
 }
 
@@ -648,6 +756,18 @@ fn output(
         eprintln!("tbbench: warning: {w}");
         warnings.push(w);
     }
+    for d in &m.by_context {
+        println!(
+            "context {:>6}: {}; decode {:.2} tokens/s over {} tokens",
+            d.context,
+            match d.prefill_tokens_per_s {
+                Some(r) => format!("filled in {:.3} s ({r:.1} tokens/s)", d.prefill_s),
+                None => "empty".to_string(),
+            },
+            d.decode_tokens_per_s,
+            d.generated_tokens
+        );
+    }
     let results = json!({
         "model": model,
         "parallel": config.parallel,
@@ -687,6 +807,7 @@ fn output(
         "largest_logit_gap": largest_gap,
         "largest_logit_difference": largest_diff,
         "near_ties": near_ties,
+        "by_context": m.by_context,
     });
     SuiteOutput {
         results,
@@ -763,6 +884,7 @@ fn run_synthetic(
             split_name(config.parallel)
         );
     }
+    check_depths(config, &cfg, ctx)?;
     let whole_cfg = cfg.clone();
     let whole =
         move || model::Shard::synthetic(whole_cfg, Split::Tensor { rank: 0, size: 1 }, seed);
@@ -852,6 +974,7 @@ impl Suite for DecodeSuite {
             );
         }
         let cfg = shard.cfg.clone();
+        check_depths(config, &cfg, ctx)?;
         if rank == 0 {
             println!(
                 "# built-in decode: {} layers, width {}, {} heads ({} KV), {} over {size} rank(s)",

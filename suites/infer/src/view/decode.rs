@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 use serde_json::json;
-use tbbench_reports::chart::{self, BarChart};
+use tbbench_reports::chart::{self, BarChart, LineChart, Series, XAxis};
 use tbbench_reports::html::{self, num, verdict, Cell};
 use tbbench_reports::load::Loaded;
 use tbbench_reports::metrics::{Better, Metric};
@@ -41,6 +41,17 @@ struct DecodeResults {
     /// Absent where the hosts' energy was not read.
     #[serde(default)]
     joules_per_token: Option<f64>,
+    /// `--context`'s depths (absent without it).
+    #[serde(default)]
+    by_context: Vec<Depth>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Depth {
+    context: usize,
+    #[serde(default)]
+    prefill_tokens_per_s: Option<f64>,
+    decode_tokens_per_s: f64,
 }
 
 fn parse(r: &ResultFile) -> Result<DecodeResults, String> {
@@ -222,6 +233,61 @@ impl SuiteView for DecodeView {
             series,
             stacked: false,
         }));
-        (body, json!({ "runs": data }))
+        // Decode (and the fill's prefill) against the context's depth, per run that has them.
+        let deep: Vec<(String, &DecodeResults)> = names
+            .iter()
+            .zip(&parsed)
+            .filter(|(_, d)| !d.by_context.is_empty())
+            .map(|(n, d)| (format!("{n} · {} {}", d.model.name, split(d)), d))
+            .collect();
+        let mut depth_data = Vec::new();
+        if !deep.is_empty() {
+            let mut rows = Vec::new();
+            for (name, d) in &deep {
+                for x in &d.by_context {
+                    rows.push(vec![
+                        Cell::from(name.as_str()),
+                        Cell::Num(x.context.to_string()),
+                        html::opt_num(x.prefill_tokens_per_s, 1),
+                        num(x.decode_tokens_per_s, 2),
+                    ]);
+                    depth_data.push(json!({"run": name, "context": x.context,
+                        "prefill_tokens_per_s": x.prefill_tokens_per_s,
+                        "decode_tokens_per_s": x.decode_tokens_per_s}));
+                }
+            }
+            body.push_str("<h3>At context depth</h3>\n");
+            body.push_str(&html::table(
+                "decode-context",
+                &[
+                    "run",
+                    "context tokens",
+                    "prefill tok/s (the fill)",
+                    "decode tok/s",
+                ],
+                rows,
+            ));
+            body.push_str(&chart::line_chart(&LineChart {
+                title: "Decode tokens/s against the context's depth".into(),
+                x_label: "tokens in the KV cache".into(),
+                y_label: "decode tokens/s".into(),
+                x: XAxis::Linear,
+                log_y: false,
+                series: deep
+                    .iter()
+                    .map(|(name, d)| Series {
+                        name: name.clone(),
+                        points: d
+                            .by_context
+                            .iter()
+                            .map(|x| (x.context as f64, x.decode_tokens_per_s))
+                            .collect(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                hlines: vec![],
+            }));
+        }
+        (body, json!({ "runs": data, "by_context": depth_data }))
     }
 }
