@@ -47,6 +47,36 @@ pub fn attend_head(qh: &[f32], kv: &KvView, scale: f32, scores: &mut Vec<f32>, o
     portable::attend_head(qh, kv, scale, scores, out)
 }
 
+/// The most query heads [`attend_group`] takes at once (their accumulators fit the registers).
+pub const GROUP_MAX: usize = 4;
+
+/// Attention of `g = qs.len() / hd` query heads that share one KV head (grouped-query
+/// attention), each into its `hd` values of `outs`: every cached key and value is read once
+/// for all of them rather than once per head. Each head's arithmetic is exactly
+/// [`attend_head`]'s (the same sums in the same order), so the result is bit for bit the
+/// same; `scores` is scratch.
+pub fn attend_group(
+    qs: &[f32],
+    hd: usize,
+    kv: &KvView,
+    scale: f32,
+    scores: &mut Vec<f32>,
+    outs: &mut [f32],
+) {
+    let g = qs.len() / hd;
+    assert!((1..=GROUP_MAX).contains(&g) && qs.len() == g * hd && outs.len() == g * hd);
+    kv.check(hd);
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        scores.resize(g * kv.positions, 0.0);
+        // SAFETY: AVX2 checked; every position's vectors lie in the cache (checked above).
+        return unsafe { avx2::attend_group(qs, hd, g, kv, scale, scores, outs) };
+    }
+    for (qh, out) in qs.chunks_exact(hd).zip(outs.chunks_exact_mut(hd)) {
+        attend_head(qh, kv, scale, scores, out);
+    }
+}
+
 // The exp: Cephes' expf (x = n·ln 2 + r, a degree-6 polynomial in r, 2^n from the exponent
 // bits), for the shifted scores x <= 0; below −87.3 (and for −∞) it gives e^−87.3, f32's
 // smallest normal, which no softmax sum notices.
@@ -265,6 +295,111 @@ mod avx2 {
             *o = acc;
         }
     }
+
+    /// [`attend_head`] for `g` heads over one pass of the cache; per head, the same
+    /// operations in the same order. `scores` holds g rows of the positions.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn attend_group(
+        qs: &[f32],
+        hd: usize,
+        g: usize,
+        kv: &KvView,
+        scale: f32,
+        scores: &mut [f32],
+        outs: &mut [f32],
+    ) {
+        let n = kv.positions;
+        let full = hd / 8 * 8;
+        let (keys, values) = (kv.keys.as_ptr(), kv.values.as_ptr());
+        let row = |base: *const f32, p: usize| base.add(p * kv.stride + kv.offset);
+        let sp = scores.as_mut_ptr();
+        for p in 0..n {
+            let k = row(keys, p);
+            for h in 0..g {
+                let qp = qs.as_ptr().add(h * hd);
+                let mut acc = _mm256_setzero_ps();
+                let mut i = 0;
+                while i < full {
+                    acc = _mm256_add_ps(
+                        acc,
+                        _mm256_mul_ps(_mm256_loadu_ps(qp.add(i)), _mm256_loadu_ps(k.add(i))),
+                    );
+                    i += 8;
+                }
+                let mut sum = sum8(acc);
+                while i < hd {
+                    sum += *qp.add(i) * *k.add(i);
+                    i += 1;
+                }
+                *sp.add(h * n + p) = sum * scale;
+            }
+        }
+        for h in 0..g {
+            let s = &mut scores[h * n..(h + 1) * n];
+            let max = s.iter().fold(f32::NEG_INFINITY, |m, x| m.max(*x));
+            let vmax = _mm256_set1_ps(max);
+            let mut lanes = _mm256_setzero_ps();
+            let mut p = 0;
+            let hp = s.as_mut_ptr();
+            while p + 8 <= n {
+                let e = exp(_mm256_sub_ps(_mm256_loadu_ps(hp.add(p)), vmax));
+                _mm256_storeu_ps(hp.add(p), e);
+                lanes = _mm256_add_ps(lanes, e);
+                p += 8;
+            }
+            let mut total = sum8(lanes);
+            for x in &mut s[p..] {
+                *x = portable::exp(*x - max);
+                total += *x;
+            }
+            let norm = 1.0 / total;
+            for x in s.iter_mut() {
+                *x *= norm;
+            }
+        }
+        // Each output value's sum runs over the positions in order, as in attend_head;
+        // sixteen values of every head at a time, each value vector loaded once for all.
+        let op = outs.as_mut_ptr();
+        let sp = scores.as_ptr();
+        let mut j = 0;
+        while j + 16 <= full {
+            let mut acc = [[_mm256_setzero_ps(); 2]; GROUP_MAX];
+            for p in 0..n {
+                let v = row(values, p).add(j);
+                let (v0, v1) = (_mm256_loadu_ps(v), _mm256_loadu_ps(v.add(8)));
+                for (h, a) in acc.iter_mut().enumerate().take(g) {
+                    let w = _mm256_set1_ps(*sp.add(h * n + p));
+                    a[0] = _mm256_add_ps(a[0], _mm256_mul_ps(w, v0));
+                    a[1] = _mm256_add_ps(a[1], _mm256_mul_ps(w, v1));
+                }
+            }
+            for (h, a) in acc.iter().enumerate().take(g) {
+                _mm256_storeu_ps(op.add(h * hd + j), a[0]);
+                _mm256_storeu_ps(op.add(h * hd + j + 8), a[1]);
+            }
+            j += 16;
+        }
+        while j < full {
+            for h in 0..g {
+                let mut acc = _mm256_setzero_ps();
+                for p in 0..n {
+                    let v = _mm256_loadu_ps(row(values, p).add(j));
+                    acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(*sp.add(h * n + p)), v));
+                }
+                _mm256_storeu_ps(op.add(h * hd + j), acc);
+            }
+            j += 8;
+        }
+        for h in 0..g {
+            for jj in full..hd {
+                let mut acc = 0f32;
+                for p in 0..n {
+                    acc += *sp.add(h * n + p) * *row(values, p).add(jj);
+                }
+                *op.add(h * hd + jj) = acc;
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -284,6 +419,51 @@ mod tests {
         assert_eq!(portable::exp(0.0), 1.0);
         assert!(portable::exp(f32::NEG_INFINITY) < 1.2e-38);
         assert!(portable::exp(-1e30) >= 0.0);
+    }
+
+    /// Heads of one group at once give each head's own result, bit for bit.
+    #[test]
+    fn a_group_at_once_is_each_head_alone() {
+        for hd in [64usize, 40, 12, 3] {
+            for positions in [1usize, 9, 33, 200] {
+                for g in 1..=GROUP_MAX {
+                    let stride = 2 * hd;
+                    let fill = |seed: usize, i: usize| {
+                        (((i * 7919 + seed * 104_729) % 2003) as f32 / 2003.0 - 0.5) * 3.0
+                    };
+                    let keys: Vec<f32> = (0..positions * stride).map(|i| fill(1, i)).collect();
+                    let values: Vec<f32> = (0..positions * stride).map(|i| fill(2, i)).collect();
+                    let qs: Vec<f32> = (0..g * hd).map(|i| fill(3, i)).collect();
+                    let kv = KvView {
+                        keys: &keys,
+                        values: &values,
+                        stride,
+                        offset: hd,
+                        positions,
+                    };
+                    let scale = 0.125;
+                    let mut together = vec![0f32; g * hd];
+                    attend_group(&qs, hd, &kv, scale, &mut Vec::new(), &mut together);
+                    for h in 0..g {
+                        let mut alone = vec![0f32; hd];
+                        attend_head(
+                            &qs[h * hd..(h + 1) * hd],
+                            &kv,
+                            scale,
+                            &mut Vec::new(),
+                            &mut alone,
+                        );
+                        for j in 0..hd {
+                            assert_eq!(
+                                together[h * hd + j].to_bits(),
+                                alone[j].to_bits(),
+                                "hd {hd} n {positions} g {g} head {h} [{j}]"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// Every kernel this CPU has against a softmax computed in f64, and bit for bit against

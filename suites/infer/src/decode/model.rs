@@ -11,7 +11,7 @@
 //! Dot products accumulate in f64 so that a sum split over ranks and the same sum on one rank
 //! agree to far below what could change a greedy choice.
 
-use super::attention::{attend_head, KvView};
+use super::attention::{attend_group, KvView, GROUP_MAX};
 use super::gguf::{quote, Gguf};
 use super::qdot::{self, Format, QK};
 use super::quant;
@@ -1158,10 +1158,20 @@ impl Shard {
         let l = &self.layers[li];
         let stride = self.local_kv * hd;
         let inv = 1.0 / (hd as f32).sqrt();
+        // A unit: one token's heads of one KV head (up to GROUP_MAX of them), which read
+        // that KV head's cache once together (the same arithmetic per head as alone).
+        let chunks = group.div_ceil(GROUP_MAX);
+        let per_token = heads / group * chunks;
+        let unit_heads = |u: usize| {
+            let (kvh, c) = (u / chunks, u % chunks);
+            let first = kvh * group + c * GROUP_MAX;
+            first..(first + GROUP_MAX).min((kvh + 1) * group)
+        };
         let pair = |i: usize, out: &mut [f32], scores: &mut Vec<f32>| {
-            let (t, head) = (i / heads, i % heads);
-            let kvh = head / group;
-            let qh = &q[t * heads * hd + head * hd..t * heads * hd + (head + 1) * hd];
+            let (t, u) = (i / per_token, i % per_token);
+            let hs = unit_heads(u);
+            let kvh = hs.start / group;
+            let qs = &q[t * heads * hd + hs.start * hd..t * heads * hd + hs.end * hd];
             let cache = KvView {
                 keys: &l.k_cache,
                 values: &l.v_cache,
@@ -1169,9 +1179,9 @@ impl Shard {
                 offset: kvh * hd,
                 positions: pos0 + t + 1,
             };
-            attend_head(qh, &cache, inv, scores, out);
+            attend_group(qs, hd, &cache, inv, scores, out);
         };
-        let pairs = n * heads;
+        let pairs = n * per_token;
         // Multiply-adds of the whole job: each pair reads its positions' keys and values.
         let work = heads * hd * (n * pos0 + n * (n + 1) / 2);
         match &self.threads.pool {
@@ -1183,10 +1193,15 @@ impl Shard {
                 pool.run(pairs.div_ceil(chunk), &|c| {
                     let mut scores = Vec::new();
                     for i in c * chunk..((c + 1) * chunk).min(pairs) {
-                        // SAFETY: pair i writes only its own head-size slice of `att`, which
-                        // outlives `run`; no two pairs share one.
+                        let (t, hs) = (i / per_token, unit_heads(i % per_token));
+                        let at = (t * heads + hs.start) * hd;
+                        // SAFETY: unit i writes only its own heads' slice of `att`, which
+                        // outlives `run`; no two units share one.
                         let out = unsafe {
-                            std::slice::from_raw_parts_mut((base as *mut f32).add(i * hd), hd)
+                            std::slice::from_raw_parts_mut(
+                                (base as *mut f32).add(at),
+                                hs.len() * hd,
+                            )
                         };
                         pair(i, out, &mut scores);
                     }
@@ -1194,8 +1209,10 @@ impl Shard {
             }
             _ => {
                 let mut scores = Vec::new();
-                for (i, out) in att.chunks_exact_mut(hd).take(pairs).enumerate() {
-                    pair(i, out, &mut scores);
+                for i in 0..pairs {
+                    let (t, hs) = (i / per_token, unit_heads(i % per_token));
+                    let at = (t * heads + hs.start) * hd;
+                    pair(i, &mut att[at..at + hs.len() * hd], &mut scores);
                 }
             }
         }
