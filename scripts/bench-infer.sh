@@ -57,7 +57,8 @@ PY
 # (native flags, AMX off: the flags setup records), cached under target/llama-bench/ by those
 # flags. Decode: llama-bench's tg64 against `tbbench infer --gguf --max-tokens 65
 # --ignore-eos` (64 decode steps after a 19-token prompt). Prefill: llama-bench's pp64 and
-# pp512 against tbbench's prefill of a 64- and a 512-token prompt. At one thread each and at
+# pp512 against tbbench's prefill of a 64- and a 512-token prompt. Depth: llama-bench's
+# -n 32 -d 1024,4096 against tbbench's --context 1024,4096 --max-tokens 32. At one thread each and at
 # all of this host's cores each, ROUNDS interleaved, medians and the ratio (goal: at least
 # 1.0). Each side's CPU features are printed.
 rounds=${3:-3}
@@ -122,8 +123,23 @@ kernel=$("$tb" infer --gguf "$gguf" --nodes 1 --max-tokens 1 --out "$tmp/k.json"
 echo "tbbench decode kernel: $kernel"
 printf '\n%-36s%10s%12s%8s\n' "figure (tokens/s, medians)" tbbench llama.cpp ratio
 for threads in $(printf '%s\n' 1 "$cores" | sort -un); do
-  declare -a tg=() pp64=() pp512=() ltg=() lpp64=() lpp512=()
+  declare -a tg=() pp64=() pp512=() ltg=() lpp64=() lpp512=() d1k=() d4k=() ld1k=() ld4k=()
   for i in $(seq "$rounds"); do
+    # Decode at depth: 32 tokens after the cache is filled to 1024 and to 4096 tokens
+    # (tbbench --context, llama-bench -d).
+    "$tb" infer --gguf "$gguf" --nodes 1 --threads "$threads" --max-tokens 32 --ignore-eos \
+      --no-verify --context 1024,4096 --out "$tmp/c.json" >/dev/null
+    read -r x y < <(python3 -c "
+import json, sys
+d = {c['context']: c['decode_tokens_per_s'] for c in json.load(open(sys.argv[1]))['results']['by_context']}
+print(d[1024], d[4096])" "$tmp/c.json")
+    d1k+=("$x"); d4k+=("$y")
+    "$lb" -m "$gguf" -t "$threads" -p 0 -n 32 -d 1024,4096 -r 1 -o json >"$tmp/lbd.json" 2>/dev/null
+    read -r x y < <(python3 -c "
+import json, sys
+d = {x['n_depth']: x['avg_ts'] for x in json.load(open(sys.argv[1]))}
+print(d[1024], d[4096])" "$tmp/lbd.json")
+    ld1k+=("$x"); ld4k+=("$y")
     "$tb" infer --gguf "$gguf" --nodes 1 --threads "$threads" --max-tokens 65 --ignore-eos \
       --out "$tmp/d.json" >/dev/null
     tg+=("$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['results']['decode_tokens_per_s'])" "$tmp/d.json")")
@@ -141,11 +157,13 @@ d = {(x['n_prompt'], x['n_gen']): x['avg_ts'] for x in json.load(open(sys.argv[1
 print(d[(0, 64)], d[(64, 0)], d[(512, 0)])" "$tmp/lb.json")
     ltg+=("$a"); lpp64+=("$b"); lpp512+=("$c")
   done
-  python3 - "$threads" "${tg[*]}" "${ltg[*]}" "${pp64[*]}" "${lpp64[*]}" "${pp512[*]}" "${lpp512[*]}" <<'PY'
+  python3 - "$threads" "${tg[*]}" "${ltg[*]}" "${pp64[*]}" "${lpp64[*]}" "${pp512[*]}" "${lpp512[*]}" \
+    "${d1k[*]}" "${ld1k[*]}" "${d4k[*]}" "${ld4k[*]}" <<'PY'
 import statistics as st, sys
 t = sys.argv[1]
 med = lambda s: st.median(float(x) for x in s.split())
-for name, ours, theirs in (("tg64", 2, 3), ("pp64", 4, 5), ("pp512", 6, 7)):
+for name, ours, theirs in (("tg64", 2, 3), ("pp64", 4, 5), ("pp512", 6, 7),
+                           ("tg32 at depth 1024", 8, 9), ("tg32 at depth 4096", 10, 11)):
     a, b = med(sys.argv[ours]), med(sys.argv[theirs])
     print(f"{name + ', ' + t + ' thread(s)':<36}{a:>10.1f}{b:>12.1f}{a / b:>8.2f}")
 PY
