@@ -313,7 +313,29 @@ mod avx2 {
         let (keys, values) = (kv.keys.as_ptr(), kv.values.as_ptr());
         let row = |base: *const f32, p: usize| base.add(p * kv.stride + kv.offset);
         let sp = scores.as_mut_ptr();
-        for p in 0..n {
+        // Four positions at a time: four independent sums in flight rather than one chain of
+        // additions waiting on each other (each sum's own order unchanged).
+        let mut p = 0;
+        while p + 4 <= n && hd % 8 == 0 {
+            let k: [*const f32; 4] = std::array::from_fn(|d| row(keys, p + d));
+            for h in 0..g {
+                let qp = qs.as_ptr().add(h * hd);
+                let mut acc = [_mm256_setzero_ps(); 4];
+                let mut i = 0;
+                while i < full {
+                    let qv = _mm256_loadu_ps(qp.add(i));
+                    for (a, kd) in acc.iter_mut().zip(&k) {
+                        *a = _mm256_add_ps(*a, _mm256_mul_ps(qv, _mm256_loadu_ps(kd.add(i))));
+                    }
+                    i += 8;
+                }
+                for (d, a) in acc.iter().enumerate() {
+                    *sp.add(h * n + p + d) = sum8(*a) * scale;
+                }
+            }
+            p += 4;
+        }
+        for p in p..n {
             let k = row(keys, p);
             for h in 0..g {
                 let qp = qs.as_ptr().add(h * hd);
