@@ -316,7 +316,7 @@ mod avx2 {
         // Four positions at a time: four independent sums in flight rather than one chain of
         // additions waiting on each other (each sum's own order unchanged).
         let mut p = 0;
-        while p + 4 <= n && hd % 8 == 0 {
+        while p + 4 <= n && hd.is_multiple_of(8) {
             let k: [*const f32; 4] = std::array::from_fn(|d| row(keys, p + d));
             for h in 0..g {
                 let qp = qs.as_ptr().add(h * hd);
