@@ -112,16 +112,30 @@ fn tensor_parallel_decode_predictions_hold_on_each_network() {
         ok(&[&coll[..], &shm, &["--out", &format!("{f}/coll-shm.json")]].concat());
         // The computation: the 2-rank split on this machine, with the thread each lab rank
         // has, as the lab's ranks will share it.
+        // The best of three, as the measured rates below are: one run on a shared host may
+        // be slowed by a neighbour (a basis 40% slow put every prediction 40% low).
         let decode = ["infer", "--threads", "1", "--max-tokens", "24"];
         let tp = ["--parallel", "tp", "--no-verify"];
-        ok(&[
-            &decode[..],
-            &MODEL,
-            &tp,
-            &shm,
-            &["--out", &format!("{f}/decode-2.json")],
-        ]
-        .concat());
+        let mut fastest: Option<(f64, std::path::PathBuf)> = None;
+        for b in 1..=3 {
+            let basis = dir.join(format!("basis-{attempt}-{b}.json"));
+            ok(&[
+                &decode[..],
+                &MODEL,
+                &tp,
+                &shm,
+                &["--out", basis.to_str().unwrap()],
+            ]
+            .concat());
+            let rate = read_json(&basis)["results"]["decode_tokens_per_s"]
+                .as_f64()
+                .unwrap();
+            if fastest.as_ref().is_none_or(|(best, _)| rate > *best) {
+                fastest = Some((rate, basis));
+            }
+        }
+        let (_, basis) = fastest.expect("three basis runs");
+        std::fs::copy(&basis, figures.join("decode-2.json")).unwrap();
         // Predicted from those alone.
         let json = dir.join(format!("predicted-{attempt}.json"));
         ok(&[
