@@ -213,7 +213,7 @@ fn plan(opts: &RunOptions) -> Result<Vec<Placement>> {
 }
 
 /// Quotes one word for a POSIX shell.
-fn sh_quote(w: &str) -> String {
+pub(crate) fn sh_quote(w: &str) -> String {
     if !w.is_empty()
         && w.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_./=:@,+".contains(&b))

@@ -391,7 +391,7 @@ pub fn write_script(opts: &RunOptions, suite: &str, to: &Path) -> Result<i32> {
 /// The `sbatch` script for a run: the same flags, each rank an srun task. `args` is the
 /// command line as given (after the binary), `--slurm` and rank placement flags left out.
 pub fn sbatch_script(suite: &str, exe: &Path, args: &[String], ranks: usize) -> String {
-    let quoted: Vec<String> = args.iter().map(|a| shell_quote(a)).collect();
+    let quoted: Vec<String> = args.iter().map(|a| crate::launch::sh_quote(a)).collect();
     format!(
         "#!/bin/bash\n\
          # tbbench {suite} on {ranks} Slurm tasks, one rank each: submit with `sbatch FILE`.\n\
@@ -407,7 +407,7 @@ pub fn sbatch_script(suite: &str, exe: &Path, args: &[String], ranks: usize) -> 
          ##SBATCH --time=00:30:00\n\
          \n\
          srun --mpi=pmi2 {} {suite} {}\n",
-        shell_quote(&exe.to_string_lossy()),
+        crate::launch::sh_quote(&exe.to_string_lossy()),
         quoted.join(" ")
     )
 }
@@ -433,17 +433,6 @@ pub fn script_args(args: &[String]) -> Vec<String> {
         out.push(a.clone());
     }
     out
-}
-
-fn shell_quote(s: &str) -> String {
-    if !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,@+%".contains(&b))
-    {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
-    }
 }
 
 #[cfg(test)]

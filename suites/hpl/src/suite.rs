@@ -352,10 +352,24 @@ fn rank_bytes(n: usize, nb: usize, grid: &Grid, row: usize, col: usize, depth: u
 
 /// The largest N whose shares and workspaces fit every rank's budget (a multiple of NB).
 fn largest_fitting_n(grid: &Grid, nb: usize, depth: usize, ctx: &Context, fraction: f64) -> usize {
+    largest_n_within(grid, nb, ctx, fraction, &|n, row, col| {
+        rank_bytes(n, nb, grid, row, col, depth)
+    })
+}
+
+/// The largest N (a multiple of NB) for which `need(n, row, col)`, the bytes rank (row, col)
+/// needs, fits every rank's budget (hpl's and hpl-mxp's shares).
+pub(crate) fn largest_n_within(
+    grid: &Grid,
+    nb: usize,
+    ctx: &Context,
+    fraction: f64,
+    need: &dyn Fn(usize, usize, usize) -> u64,
+) -> usize {
     let fits = |n: usize| {
         (0..grid.size()).all(|r| {
             let (row, col) = grid.coords(r);
-            rank_bytes(n, nb, grid, row, col, depth) <= budget_per_rank(ctx, r, fraction)
+            need(n, row, col) <= budget_per_rank(ctx, r, fraction)
         })
     };
     let (mut lo, mut hi) = (0usize, 1usize << 22);
@@ -372,18 +386,39 @@ fn largest_fitting_n(grid: &Grid, nb: usize, depth: usize, ctx: &Context, fracti
 
 /// Refuses, before anything is allocated, an N whose share does not fit some rank.
 fn check_memory(v: &Variant, ctx: &Context, fraction: f64) -> Result<()> {
-    for r in 0..v.grid.size() {
-        let (row, col) = v.grid.coords(r);
-        let need = rank_bytes(v.n, v.nb, &v.grid, row, col, v.algo.depth);
-        let have = budget_per_rank(ctx, r, fraction);
-        if need > have {
+    let need = |n, row, col| rank_bytes(n, v.nb, &v.grid, row, col, v.algo.depth);
+    refuse_unfitting(
+        v.n,
+        v.nb,
+        &v.grid,
+        ctx,
+        fraction,
+        &need,
+        "its share and workspace",
+    )
+}
+
+/// One line naming the first rank whose `need` (bytes at N, by grid row and column) exceeds its
+/// budget, with the largest N that fits; `holds` says what the bytes are.
+pub(crate) fn refuse_unfitting(
+    n: usize,
+    nb: usize,
+    grid: &Grid,
+    ctx: &Context,
+    fraction: f64,
+    need: &dyn Fn(usize, usize, usize) -> u64,
+    holds: &str,
+) -> Result<()> {
+    for r in 0..grid.size() {
+        let (row, col) = grid.coords(r);
+        let (need_r, have) = (need(n, row, col), budget_per_rank(ctx, r, fraction));
+        if need_r > have {
             let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-            let max_n = largest_fitting_n(&v.grid, v.nb, v.algo.depth, ctx, fraction);
+            let max_n = largest_n_within(grid, nb, ctx, fraction, need);
             bail!(
-                "N={} does not fit: rank {r} ({}) needs {:.2} GiB for its share and workspace, {:.2} GiB is available to it ({:.0}% of its host's free memory over its ranks); the largest N that fits is {max_n}",
-                v.n,
+                "N={n} does not fit: rank {r} ({}) needs {:.2} GiB for {holds}, {:.2} GiB is available to it ({:.0}% of its host's free memory over its ranks); the largest N that fits is {max_n}",
                 ctx.rank_hosts[r],
-                gib(need),
+                gib(need_r),
                 gib(have),
                 fraction * 100.0
             );

@@ -25,19 +25,21 @@ struct HplResults {
     runs: Vec<Run>,
 }
 
+/// One solve as hpl and hpl-mxp record it (hpl-mxp's `iterations`; hpl's efficiency,
+/// product, energy and split), for both views.
 #[derive(Debug, Deserialize)]
-struct Run {
-    code: String,
-    n: u64,
-    nb: u64,
-    p: u64,
-    q: u64,
-    time_s: f64,
-    gflops: f64,
-    resid: f64,
+pub(crate) struct Run {
+    pub(crate) code: String,
+    pub(crate) n: u64,
+    pub(crate) nb: u64,
+    pub(crate) p: u64,
+    pub(crate) q: u64,
+    pub(crate) time_s: f64,
+    pub(crate) gflops: f64,
+    pub(crate) resid: f64,
     #[serde(default = "default_threshold")]
     threshold: f64,
-    passed: bool,
+    pub(crate) passed: bool,
     #[serde(default)]
     efficiency_vs_dgemm: Option<f64>,
     /// The trailing update's product (absent in results from before it was recorded).
@@ -48,6 +50,9 @@ struct Run {
     gflops_per_watt: Option<f64>,
     #[serde(default)]
     per_rank: Vec<Split>,
+    /// hpl-mxp: GMRES iterations.
+    #[serde(default)]
+    pub(crate) iterations: Option<u64>,
 }
 
 fn default_threshold() -> f64 {
@@ -81,7 +86,7 @@ impl Split {
 }
 
 impl Run {
-    fn config(&self) -> String {
+    pub(crate) fn config(&self) -> String {
         format!(
             "{} N={} NB={} {}x{}",
             self.code, self.n, self.nb, self.p, self.q
@@ -104,6 +109,26 @@ fn short_seconds(s: f64) -> String {
     } else {
         format!("{s:.0} s")
     }
+}
+
+/// Each passing solve's Gflops, for compare (hpl and hpl-mxp): a FAILED solve has no
+/// meaningful speed, and compare reports the failure itself.
+pub(crate) fn gflops_metrics(r: &ResultFile, runs: &[Run]) -> Vec<Metric> {
+    runs.iter()
+        .filter(|x| x.passed)
+        .map(|x| {
+            Metric::new(
+                r,
+                "Gflops",
+                &x.config(),
+                "Gflops",
+                Better::Higher,
+                x.gflops,
+                0.0,
+                true,
+            )
+        })
+        .collect()
 }
 
 fn parse(r: &ResultFile) -> Result<HplResults, String> {
@@ -129,23 +154,7 @@ impl SuiteView for HplView {
 
     fn metrics(&self, r: &ResultFile) -> Vec<Metric> {
         let Ok(h) = parse(r) else { return vec![] };
-        h.runs
-            .iter()
-            // A FAILED solve has no meaningful speed; compare reports the failure itself.
-            .filter(|x| x.passed)
-            .map(|x| {
-                Metric::new(
-                    r,
-                    "Gflops",
-                    &x.config(),
-                    "Gflops",
-                    Better::Higher,
-                    x.gflops,
-                    0.0,
-                    true,
-                )
-            })
-            .collect()
+        gflops_metrics(r, &h.runs)
     }
 
     /// The update's product each run ran, per NB (it is chosen per NB): timed against the BLAS

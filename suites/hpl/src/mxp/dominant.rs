@@ -3,7 +3,7 @@
 //! diagonally dominant by rows and its LU needs no pivoting in any precision. b stays HPL's.
 
 use crate::check;
-use crate::generator::{self, HPL_SEED};
+use crate::generator::HPL_SEED;
 use crate::grid::{owner, Grid};
 use crate::matrix::{Layout, LocalMatrix};
 use anyhow::Result;
@@ -85,16 +85,5 @@ impl Dominant {
     pub fn scaled_residual(&self, r: &[f64], x: &[f64]) -> f64 {
         let inf = |v: &[f64]| v.iter().fold(0.0f64, |m, e| m.max(e.abs()));
         inf(r) / self.denominator(inf(x))
-    }
-
-    /// Entry (i, j) of the system as defined (for tests: no rank holds the whole).
-    pub fn entry(n: usize, i: usize, j: usize) -> f64 {
-        if i == j {
-            (0..n)
-                .map(|c| generator::entry(HPL_SEED, n as u64, i as u64, c as u64).abs())
-                .sum()
-        } else {
-            generator::entry(HPL_SEED, n as u64, i as u64, j as u64)
-        }
     }
 }

@@ -282,21 +282,14 @@ fn rank_bytes(n: usize, nb: usize, grid: &Grid, row: usize, col: usize) -> u64 {
 
 /// Refuses, before anything is allocated, an N whose shares do not fit.
 fn check_memory(config: &MxpConfig, grid: &Grid, ctx: &Context) -> Result<()> {
-    for r in 0..grid.size() {
-        let (row, col) = grid.coords(r);
-        let need = rank_bytes(config.n, config.nb, grid, row, col);
-        let have = crate::suite::budget_per_rank(ctx, r, config.mem_fraction);
-        if need > have {
-            let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-            bail!(
-                "N={} does not fit: rank {r} ({}) needs {:.2} GiB (its share in double precision and again in single), {:.2} GiB is available to it ({:.0}% of its host's free memory over its ranks)",
-                config.n,
-                ctx.rank_hosts[r],
-                gib(need),
-                gib(have),
-                config.mem_fraction * 100.0
-            );
-        }
-    }
-    Ok(())
+    let need = |n, row, col| rank_bytes(n, config.nb, grid, row, col);
+    crate::suite::refuse_unfitting(
+        config.n,
+        config.nb,
+        grid,
+        ctx,
+        config.mem_fraction,
+        &need,
+        "its share in double precision and again in single",
+    )
 }

@@ -2,13 +2,14 @@
 //! beside HPL per network, rank count and N, with the speed-up, from the hpl runs of the same
 //! report.
 
+use crate::view::Run;
 use serde::Deserialize;
 use serde_json::json;
 use std::collections::BTreeMap;
 use tbbench_reports::chart::{self, BarChart};
 use tbbench_reports::html::{self, num, opt_num, verdict, Cell};
 use tbbench_reports::load::Loaded;
-use tbbench_reports::metrics::{Better, Metric};
+use tbbench_reports::metrics::Metric;
 use tbbench_reports::views::{network_label, series_names, short_time, SuiteView};
 use tbbench_schema::ResultFile;
 
@@ -23,31 +24,6 @@ struct MxpResults {
     runs: Vec<Run>,
     #[serde(default)]
     kernel: Option<String>,
-}
-
-/// One solve; hpl's runs read with the same fields (`code` … `passed`).
-#[derive(Debug, Deserialize)]
-struct Run {
-    code: String,
-    n: u64,
-    nb: u64,
-    p: u64,
-    q: u64,
-    time_s: f64,
-    gflops: f64,
-    resid: f64,
-    passed: bool,
-    #[serde(default)]
-    iterations: Option<u64>,
-}
-
-impl Run {
-    fn config(&self) -> String {
-        format!(
-            "{} N={} NB={} {}x{}",
-            self.code, self.n, self.nb, self.p, self.q
-        )
-    }
 }
 
 fn parse(r: &ResultFile) -> Result<MxpResults, String> {
@@ -76,22 +52,7 @@ impl SuiteView for MxpView {
 
     fn metrics(&self, r: &ResultFile) -> Vec<Metric> {
         let Ok(h) = parse(r) else { return vec![] };
-        h.runs
-            .iter()
-            .filter(|x| x.passed)
-            .map(|x| {
-                Metric::new(
-                    r,
-                    "Gflops",
-                    &x.config(),
-                    "Gflops",
-                    Better::Higher,
-                    x.gflops,
-                    0.0,
-                    true,
-                )
-            })
-            .collect()
+        crate::view::gflops_metrics(r, &h.runs)
     }
 
     fn setup(&self, r: &ResultFile) -> Vec<(String, String)> {
