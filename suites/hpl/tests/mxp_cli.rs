@@ -70,41 +70,47 @@ fn cpu_has_bf16() -> bool {
     }
 }
 
-/// BF16 where the CPU has AVX-512 BF16 (the 1×Q path with its lookahead and the 2×2 one);
-/// elsewhere one line saying what is missing and that fp32 runs.
+/// BF16 and FP16 solves pass on every grid shape (the 1×Q path with its lookahead and the
+/// 2×2 one): BF16 through tbbench's AVX-512 BF16 kernel where the CPU has it (else its
+/// rounded operands through sgemm, with a warning saying so), FP16 through sgemm; each result
+/// names the kernel that ran.
 #[test]
-fn bf16_solves_pass_where_the_cpu_has_it_and_is_refused_in_one_line_elsewhere() {
-    let dir = tmpdir("mxp-bf16");
-    for (nodes, n, nb) in [
-        ("1", "500", "64"),
-        ("2", "333", "32"),
-        ("3", "401", "40"),
-        ("4", "500", "64"),
-    ] {
-        let out = dir.join(format!("r{nodes}.json"));
-        let o = mxp(nodes, &["--n", n, "--nb", nb, "--precision", "bf16"], &out);
-        if !cpu_has_bf16() {
-            assert!(!o.status.success());
-            let err = text(&o.stderr);
-            assert!(
-                err.contains("AVX-512 BF16") && err.contains("fp32"),
-                "{err}"
+fn sixteen_bit_solves_pass_and_name_their_kernel() {
+    let dir = tmpdir("mxp-16");
+    for precision in ["bf16", "fp16"] {
+        for (nodes, n, nb) in [
+            ("1", "500", "64"),
+            ("2", "333", "32"),
+            ("3", "401", "40"),
+            ("4", "500", "64"),
+        ] {
+            let out = dir.join(format!("{precision}-{nodes}.json"));
+            let o = mxp(
+                nodes,
+                &["--n", n, "--nb", nb, "--precision", precision],
+                &out,
             );
-            assert!(!out.exists());
-            skipped("no AVX-512 BF16 here: the BF16 solve was refused, as it should be");
-            return;
+            assert!(
+                o.status.success(),
+                "{precision} {nodes} ranks: {}",
+                text(&o.stderr)
+            );
+            let r = read_json(&out);
+            let run = &r["results"]["runs"][0];
+            assert_eq!(run["passed"], true, "{run}");
+            assert_eq!(run["code"], format!("MXP-{}", precision.to_uppercase()));
+            // A 16-bit preconditioner is rougher than FP32's: a few more iterations.
+            assert!(run["iterations"].as_u64().unwrap() <= 10, "{run}");
+            let kernel = r["results"]["kernel"].as_str().unwrap();
+            let warned = r["warnings"].to_string().contains("no AVX-512 BF16");
+            match (precision, cpu_has_bf16()) {
+                ("bf16", true) => assert!(kernel.contains("vdpbf16ps") && !warned, "{kernel}"),
+                ("bf16", false) => {
+                    assert!(kernel.contains("BF16 operands") && warned, "{kernel}")
+                }
+                _ => assert!(kernel.contains("FP16 operands"), "{kernel}"),
+            }
         }
-        assert!(o.status.success(), "{nodes} ranks: {}", text(&o.stderr));
-        let r = read_json(&out);
-        let run = &r["results"]["runs"][0];
-        assert_eq!(run["passed"], true, "{run}");
-        assert_eq!(run["code"], "MXP-BF16");
-        // BF16's rounding leaves a rougher preconditioner than FP32's: a few more iterations.
-        assert!(run["iterations"].as_u64().unwrap() <= 10, "{run}");
-        assert!(r["results"]["kernel"]
-            .as_str()
-            .unwrap()
-            .contains("vdpbf16ps"));
     }
 }
 
@@ -140,7 +146,7 @@ fn bad_input_gets_one_line_naming_the_cause() {
             "grid of 3 ranks",
         ),
         (vec!["--nodes", "2", "--n", "2000000"], "does not fit"),
-        (vec!["--nodes", "2", "--precision", "fp8"], "fp8"),
+        (vec!["--nodes", "2", "--precision", "fp8"], "fp16"),
         (vec!["--nodes", "2", "--n", "0"], "--n"),
         (
             vec!["--nodes", "1", "--mem-fraction", "0"],

@@ -31,8 +31,9 @@ pub struct MxpArgs {
     /// Process grid columns (with --p).
     #[arg(long, requires = "p", value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub q: Option<u64>,
-    /// The factorization's precision: fp32 (the BLAS's sgemm and strsm), or bf16 (the
-    /// trailing update in BF16 with FP32 accumulation: x86 with AVX-512 BF16).
+    /// The factorization's precision: fp32 (the BLAS's sgemm and strsm), bf16 or fp16 (the
+    /// trailing update's operands in that format, FP32 accumulation: tbbench's AVX-512 BF16
+    /// kernel where the CPU has it, else the rounded operands through sgemm).
     #[arg(long, default_value = "fp32", value_parser = Precision::parse)]
     pub precision: Precision,
     /// Threads per rank (default: the host's cores over its ranks).

@@ -6,13 +6,14 @@
 //!    panel to the right (U12 = L11⁻¹·A12);
 //! 4. L21 goes along each process row, U12 down each process column;
 //! 5. every rank updates its part of the trailing matrix, A22 −= L21·U12 (sgemm, or with
-//!    `--precision bf16` the BF16 product of `super::bf16`).
+//!    `--precision bf16` or `fp16` the operands in that format and FP32 sums: `super::bf16`'s
+//!    AVX-512 BF16 kernel, or `super::rounded` on any CPU).
 //!
 //! No pivots, so no row swaps and no pivot searches: the matrix is diagonally dominant by
 //! construction (`super::dominant`).
 
 use super::kernels32 as k32;
-use super::Precision;
+use super::{rounded, Precision};
 use crate::grid::owner;
 use crate::matrix::Layout;
 use anyhow::Result;
@@ -32,8 +33,9 @@ pub struct FactorTimes {
 
 /// Factors this rank's share `a` (the N×N part of the layout, single precision, leading
 /// dimension `l.lda`) in place into L\U. Every rank of the grid calls it.
-/// `precision` picks the trailing update's product: FP32 (sgemm) or BF16 with FP32
-/// accumulation (`super::bf16`); the diagonal blocks and the panels' solves are FP32 either way.
+/// `precision` picks the trailing update's product: FP32 (sgemm), or BF16 or FP16 with FP32
+/// accumulation ([`product`]); the diagonal blocks and the panels' solves are FP32 in every
+/// case.
 pub fn factor(
     comm: &mut Comm,
     l: &Layout,
@@ -44,8 +46,9 @@ pub fn factor(
     if l.grid.p == 1 && l.grid.q > 1 {
         return factor_one_row(comm, l, a, precision, t);
     }
-    let mut scratch = super::bf16::Scratch::default();
+    let mut scratch = super::Scratch::default();
     let (n, nb, grid) = (l.n, l.nb, l.grid);
+    let rounding = super::rounding(precision, n);
     let lda = l.lda;
     let nqa = l.cols_before(n);
     assert!(a.len() >= lda * nqa);
@@ -124,6 +127,11 @@ pub fn factor(
                     lpanel[c * m_below..(c + 1) * m_below]
                         .copy_from_slice(&a[from..from + m_below]);
                 }
+                // A copy: rounded once here for the whole row (the factors in the share stay
+                // FP32 for the refinement).
+                if let Some(r) = rounding {
+                    r.round_a(&mut lpanel);
+                }
             }
             if m_below > 0 {
                 let root = grid.rank_at(l.myrow, pcol);
@@ -162,7 +170,9 @@ pub fn factor(
         unsafe {
             product(
                 precision,
+                rounding,
                 &mut scratch,
+                grid.q > 1,
                 m_below,
                 n_right,
                 kb,
@@ -186,7 +196,9 @@ pub fn factor(
 #[allow(clippy::too_many_arguments)]
 unsafe fn product(
     precision: Precision,
-    scratch: &mut super::bf16::Scratch,
+    rounding: Option<rounded::Rounding>,
+    scratch: &mut super::Scratch,
+    a_rounded: bool,
     m: usize,
     n: usize,
     k: usize,
@@ -197,11 +209,25 @@ unsafe fn product(
     c: *mut f32,
     ldc: usize,
 ) {
-    match precision {
-        Precision::Fp32 => k32::gemm_minus(m, n, k, a, lda, b, ldb, c, ldc),
-        Precision::Bf16 => {
+    match (precision, rounding) {
+        (Precision::Fp32, _) => k32::gemm_minus(m, n, k, a, lda, b, ldb, c, ldc),
+        (_, Some(r)) => rounded::gemm_minus(
+            &mut scratch.rounded,
+            r,
+            a_rounded,
+            m,
+            n,
+            k,
+            a,
+            lda,
+            b,
+            ldb,
+            c,
+            ldc,
+        ),
+        (_, None) => {
             let threads = crate::kernels::threads();
-            super::bf16::gemm_minus(scratch, threads, m, n, k, a, lda, b, ldb, c, ldc)
+            super::bf16::gemm_minus(&mut scratch.bf16, threads, m, n, k, a, lda, b, ldb, c, ldc)
         }
     }
 }
@@ -222,7 +248,8 @@ fn factor_one_row(
     let nqa = l.cols_before(n);
     assert!(grid.p == 1 && l.mp == n && a.len() >= lda * nqa);
     let row: Vec<usize> = (0..grid.q).map(|c| grid.rank_at(0, c)).collect();
-    let mut scratch = super::bf16::Scratch::default();
+    let mut scratch = super::Scratch::default();
+    let rounding = super::rounding(precision, n);
     let mut clock = std::time::Instant::now();
     let lap = |c: &mut std::time::Instant| {
         let s = c.elapsed().as_secs_f64();
@@ -246,11 +273,16 @@ fn factor_one_row(
         for c in 0..kb {
             let from = (lc0 + c) * lda + g0;
             out[c * m..(c + 1) * m].copy_from_slice(&a[from..from + m]);
+            // L21's part of the copy rounded once for the step's updates (L11 above it
+            // stays FP32 for U12's solve, as the share's factors do for the refinement).
+            if let Some(r) = rounding {
+                r.round_a(&mut out[c * m + kb..(c + 1) * m]);
+            }
         }
     };
     // Step g0's U12 and update over local columns `cols` (all right of the panel).
     let update = |a: &mut [f32],
-                  scratch: &mut super::bf16::Scratch,
+                  scratch: &mut super::Scratch,
                   g0: usize,
                   panel: &[f32],
                   cols: std::ops::Range<usize>| {
@@ -267,7 +299,9 @@ fn factor_one_row(
             k32::trsm_left_lower_unit(kb, cols.len(), panel.as_ptr(), m, u, lda);
             product(
                 precision,
+                rounding,
                 scratch,
+                true,
                 m - kb,
                 cols.len(),
                 kb,

@@ -36,6 +36,26 @@ pub unsafe fn gemm_minus(
     c: *mut f32,
     ldc: usize,
 ) {
+    gemm_minus_scaled(1.0, m, n, k, a, lda, b, ldb, c, ldc)
+}
+
+/// C[m×n] −= s · A[m×k] · B[k×n].
+///
+/// # Safety
+/// As [`gemm_minus`].
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm_minus_scaled(
+    s: f32,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+) {
     if m == 0 || n == 0 || k == 0 {
         return;
     }
@@ -51,7 +71,7 @@ pub unsafe fn gemm_minus(
             &mi,
             &ni,
             &ki,
-            &-1.0,
+            &-s,
             a,
             &la,
             b,
@@ -65,7 +85,7 @@ pub unsafe fn gemm_minus(
     for j in 0..n {
         let cj = std::slice::from_raw_parts_mut(c.add(j * ldc), m);
         for p in 0..k {
-            let bp = *b.add(j * ldb + p);
+            let bp = s * *b.add(j * ldb + p);
             if bp != 0.0 {
                 let ap = std::slice::from_raw_parts(a.add(p * lda), m);
                 for (ci, ai) in cj.iter_mut().zip(ap) {

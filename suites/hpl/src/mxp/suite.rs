@@ -23,8 +23,11 @@ pub enum Precision {
     /// IEEE single: sgemm and strsm of the loaded BLAS.
     Fp32,
     /// The trailing update's operands rounded to BF16, products accumulated in FP32
-    /// (AVX-512 BF16); the trailing matrix, the diagonal blocks and the panels stay FP32.
+    /// (AVX-512 BF16's kernel, else the rounded operands through sgemm); the trailing matrix,
+    /// the diagonal blocks and the panels stay FP32.
     Bf16,
+    /// As Bf16 in IEEE binary16 (11 significant bits, range to 65504), through sgemm.
+    Fp16,
 }
 
 impl Precision {
@@ -32,14 +35,16 @@ impl Precision {
         match self {
             Precision::Fp32 => "fp32",
             Precision::Bf16 => "bf16",
+            Precision::Fp16 => "fp16",
         }
     }
     pub fn parse(s: &str) -> Result<Precision, String> {
         match s {
             "fp32" => Ok(Precision::Fp32),
             "bf16" => Ok(Precision::Bf16),
+            "fp16" => Ok(Precision::Fp16),
             _ => Err(format!(
-                "'{s}' is not a precision tbbench factors in (fp32, bf16)"
+                "'{s}' is not a precision tbbench factors in (fp32, bf16, fp16)"
             )),
         }
     }
@@ -48,6 +53,7 @@ impl Precision {
         match self {
             Precision::Fp32 => "MXP-FP32",
             Precision::Bf16 => "MXP-BF16",
+            Precision::Fp16 => "MXP-FP16",
         }
     }
 }
@@ -132,19 +138,27 @@ impl Suite for MxpSuite {
         kernels::set_threads(threads);
         let mut warnings = Vec::new();
         crate::suite::record_blas(ctx, &mut warnings)?;
-        if config.precision == Precision::Bf16 && !super::bf16::available() {
-            bail!(
-                "--precision bf16 needs AVX-512 BF16 (vdpbf16ps), which {}'s CPU lacks: --precision fp32 runs anywhere",
-                ctx.rank_hosts[rank]
-            );
-        }
+        let through_sgemm = |format: &str| {
+            format!(
+                "update: {format} operands (rounded to nearest even), FP32 sums by the {}",
+                kernels32::name()
+            )
+        };
         let kernel = match config.precision {
             Precision::Fp32 => kernels32::name(),
-            Precision::Bf16 => format!(
+            Precision::Bf16 if super::bf16::available() => format!(
                 "update: {}; panels: {}",
                 super::bf16::NAME,
                 kernels32::name()
             ),
+            Precision::Bf16 => {
+                warnings.push(format!(
+                    "{}'s CPU has no AVX-512 BF16: the BF16 operands go through sgemm (BF16's arithmetic at FP32's speed)",
+                    ctx.rank_hosts[rank]
+                ));
+                through_sgemm("BF16")
+            }
+            Precision::Fp16 => through_sgemm("FP16"),
         };
         let (n, nb) = (config.n, config.nb);
 
