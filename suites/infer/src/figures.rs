@@ -16,12 +16,26 @@ fn dist(values: &[f64]) -> Option<Summary> {
 #[derive(Debug, Clone, Serialize)]
 pub struct Level {
     /// "closed" (N workers, each sending its next request when the last one ended) or "open"
-    /// (Poisson arrivals at `rate_per_s`, whatever is still running).
+    /// (arrivals at `rate_per_s` as `arrivals` says, whatever is still running).
     pub mode: &'static str,
+    /// In a `--sweep`: "synchronous" (one at a time), "throughput" (every request at once) or
+    /// "constant" (a rate between).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<&'static str>,
+    /// `--context`: the prompt length asked for, tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rate_per_s: Option<f64>,
+    /// Open loop: constant, poisson or gamma:SHAPE.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arrivals: Option<crate::load::Arrivals>,
+    /// Open loop: why the level stopped sending before its last request (the server
+    /// saturated); its unsent requests are in `not_sent`, not in `requests`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<crate::load::Stopped>,
     pub requests: u64,
     pub ok: u64,
     pub failed: u64,
@@ -53,6 +67,14 @@ pub struct Level {
     pub e2e_ms: Option<Summary>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decode_tokens_per_s: Option<Summary>,
+    /// The server reported no prompt counts: `prompt_tokens` (and the prefill rate) are the
+    /// lengths the prompts were tuned to from the warm-up's counts.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub prompt_tokens_estimated: bool,
+    /// Prompt tokens over TTFT, per request: the prefill rate as the client sees it (queueing
+    /// included).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefill_tokens_per_s: Option<Summary>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub connect_ms: Option<Summary>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -123,8 +145,13 @@ impl Level {
             } else {
                 "closed"
             },
+            sweep: None,
+            context: None,
+            prompt_tokens_estimated: false,
             concurrency,
             rate_per_s,
+            arrivals: None,
+            stopped: None,
             requests: records.len() as u64,
             ok: ok.len() as u64,
             failed: (records.len() - ok.len()) as u64,
@@ -145,6 +172,10 @@ impl Level {
             gap_ms: dist(&gaps),
             e2e_ms: pick(|r| r.e2e_ms),
             decode_tokens_per_s: pick(|r| r.decode_tokens_per_s),
+            prefill_tokens_per_s: pick(|r| {
+                let (p, t) = (r.prompt_tokens?, r.ttft_ms?);
+                (t > 0.0).then(|| p as f64 / (t / 1e3))
+            }),
             connect_ms: pick(|r| r.connect_ms),
             prompt_tokens: pick(|r| r.prompt_tokens.map(|p| p as f64)),
             output_tokens_per_request: pick(|r| r.output_tokens.map(|p| p as f64)),
@@ -159,12 +190,16 @@ impl Level {
         }
     }
 
-    /// "c=4" or "rate=2/s": how tables and the report name the level.
+    /// "c=4", "rate=2/s" or "ctx=8192 c=1": how tables and the report name the level.
     pub fn name(&self) -> String {
-        match (self.concurrency, self.rate_per_s) {
+        let load = match (self.concurrency, self.rate_per_s) {
             (_, Some(r)) => format!("rate={r}/s"),
             (Some(c), None) => format!("c={c}"),
             (None, None) => "?".into(),
+        };
+        match self.context {
+            Some(d) => format!("ctx={d} {load}"),
+            None => load,
         }
     }
 }

@@ -10,6 +10,7 @@
 pub mod cli;
 pub mod decode;
 pub mod endpoint;
+mod export;
 pub mod figures;
 pub mod http;
 pub mod load;
@@ -19,8 +20,10 @@ pub mod request;
 mod server_tokenizer;
 pub mod slo;
 pub mod sse;
+pub mod sweep;
 mod table;
 pub mod view;
+pub mod workload;
 
 pub use openai::Api;
 use serde::Serialize;
@@ -34,17 +37,35 @@ pub struct InferConfig {
     /// None: the first model the server lists at GET /models.
     pub model: Option<String>,
     pub api: Api,
-    /// Prompt length to aim for, in the server's tokens (tuned during warm-up from `usage`).
-    pub prompt_tokens: u64,
-    pub max_tokens: u64,
+    /// Prompt length to aim for, in the server's tokens (tuned during warm-up from `usage`):
+    /// fixed or drawn per request.
+    pub prompt_tokens: workload::Lengths,
+    pub max_tokens: workload::Lengths,
     /// Measured requests per level.
     pub requests: u64,
     /// Untimed full-size requests before the first level (they also tune the prompt length).
     pub warmup: u64,
     /// Closed-loop levels, one measurement each; unused with `rate_per_s`.
     pub concurrency: Vec<usize>,
-    /// Open loop: Poisson arrivals at this mean rate.
+    /// Open loop: arrivals at this mean rate.
     pub rate_per_s: Option<f64>,
+    /// `--sweep`: the levels of a rate sweep (with a list of concurrencies, the list).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<usize>,
+    /// How open-loop requests arrive.
+    pub arrivals: load::Arrivals,
+    /// Each level's ramp-up, seconds (0: none).
+    pub ramp_up_s: f64,
+    /// `--context`: prompt depths, tokens, each a set of levels.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub context: Vec<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dataset: Option<PathBuf>,
+    pub multi_turn: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shared_prefix: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requests_out: Option<PathBuf>,
     /// The variable the API key is read from. The key itself is never printed or stored.
     pub api_key_env: String,
     /// Longest wait on the network with no progress (connect, send, each read).
@@ -69,12 +90,20 @@ impl Default for InferConfig {
             endpoint: String::new(),
             model: None,
             api: Api::Chat,
-            prompt_tokens: 128,
-            max_tokens: 128,
+            prompt_tokens: workload::Lengths::Fixed(128),
+            max_tokens: workload::Lengths::Fixed(128),
             requests: 16,
             warmup: 2,
             concurrency: vec![1],
             rate_per_s: None,
+            sweep: None,
+            arrivals: load::Arrivals::Poisson,
+            ramp_up_s: 0.0,
+            context: vec![],
+            dataset: None,
+            multi_turn: false,
+            shared_prefix: None,
+            requests_out: None,
             api_key_env: "OPENAI_API_KEY".into(),
             timeout_s: 60.0,
             ignore_eos: false,

@@ -23,6 +23,7 @@ impl Api {
     }
 }
 
+#[derive(Debug, Clone, Copy)]
 pub struct BodyOptions<'a> {
     pub api: Api,
     pub model: &'a str,
@@ -35,14 +36,46 @@ pub struct BodyOptions<'a> {
 }
 
 pub fn body(o: &BodyOptions, prompt: &str) -> Vec<u8> {
+    conversation_body(o, &[], prompt, false)
+}
+
+/// A request that carries a conversation's earlier turns, (user, assistant) pairs, before
+/// its new user turn: as messages for the chat API, as one transcript for completions
+/// (`transcript`: in the transcript's form from the first turn on, so each turn's prompt
+/// begins with the one before it).
+pub fn conversation_body(
+    o: &BodyOptions,
+    history: &[(&str, &str)],
+    prompt: &str,
+    transcript: bool,
+) -> Vec<u8> {
     let mut b = json!({
         "model": o.model,
         "stream": true,
         "max_tokens": o.max_tokens,
     });
     match o.api {
-        Api::Chat => b["messages"] = json!([{ "role": "user", "content": prompt }]),
-        Api::Completions => b["prompt"] = json!(prompt),
+        Api::Chat => {
+            let mut messages = Vec::with_capacity(2 * history.len() + 1);
+            for (user, assistant) in history {
+                messages.push(json!({ "role": "user", "content": user }));
+                messages.push(json!({ "role": "assistant", "content": assistant }));
+            }
+            messages.push(json!({ "role": "user", "content": prompt }));
+            b["messages"] = json!(messages);
+        }
+        Api::Completions => {
+            let mut text = String::new();
+            for (user, assistant) in history {
+                text.push_str(&format!("User: {user}\nAssistant: {assistant}\n"));
+            }
+            if !transcript {
+                text.push_str(prompt);
+            } else {
+                text.push_str(&format!("User: {prompt}\nAssistant:"));
+            }
+            b["prompt"] = json!(text);
+        }
     }
     if o.include_usage {
         b["stream_options"] = json!({ "include_usage": true });

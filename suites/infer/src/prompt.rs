@@ -28,6 +28,33 @@ impl Rng {
     pub fn exponential(&mut self, mean: f64) -> f64 {
         -self.unit().ln() * mean
     }
+    /// Standard normal (Box-Muller).
+    pub fn normal(&mut self) -> f64 {
+        let (u, v) = (self.unit(), self.unit());
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+    }
+    /// Gamma distributed with this shape and mean (Marsaglia and Tsang's method; a shape
+    /// below 1 through Gamma(shape + 1) times U^(1/shape)). Shape 1 is the exponential.
+    pub fn gamma(&mut self, shape: f64, mean: f64) -> f64 {
+        let scale = mean / shape;
+        if shape < 1.0 {
+            let boost = self.unit().powf(1.0 / shape);
+            return self.gamma(shape + 1.0, (shape + 1.0) * scale) * boost;
+        }
+        let d = shape - 1.0 / 3.0;
+        let c = 1.0 / (9.0 * d).sqrt();
+        loop {
+            let x = self.normal();
+            let v = (1.0 + c * x).powi(3);
+            if v <= 0.0 {
+                continue;
+            }
+            let u = self.unit();
+            if u.ln() < 0.5 * x * x + d - d * v + d * v.ln() {
+                return d * v * scale;
+            }
+        }
+    }
 }
 
 const WORDS: &[&str] = &[
@@ -85,11 +112,11 @@ impl Calibration {
         self.points.push((words, tokens));
     }
 
-    pub fn next_words(&self, target: u64, current: u64) -> u64 {
+    /// The line through the last two points (tokens = fixed + per_word · words), or through
+    /// the last one at a token a word.
+    fn line(&self) -> Option<(f64, f64)> {
         let n = self.points.len();
-        let Some(&(w1, t1)) = self.points.last() else {
-            return current;
-        };
+        let &(w1, t1) = self.points.last()?;
         let per_word = match n {
             0 | 1 => 1.0,
             _ => {
@@ -101,9 +128,21 @@ impl Calibration {
                 }
             }
         };
-        let fixed = t1 as f64 - per_word * w1 as f64;
+        Some((t1 as f64 - per_word * w1 as f64, per_word))
+    }
+
+    pub fn next_words(&self, target: u64, current: u64) -> u64 {
+        let Some((fixed, per_word)) = self.line() else {
+            return current;
+        };
         let w = ((target as f64 - fixed) / per_word).round();
         w.max(1.0) as u64
+    }
+
+    /// The tokens a prompt of `words` words should count, by the points seen so far.
+    pub fn tokens_for(&self, words: u64) -> Option<u64> {
+        let (fixed, per_word) = self.line()?;
+        Some((fixed + per_word * words as f64).round().max(1.0) as u64)
     }
 }
 
@@ -140,5 +179,23 @@ mod tests {
         let n = 20_000;
         let mean = (0..n).map(|_| r.exponential(0.5)).sum::<f64>() / n as f64;
         assert!((mean - 0.5).abs() < 0.02, "{mean}");
+    }
+
+    /// Gamma gaps keep the mean and have the coefficient of variation 1/sqrt(shape).
+    #[test]
+    fn gamma_gaps_have_the_asked_mean_and_spread() {
+        for shape in [0.25, 1.0, 4.0] {
+            let mut r = Rng::new(3);
+            let n = 40_000;
+            let v: Vec<f64> = (0..n).map(|_| r.gamma(shape, 0.5)).collect();
+            let mean = v.iter().sum::<f64>() / n as f64;
+            let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64;
+            let cv = var.sqrt() / mean;
+            assert!((mean - 0.5).abs() < 0.03, "shape {shape}: mean {mean}");
+            assert!(
+                (cv - 1.0 / shape.sqrt()).abs() < 0.08 / shape.sqrt(),
+                "shape {shape}: cv {cv}"
+            );
+        }
     }
 }

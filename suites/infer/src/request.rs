@@ -8,6 +8,7 @@ use crate::sse::{SseDecoder, SseItem};
 use serde::Serialize;
 use std::io::Read;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Where a request's output token count came from, best first.
@@ -121,6 +122,11 @@ const STREAMED_TEXT_KEPT: usize = 1 << 20;
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Record {
     pub index: u64,
+    /// `--multi-turn`: the conversation (its place in the dataset) and the turn of it, from 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
     /// When the request started, seconds after the level started.
     pub start_s: f64,
     pub ok: bool,
@@ -184,13 +190,40 @@ fn ms(d: Duration) -> f64 {
 
 /// Runs one request to its end. `level_start` anchors `start_s`/`end_s`.
 pub fn run(target: &Target, body: &[u8], index: u64, level_start: Instant) -> Record {
+    run_watched(
+        target,
+        body,
+        index,
+        level_start,
+        &AtomicU64::new(NO_TOKEN_YET),
+    )
+}
+
+/// What [`run_watched`]'s `first_token` holds until the first token comes.
+pub const NO_TOKEN_YET: u64 = u64::MAX;
+
+/// As [`run`], and `first_token` set to when the first token came (nanoseconds after
+/// `level_start`) as soon as it does, for whoever watches the level while it runs.
+pub fn run_watched(
+    target: &Target,
+    body: &[u8],
+    index: u64,
+    level_start: Instant,
+    first_token: &AtomicU64,
+) -> Record {
     let start = Instant::now();
     let mut rec = Record {
         index,
         start_s: start.duration_since(level_start).as_secs_f64(),
         ..Default::default()
     };
-    if let Err(f) = stream(target, body, start, &mut rec) {
+    let note = |t: Instant| {
+        first_token.store(
+            t.duration_since(level_start).as_nanos() as u64,
+            Ordering::Relaxed,
+        )
+    };
+    if let Err(f) = stream(target, body, start, &mut rec, &note) {
         rec.ok = false;
         rec.fail_kind = Some(f.kind);
         rec.error = Some(f.to_string());
@@ -201,7 +234,13 @@ pub fn run(target: &Target, body: &[u8], index: u64, level_start: Instant) -> Re
     rec
 }
 
-fn stream(target: &Target, body: &[u8], start: Instant, rec: &mut Record) -> Result<(), Failure> {
+fn stream(
+    target: &Target,
+    body: &[u8],
+    start: Instant,
+    rec: &mut Record,
+    first_token: &dyn Fn(Instant),
+) -> Result<(), Failure> {
     let mut resp = target.post(body, &[("Accept", "text/event-stream")])?;
     rec.status = Some(resp.status);
     rec.connect_ms = Some(ms(resp.connect));
@@ -318,6 +357,9 @@ fn stream(target: &Target, body: &[u8], start: Instant, rec: &mut Record) -> Res
                         if rec.text.len() < STREAMED_TEXT_KEPT {
                             rec.text.push_str(&c.reasoning);
                             rec.text.push_str(&c.content);
+                        }
+                        if first_any.is_none() {
+                            first_token(now);
                         }
                         first_any.get_or_insert(now);
                         if has_content {

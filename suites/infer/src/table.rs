@@ -5,7 +5,7 @@ use tbbench_schema::Summary;
 
 pub fn header() -> String {
     format!(
-        "{:<10} {:>5} {:>5} | {:>8} {:>8} {:>8} | {:>7} {:>7} | {:>7} {:>7} | {:>8} | {:>8} | {:>9} | tokens",
+        "{:<16} {:>5} {:>5} | {:>8} {:>8} {:>8} | {:>7} {:>7} | {:>7} {:>7} | {:>8} | {:>8} | {:>9} | tokens",
         "level", "ok", "fail", "TTFT p50", "p90", "p99 ms", "TPOT p50", "p90 ms", "gap p50", "p99 ms",
         "E2E p50", "tok/s p50", "aggr tok/s"
     )
@@ -20,7 +20,7 @@ fn f(d: &Option<Summary>, pick: fn(&Summary) -> Option<f64>, decimals: usize) ->
 
 pub fn row(l: &Level) -> String {
     format!(
-        "{:<10} {:>5} {:>5} | {:>8} {:>8} {:>8} | {:>8} {:>7} | {:>7} {:>7} | {:>8} | {:>9} | {:>10.1} | {}",
+        "{:<16} {:>5} {:>5} | {:>8} {:>8} {:>8} | {:>8} {:>7} | {:>7} {:>7} | {:>8} | {:>9} | {:>10.1} | {}",
         l.name(),
         l.ok,
         l.failed,
@@ -49,7 +49,7 @@ pub fn row(l: &Level) -> String {
 /// goodput, and whether the level meets the SLO.
 pub fn goodput_line(g: &crate::slo::Goodput) -> String {
     format!(
-        "{:<10} SLO {}: {:.0}% of requests met every target; goodput {:.2} requests/s, {:.1} output tokens/s",
+        "{:<16} SLO {}: {:.0}% of requests met every target; goodput {:.2} requests/s, {:.1} output tokens/s",
         "",
         if g.met { "met" } else { "NOT met" },
         g.share_met * 100.0,

@@ -9,7 +9,7 @@ use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use support::*;
 
@@ -45,6 +45,14 @@ enum Act {
     /// every `gap_ms`.
     Loaded {
         per_in_flight_ms: u64,
+        gap_ms: u64,
+        tokens: u64,
+    },
+    /// A server of `slots` batch slots: a request waits for a free one, then streams as
+    /// `Stream` does (usage always).
+    Capacity {
+        slots: usize,
+        ttft_ms: u64,
         gap_ms: u64,
         tokens: u64,
     },
@@ -138,13 +146,14 @@ fn serve_with(script: impl Fn(usize) -> Act + Send + Sync + 'static, tokenizer: 
     let seen = Arc::new(Mutex::new(Vec::new()));
     let count = Arc::new(AtomicUsize::new(0));
     let in_flight = Arc::new(AtomicUsize::new(0));
+    let busy = Arc::new((Mutex::new(0usize), Condvar::new()));
     let script = Arc::new(script);
     let seen2 = seen.clone();
     std::thread::spawn(move || {
         for conn in l.incoming() {
             let Ok(mut s) = conn else { continue };
             let (seen, count, script) = (seen2.clone(), count.clone(), script.clone());
-            let in_flight = in_flight.clone();
+            let (in_flight, busy) = (in_flight.clone(), busy.clone());
             std::thread::spawn(move || {
                 let req = read_request(&mut s);
                 if req.is_empty() {
@@ -277,6 +286,23 @@ fn serve_with(script: impl Fn(usize) -> Act + Send + Sync + 'static, tokenizer: 
                         );
                         let _ = chunk(&mut s, tail.as_bytes());
                         let _ = chunk(&mut s, b"");
+                    }
+                    Act::Capacity {
+                        slots,
+                        ttft_ms,
+                        gap_ms,
+                        tokens,
+                    } => {
+                        let (lock, freed) = &*busy;
+                        let mut n = lock.lock().unwrap();
+                        while *n >= slots {
+                            n = freed.wait(n).unwrap();
+                        }
+                        *n += 1;
+                        drop(n);
+                        good_stream(&mut s, ttft_ms, gap_ms, tokens, true);
+                        *lock.lock().unwrap() -= 1;
+                        freed.notify_one();
                     }
                     Act::RefuseStreamOptions => {
                         if req.contains("stream_options") {
@@ -761,6 +787,26 @@ fn the_report_reads_infer_results() {
         ],
     );
     assert!(o.status.success(), "{}", text(&o.stderr));
+    // A sweep of another workload against the same server, held to an SLO: the report
+    // shows both runs, its knee, the latency-against-load charts with the SLO's line.
+    let (o, _) = infer(
+        &server.url,
+        &res.join("sweep.json"),
+        &[
+            "--model",
+            "m",
+            "--requests",
+            "6",
+            "--sweep=3",
+            "--max-tokens",
+            "6",
+            "--prompt-tokens",
+            "64",
+            "--slo",
+            "ttft=1s",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
     let html = dir.join("report.html");
     let json = dir.join("report.json");
     let o = run(
@@ -778,7 +824,22 @@ fn the_report_reads_infer_results() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("Infer: token rates"), "section present");
-    assert!(page.contains("Aggregate output tokens/s vs concurrency"));
+    for title in [
+        "TTFT p50 (band to p99) against load",
+        "TPOT p50 (band to p99) against load",
+        "Aggregate output tokens/s against load",
+        "Tokens/s per user against aggregate tokens/s",
+    ] {
+        assert!(page.contains(title), "{title}");
+    }
+    assert!(page.contains("SLO TTFT 1000 ms"), "the SLO's line");
+    assert!(page.contains("the knee "), "the knee named");
+    assert!(page.contains("(synchronous)") && page.contains("(throughput)"));
+    assert!(
+        page.contains("chat, prompt 128, output 6")
+            && page.contains("chat, prompt 64, output 6, sweep"),
+        "both workloads shown"
+    );
     assert!(page.contains("infer-levels"));
     let o = run(
         &["compare", res.to_str().unwrap(), res.to_str().unwrap()],
@@ -895,5 +956,305 @@ fn bad_slo_flags_are_refused_in_one_line() {
         let err = text(&o.stderr);
         assert!(err.contains(want), "want '{want}': {err}");
         assert!(!out.exists());
+    }
+}
+
+/// A server of 4 slots: one request at a time, then all 16 at once (the saturated rate),
+/// then constant rates between; the knee lies below the saturated level, where requests
+/// queued for a slot.
+#[test]
+fn a_sweep_runs_from_one_at_a_time_to_saturation_and_names_the_knee() {
+    let server = serve(|_| Act::Capacity {
+        slots: 4,
+        ttft_ms: 20,
+        gap_ms: 10,
+        tokens: 4,
+    });
+    let dir = tmpdir("infer-sweep");
+    let out = dir.join("r.json");
+    let (o, _) = infer(
+        &server.url,
+        &out,
+        &[
+            "--model",
+            "m",
+            "--requests",
+            "16",
+            "--max-tokens",
+            "4",
+            "--sweep=4",
+        ],
+    );
+    let stdout = text(&o.stdout);
+    assert!(o.status.success(), "{stdout}\n{}", text(&o.stderr));
+    let r = read_json(&out);
+    let levels = r["results"]["levels"].as_array().unwrap();
+    let roles: Vec<&str> = levels
+        .iter()
+        .map(|l| l["sweep"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        ["synchronous", "constant", "constant", "throughput"],
+        "{stdout}"
+    );
+    assert_eq!(levels[0]["concurrency"], 1);
+    assert_eq!(levels[3]["concurrency"], 16);
+    // The rates lie evenly between one at a time and the saturated rate, arriving evenly.
+    let rate = |l: &Value| l["rate_per_s"].as_f64().unwrap();
+    let ended = |l: &Value| l["ok"].as_f64().unwrap() / l["wall_s"].as_f64().unwrap();
+    let (low, high) = (ended(&levels[0]), ended(&levels[3]));
+    assert!(high > 2.0 * low, "4 slots end more at once: {low} {high}");
+    for (i, l) in levels[1..3].iter().enumerate() {
+        let want = low + (high - low) * (i + 1) as f64 / 3.0;
+        assert!(
+            (rate(l) - want).abs() < 0.01 * want,
+            "{} vs {want}",
+            rate(l)
+        );
+        assert_eq!(l["arrivals"], "constant");
+        assert_eq!(l["mode"], "open");
+    }
+    assert!(rate(&levels[1]) < rate(&levels[2]));
+    // Every request at once waits for a slot: its TTFT p99 is well past one at a time's,
+    // so the knee is a level below it.
+    let p99 = |l: &Value| l["ttft_ms"]["p99"].as_f64().unwrap();
+    assert!(p99(&levels[3]) > 3.0 * p99(&levels[0]), "{stdout}");
+    let knee = &r["results"]["knee"];
+    assert_eq!(knee["by"], "rate_per_s");
+    let name = knee["level"].as_str().expect("a knee");
+    assert_ne!(name, "c=16", "{knee}");
+    assert!(knee["broke"].as_str().unwrap().contains(" at "), "{knee}");
+    assert!(stdout.contains(&format!("knee: {name} (then ")), "{stdout}");
+    assert_eq!(r["params"]["sweep"], 4);
+    assert_eq!(r["params"]["arrivals"], "constant");
+}
+
+/// Arrivals at twice what the server ends (2 slots of 50 ms: 40 a second): the level stops
+/// sending once requests pile up, and says so, instead of queueing every request asked for.
+#[test]
+fn an_open_loop_past_saturation_stops_sending() {
+    let server = serve(|_| Act::Capacity {
+        slots: 2,
+        ttft_ms: 40,
+        gap_ms: 5,
+        tokens: 3,
+    });
+    let dir = tmpdir("infer-saturated");
+    let out = dir.join("r.json");
+    let csv = dir.join("requests.csv");
+    let (o, _) = infer(
+        &server.url,
+        &out,
+        &[
+            "--model",
+            "m",
+            "--requests",
+            "800",
+            "--max-tokens",
+            "3",
+            "--rate",
+            "80",
+            "--arrivals",
+            "gamma:2",
+            "--requests-out",
+            csv.to_str().unwrap(),
+        ],
+    );
+    let stdout = text(&o.stdout);
+    assert!(o.status.success(), "{stdout}\n{}", text(&o.stderr));
+    assert!(stdout.contains("stopped sending after"), "{stdout}");
+    let r = read_json(&out);
+    let l = level(&r, 0);
+    assert_eq!(l["arrivals"], "gamma:2");
+    let stopped = &l["stopped"];
+    let not_sent = stopped["not_sent"].as_u64().unwrap();
+    assert!(not_sent > 0, "{stopped}");
+    assert!(stopped["in_flight"].as_u64().unwrap() >= 8, "{stopped}");
+    assert_eq!(l["requests"].as_u64().unwrap() + not_sent, 800);
+    assert_eq!(l["failed"], 0, "what was sent ended");
+    // The per-request file: a header and a line per request sent, every column there.
+    let rows = std::fs::read_to_string(&csv).unwrap();
+    let lines: Vec<&str> = rows.lines().collect();
+    assert!(lines[0].starts_with("level,context,index,conversation,turn,start_s,end_s,ok,"));
+    assert_eq!(lines.len() as u64, 1 + l["requests"].as_u64().unwrap());
+    assert!(lines[1].starts_with("rate=80/s,"), "{}", lines[1]);
+}
+
+/// A dataset replayed turn by turn: each request carries the turns before it and the
+/// server's own answers; a shared prefix starts every prompt; output lengths follow the
+/// dataset's answers; JSON Lines has a line per request with its conversation and turn.
+#[test]
+fn datasets_replay_conversations_with_their_history() {
+    let server = serve(|_| Act::Stream {
+        ttft_ms: 2,
+        gap_ms: 1,
+        tokens: 3,
+    });
+    let dir = tmpdir("infer-dataset");
+    let data = dir.join("chats.json");
+    std::fs::write(
+        &data,
+        r#"[{"conversations": [{"from": "human", "value": "first question"},
+                               {"from": "gpt", "value": "one two three four five six seven eight nine ten"},
+                               {"from": "human", "value": "second question"},
+                               {"from": "gpt", "value": "short"}]},
+            {"conversations": [{"from": "human", "value": "another chat"}]}]"#,
+    )
+    .unwrap();
+    let out = dir.join("r.json");
+    let jl = dir.join("requests.jsonl");
+    let (o, _) = infer(
+        &server.url,
+        &out,
+        &[
+            "--model",
+            "m",
+            "--requests",
+            "6",
+            "--max-tokens",
+            "100",
+            "--dataset",
+            data.to_str().unwrap(),
+            "--multi-turn",
+            "--shared-prefix",
+            "40",
+            "--requests-out",
+            jl.to_str().unwrap(),
+        ],
+    );
+    let stdout = text(&o.stdout);
+    assert!(o.status.success(), "{stdout}\n{}", text(&o.stderr));
+    let seen = server.seen.lock().unwrap().clone();
+    let bodies: Vec<Value> = seen
+        .iter()
+        .filter(|r| r.starts_with("POST"))
+        .skip(1)
+        .map(|r| serde_json::from_str(r.split("\r\n\r\n").nth(1).unwrap()).unwrap())
+        .collect();
+    let firsts: Vec<&str> = bodies
+        .iter()
+        .map(|b| b["messages"][0]["content"].as_str().unwrap())
+        .collect();
+    let prefix = firsts[0].split("\n\n").next().unwrap();
+    assert!(prefix.split(' ').count() > 20, "{prefix}");
+    assert!(firsts.iter().all(|f| f.starts_with(prefix)), "{firsts:?}");
+    // A second turn: the first turn, the server's answer as it streamed, the next question;
+    // it asks for as many tokens as the dataset's second answer had (1 word, 1.3 tokens).
+    let second = bodies
+        .iter()
+        .find(|b| b["messages"].as_array().unwrap().len() == 3)
+        .expect("a second turn");
+    assert!(second["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .ends_with("first question"));
+    assert_eq!(second["messages"][1]["role"], "assistant");
+    assert_eq!(second["messages"][1]["content"], "tök0 tök1 tök2 ");
+    assert_eq!(second["messages"][2]["content"], "second question");
+    // The history as it was sent: the first turn byte for byte (a prefix cache may serve it).
+    assert!(
+        bodies
+            .iter()
+            .any(|b| b["messages"].as_array().unwrap().len() == 1
+                && b["messages"][0]["content"] == second["messages"][0]["content"]),
+        "turn 1 repeats turn 0's message exactly"
+    );
+    assert_eq!(second["max_tokens"], 1);
+    // First turns ask for their answer's length: 10 words, 13 tokens.
+    assert!(bodies
+        .iter()
+        .any(|b| b["max_tokens"] == 13 && b["messages"].as_array().unwrap().len() == 1));
+    let lines: Vec<Value> = std::fs::read_to_string(&jl)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 6);
+    assert!(lines
+        .iter()
+        .any(|l| l["turn"] == 1 && l["conversation"].is_u64()));
+    let r = read_json(&out);
+    assert_eq!(r["results"]["prompt"]["conversations"], 2);
+    assert_eq!(r["results"]["prompt"]["multi_turn"], true);
+    assert_eq!(r["params"]["shared_prefix"], 40);
+}
+
+/// Lengths drawn per request stay in their range; bad workload flags end in one line.
+#[test]
+fn drawn_lengths_and_bad_workload_flags() {
+    let server = serve(|_| Act::Stream {
+        ttft_ms: 2,
+        gap_ms: 1,
+        tokens: 3,
+    });
+    let dir = tmpdir("infer-lengths");
+    let out = dir.join("r.json");
+    let (o, _) = infer(
+        &server.url,
+        &out,
+        &[
+            "--model",
+            "m",
+            "--requests",
+            "12",
+            "--max-tokens",
+            "3-9",
+            "--prompt-tokens",
+            "normal:64,16",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let asked: Vec<u64> = server
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.starts_with("POST"))
+        .skip(1)
+        .filter_map(|r| {
+            serde_json::from_str::<Value>(r.split("\r\n\r\n").nth(1)?).ok()?["max_tokens"].as_u64()
+        })
+        .collect();
+    assert!(asked.iter().all(|m| (3..=9).contains(m)), "{asked:?}");
+    assert!(asked.iter().any(|&m| m != asked[0]), "drawn: {asked:?}");
+    let r = read_json(&out);
+    assert_eq!(r["params"]["max_tokens"], "3-9");
+    assert_eq!(r["params"]["prompt_tokens"], "normal:64,16");
+
+    let data = dir.join("bad.json");
+    std::fs::write(&data, "[{\"conversations\": 3}]").unwrap();
+    let out = dir.join("never.json");
+    for (extra, want) in [
+        (vec!["--dataset", data.to_str().unwrap()], "bad.json"),
+        (vec!["--multi-turn"], "--dataset"),
+        (vec!["--sweep", "--rate", "2"], "--rate"),
+        (vec!["--max-tokens", "9-3"], "smaller end"),
+        (vec!["--arrivals", "bursty"], "gamma:SHAPE"),
+        (vec!["--requests-out", "x.txt"], ".jsonl or .csv"),
+        (vec!["--context", "0,512", "--sweep"], "--sweep"),
+        (vec!["--context", "0,512", "--prompt-tokens", "64"], "--prompt-tokens"),
+        (vec!["--arrivals", "constant", "--concurrency", "4"], "open-loop"),
+        (vec!["--sweep", "--concurrency", "4"], "give a list"),
+        (vec!["--sweep", "--requests", "1"], "--requests of 2"),
+        (
+            vec!["--sweep=3", "--concurrency", "1,2"],
+            "the list is the sweep",
+        ),
+    ] {
+        let mut args = vec![
+            "infer",
+            "--endpoint",
+            server.url.as_str(),
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend(extra.iter());
+        let o = run(&args, Duration::from_secs(20));
+        let err = text(&o.stderr);
+        assert!(!o.status.success(), "{args:?}");
+        assert!(err.contains(want), "{args:?}: want '{want}': {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: one line: {err}");
+        assert!(!out.exists(), "{args:?}");
     }
 }

@@ -130,6 +130,9 @@ fn start_server(dir: &Path) -> Result<LlamaServer, String> {
         ])
         .args(["--host", "127.0.0.1", "--port", &port.to_string()])
         .args(["--n_ctx", "2048", "--n_threads", "2", "--seed", "1"])
+        // Requests wait their turn (by default a new request interrupts the running one,
+        // which a load sweep would count as failures of the server's choosing).
+        .args(["--interrupt_requests", "False"])
         .stdin(Stdio::null())
         .stdout(out.try_clone().map_err(|e| e.to_string())?)
         .stderr(out)
@@ -382,6 +385,125 @@ fn token_counts_and_timings_agree_with_llama_cpp_python() {
         "{same} of {} counts equal",
         per.len()
     );
+}
+
+/// The serving modes end to end against the real server: prompts filled to each context
+/// depth (the server's own prompt counts reach the depth and TTFT grows with it), a load
+/// sweep (one request at a time, every request at once, and its knee: this server serves one
+/// request at a time, so requests at once queue), and `--find-max` under a TTFT target set
+/// from the sweep's own one-at-a-time E2E.
+#[test]
+fn context_depths_sweeps_and_find_max_against_llama_cpp_python() {
+    let dir = tmpdir("infer-server-serving");
+    let server = match start_server(&dir) {
+        Ok(s) => s,
+        Err(reason) => return unavailable(&reason),
+    };
+    let url = server.url();
+    let infer = |out: &Path, extra: &[&str]| -> Value {
+        let mut args = vec![
+            "infer",
+            "--endpoint",
+            &url,
+            "--model",
+            ALIAS,
+            "--warmup",
+            "1",
+            "--temperature",
+            "0",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let o = run(&args, Duration::from_secs(300));
+        let (stdout, stderr) = (text(&o.stdout), text(&o.stderr));
+        assert!(o.status.success(), "{args:?}\n{stdout}\n{stderr}");
+        eprintln!("{stdout}{stderr}");
+        read_json(out)
+    };
+
+    let r = infer(
+        &dir.join("context.json"),
+        &[
+            "--context",
+            "0,128,512",
+            "--max-tokens",
+            "4",
+            "--requests",
+            "1",
+        ],
+    );
+    let by = r["results"]["by_context"].as_array().unwrap();
+    let depths: Vec<u64> = by.iter().map(|d| d["context"].as_u64().unwrap()).collect();
+    assert_eq!(depths, [0, 128, 512]);
+    let ttft = |i: usize| by[i]["ttft_ms"].as_f64().unwrap();
+    assert!(
+        ttft(2) > ttft(0),
+        "a longer prompt takes longer to prefill: {by:?}"
+    );
+    for d in by {
+        assert!(d["prefill_tokens_per_s"].as_f64().unwrap() > 0.0, "{d}");
+        assert!(d["tpot_ms"].as_f64().is_some(), "{d}");
+    }
+    // llama-cpp-python streams no prompt count: the levels say theirs are the tuned lengths,
+    // and the server's own count of what it evaluated reaches the depth (less the chat
+    // template's start, which it keeps cached from the request before).
+    assert_eq!(r["results"]["levels"][2]["prompt_tokens_estimated"], true);
+    let evaluated: Vec<u64> = server
+        .log_text()
+        .lines()
+        .filter(|l| l.contains("prompt eval time ="))
+        .filter_map(|l| l.split('/').nth(1)?.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert!(
+        evaluated.iter().any(|&n| (430..=530).contains(&n)),
+        "the server evaluated {evaluated:?} prompt tokens"
+    );
+
+    let r = infer(
+        &dir.join("sweep.json"),
+        &[
+            "--sweep=3",
+            "--prompt-tokens",
+            "48",
+            "--max-tokens",
+            "8",
+            "--requests",
+            "3",
+        ],
+    );
+    let levels = r["results"]["levels"].as_array().unwrap();
+    assert_eq!(levels[0]["sweep"], "synchronous");
+    assert_eq!(levels[levels.len() - 1]["sweep"], "throughput");
+    assert!(levels.iter().all(|l| l["failed"] == 0), "{levels:?}");
+    let knee = &r["results"]["knee"];
+    assert!(knee["level"].is_string(), "requests at once queue: {knee}");
+    let e2e_one = levels[0]["e2e_ms"]["median"].as_f64().unwrap();
+
+    // Requests at once wait for each other here: a TTFT target of 2.5 one-at-a-time E2Es
+    // holds at 1 and breaks well before 8 (measured: the edge at 4).
+    let target = format!("ttft={}ms", (2.5 * e2e_one).round());
+    let r = infer(
+        &dir.join("find-max.json"),
+        &[
+            "--slo",
+            &target,
+            "--find-max",
+            "--prompt-tokens",
+            "48",
+            "--max-tokens",
+            "8",
+            "--requests",
+            "2",
+        ],
+    );
+    let m = &r["results"]["max_within_slo"];
+    let found = m["value"].as_f64().expect("a load within the SLO");
+    assert!((1.0..8.0).contains(&found), "{m}");
+    for p in m["probes"].as_array().unwrap() {
+        let c = p["concurrency"].as_f64().unwrap();
+        assert_eq!(p["met"], c <= found, "{m}");
+    }
 }
 
 /// The built-in decode of the same SmolLM2 file over 128 tokens: 2 pipeline stages and 3
