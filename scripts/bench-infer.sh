@@ -113,13 +113,14 @@ fi
 tb="${CARGO_TARGET_DIR:-target}/release/tbbench"
 words() { python3 -c "import sys; print(' '.join(['the network'] * int(sys.argv[1])))" "$1"; }
 # Which CPU features each side uses: the host's SIMD flags, llama.cpp's build (-march=native
-# less AMX: every flag listed but AMX), tbbench's decode kernel (its result file records it).
+# less AMX: every flag listed but AMX), tbbench's decode kernel, KV cache format and attention
+# kernel (its result file records them).
 simd=$(grep -m1 -oE '^flags.*' /proc/cpuinfo 2>/dev/null | tr ' ' '\n' \
   | grep -E '^(avx2|avx512f|avx512bw|avx512_vnni|avx_vnni|amx_tile|amx_int8)$' | paste -sd ' ' - || true)
 echo "host SIMD: ${simd:-$(sysctl -n machdep.cpu.brand_string 2>/dev/null || echo unknown)}"
 echo "llama-bench: $(grep -m1 -oE 'Adding CPU backend variant.*[^ ]' "$lb_dir/build.log" || echo 'build flags above'), AMX off${LLAMA_CPU:+ (LLAMA_CPU=$LLAMA_CPU)}"
 kernel=$("$tb" infer --gguf "$gguf" --nodes 1 --max-tokens 1 --out "$tmp/k.json" >/dev/null \
-  && python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['results']['kernel'])" "$tmp/k.json")
+  && python3 -c "import json,sys; r = json.load(open(sys.argv[1]))['results']; print(r['kernel'] + '; KV cache ' + r.get('kv_cache', 'f32') + ', attention ' + r.get('attention_kernel', '?'))" "$tmp/k.json")
 echo "tbbench decode kernel: $kernel"
 printf '\n%-36s%10s%12s%8s\n' "figure (tokens/s, medians)" tbbench llama.cpp ratio
 for threads in $(printf '%s\n' 1 "$cores" | sort -un); do

@@ -198,8 +198,8 @@ fn context_depths_are_filled_then_decoded_on_both_splits() {
             "exceed the model's context",
         ),
         (
-            vec!["--endpoint", "http://127.0.0.1:9/v1", "--context", "64"],
-            "--context",
+            vec!["--shape", "llama-3.2-3b", "--context", "64", "--sweep"],
+            "--sweep",
         ),
         (
             vec!["--shape", "llama-3.2-3b", "--context", "1,x"],

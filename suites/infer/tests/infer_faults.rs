@@ -1233,8 +1233,14 @@ fn drawn_lengths_and_bad_workload_flags() {
         (vec!["--arrivals", "bursty"], "gamma:SHAPE"),
         (vec!["--requests-out", "x.txt"], ".jsonl or .csv"),
         (vec!["--context", "0,512", "--sweep"], "--sweep"),
-        (vec!["--context", "0,512", "--prompt-tokens", "64"], "--prompt-tokens"),
-        (vec!["--arrivals", "constant", "--concurrency", "4"], "open-loop"),
+        (
+            vec!["--context", "0,512", "--prompt-tokens", "64"],
+            "--prompt-tokens",
+        ),
+        (
+            vec!["--arrivals", "constant", "--concurrency", "4"],
+            "open-loop",
+        ),
         (vec!["--sweep", "--concurrency", "4"], "give a list"),
         (vec!["--sweep", "--requests", "1"], "--requests of 2"),
         (

@@ -458,11 +458,11 @@ fn check_depths(config: &DecodeConfig, cfg: &model::Config, ctx: &Context) -> Re
             cfg.context
         );
     }
-    // Keys and values of every layer, all of them on one rank at the most.
+    // Keys and values of every layer (f16: 2 bytes each), all of them on one rank at the most.
     let bytes = (deepest + config.max_tokens) as u64
         * cfg.layers as u64
         * (cfg.kv_heads * cfg.head_dim) as u64
-        * 8;
+        * 4;
     let (ranks_here, free) = host_share(ctx);
     if free > 0 && bytes * ranks_here > free / 10 * 8 {
         anyhow::bail!(
@@ -798,6 +798,9 @@ fn output(
             j / (prompt.len() + m.run.tokens.len()).max(1) as f64
         }),
         "kernel": qdot::kernel(),
+        // How the KV cache holds keys and values, and the attention kernel that reads them.
+        "kv_cache": "f16",
+        "attention_kernel": attention::Kernel::chosen().name(),
         "tokens": m.run.tokens,
         "ended_turn": m.run.ended_turn,
         "text": decoded,

@@ -11,7 +11,7 @@
 //! Dot products accumulate in f64 so that a sum split over ranks and the same sum on one rank
 //! agree to far below what could change a greedy choice.
 
-use super::attention::{attend_group, KvView, GROUP_MAX};
+use super::attention::{self, KvHead};
 use super::gguf::{quote, Gguf};
 use super::qdot::{self, Format, QK};
 use super::quant;
@@ -760,9 +760,8 @@ struct Layer {
     up: Matrix,
     /// Columns of this rank's feed-forward share.
     down: Matrix,
-    /// [position][local kv head][head_dim]
-    k_cache: Vec<f32>,
-    v_cache: Vec<f32>,
+    /// The KV cache, one per local KV head (f16: [`attention`]).
+    kv: Vec<KvHead>,
 }
 
 /// The greedy choice: (index, score) of the largest score, ties to the smallest index.
@@ -889,8 +888,7 @@ impl Share {
                 gate: mat(l, "ffn_gate", self.ffn, d, cfg.dim)?,
                 up: mat(l, "ffn_up", self.ffn, d, cfg.dim)?,
                 down: mat(l, "ffn_down", d, self.ffn, cfg.ffn)?,
-                k_cache: Vec::new(),
-                v_cache: Vec::new(),
+                kv: vec![KvHead::new(hd); self.kv.1 - self.kv.0],
             });
         }
         Ok(out)
@@ -1142,79 +1140,150 @@ impl Shard {
             Self::rope(hk, rot);
         }
         let l = &mut self.layers[li];
-        l.k_cache.extend_from_slice(k);
-        l.v_cache.extend_from_slice(v);
+        for ((c, k), v) in
+            l.kv.iter_mut()
+                .zip(k.chunks_exact(hd))
+                .zip(v.chunks_exact(hd))
+        {
+            c.push(k, v);
+        }
     }
 
     /// Attention in layer `li` for `n` tokens at positions `pos0..`, already in the cache
     /// ([`Shard::enter`]): token t's local heads (queries in `q`, n rows of heads × head
     /// size) attend to positions 0..=pos0 + t and write their outputs to the same place in
-    /// `att`. Each (token, head) pair is computed whole by one thread, the same arithmetic
-    /// whatever the threads: pairs go to the pool where there is enough of them to share.
+    /// `att`. Every query's arithmetic is the same whatever the threads and however the work
+    /// is cut ([`attention`]): a batch goes out in units of one KV head's query heads for a
+    /// few consecutive tokens, each unit reading every block of that head's cache once for all
+    /// of its queries; where that makes too few units to share (a step), each block of each
+    /// token's KV head is a unit, and the blocks' partial results are folded in order after.
     fn attend(&self, li: usize, q: &[f32], n: usize, pos0: usize, att: &mut [f32]) {
         let hd = self.cfg.head_dim;
         let heads = self.local_heads;
+        let kvs = self.local_kv;
         let group = self.cfg.heads / self.cfg.kv_heads;
         let l = &self.layers[li];
-        let stride = self.local_kv * hd;
-        let inv = 1.0 / (hd as f32).sqrt();
-        // A unit: one token's heads of one KV head (up to GROUP_MAX of them), which read
-        // that KV head's cache once together (the same arithmetic per head as alone).
-        let chunks = group.div_ceil(GROUP_MAX);
-        let per_token = heads / group * chunks;
-        let unit_heads = |u: usize| {
-            let (kvh, c) = (u / chunks, u % chunks);
-            let first = kvh * group + c * GROUP_MAX;
-            first..(first + GROUP_MAX).min((kvh + 1) * group)
-        };
-        let pair = |i: usize, out: &mut [f32], scores: &mut Vec<f32>| {
-            let (t, u) = (i / per_token, i % per_token);
-            let hs = unit_heads(u);
-            let kvh = hs.start / group;
-            let qs = &q[t * heads * hd + hs.start * hd..t * heads * hd + hs.end * hd];
-            let cache = KvView {
-                keys: &l.k_cache,
-                values: &l.v_cache,
-                stride,
-                offset: kvh * hd,
-                positions: pos0 + t + 1,
-            };
-            attend_group(qs, hd, &cache, inv, scores, out);
-        };
-        let pairs = n * per_token;
-        // Multiply-adds of the whole job: each pair reads its positions' keys and values.
+        let scale = 1.0 / (hd as f32).sqrt();
+        let kernel = attention::Kernel::chosen();
+        // Token t's queries of KV head h: its heads h·group.. (consecutive in its row).
+        let queries = |t: usize, h: usize| (t * heads + h * group) * hd;
+        // Multiply-adds of the whole job: each query reads its positions' keys and values.
         let work = heads * hd * (n * pos0 + n * (n + 1) / 2);
-        match &self.threads.pool {
-            Some(pool) if work >= Threads::MIN_PARALLEL && pairs > 1 => {
-                let chunk = pairs
-                    .div_ceil(4 * pool.threads())
-                    .max(pairs.div_ceil(super::pool::MAX_CHUNKS));
-                let base = att.as_mut_ptr() as usize;
-                pool.run(pairs.div_ceil(chunk), &|c| {
-                    let mut scores = Vec::new();
-                    for i in c * chunk..((c + 1) * chunk).min(pairs) {
-                        let (t, hs) = (i / per_token, unit_heads(i % per_token));
-                        let at = (t * heads + hs.start) * hd;
-                        // SAFETY: unit i writes only its own heads' slice of `att`, which
-                        // outlives `run`; no two units share one.
-                        let out = unsafe {
-                            std::slice::from_raw_parts_mut(
-                                (base as *mut f32).add(at),
-                                hs.len() * hd,
-                            )
-                        };
-                        pair(i, out, &mut scores);
-                    }
-                });
-            }
-            _ => {
-                let mut scores = Vec::new();
-                for i in 0..pairs {
-                    let (t, hs) = (i / per_token, unit_heads(i % per_token));
-                    let at = (t * heads + hs.start) * hd;
-                    pair(i, &mut att[at..at + hs.len() * hd], &mut scores);
+        let pool = match &self.threads.pool {
+            Some(pool) if work >= Threads::MIN_PARALLEL && n * kvs > 1 => Some(pool),
+            _ => None,
+        };
+        let threads = pool.map_or(1, |p| p.threads());
+        if let Some(pool) = pool.filter(|_| n * kvs < 4 * threads) {
+            // Each block of each token's KV head a unit, its partials folded in order after.
+            let blocks = |t: usize| (pos0 + t + 1).div_ceil(attention::BLOCK);
+            let mut first = Vec::with_capacity(n * kvs + 1);
+            first.push(0usize);
+            for t in 0..n {
+                for _ in 0..kvs {
+                    first.push(first.last().unwrap_or(&0) + blocks(t));
                 }
             }
+            let units = *first.last().unwrap_or(&0);
+            let pl = attention::part_len(hd);
+            let mut parts = vec![0f32; units * group * pl];
+            let parts_base = parts.as_mut_ptr() as usize;
+            let chunk = units
+                .div_ceil(4 * threads)
+                .max(units.div_ceil(super::pool::MAX_CHUNKS));
+            pool.run(units.div_ceil(chunk), &|c| {
+                let mut scores = Vec::new();
+                let mut valid = Vec::new();
+                for u in c * chunk..((c + 1) * chunk).min(units) {
+                    // The (token, KV head) whose blocks hold unit u.
+                    let th = first.partition_point(|f| *f <= u) - 1;
+                    let (t, h, b) = (th / kvs, th % kvs, u - first[th]);
+                    let end = pos0 + t + 1;
+                    valid.clear();
+                    valid.resize(group, (end - b * attention::BLOCK).min(attention::BLOCK));
+                    // SAFETY: unit u alone writes its own partials, in `parts`, which outlives
+                    // `run`.
+                    let part = unsafe {
+                        std::slice::from_raw_parts_mut(
+                            (parts_base as *mut f32).add(u * group * pl),
+                            group * pl,
+                        )
+                    };
+                    let qs = &q[queries(t, h)..queries(t, h) + group * hd];
+                    attention::block(
+                        kernel,
+                        qs,
+                        hd,
+                        &valid,
+                        &l.kv[h],
+                        b,
+                        scale,
+                        &mut scores,
+                        part,
+                    );
+                }
+            });
+            for th in 0..n * kvs {
+                let (t, h) = (th / kvs, th % kvs);
+                let mine = &mut parts[first[th] * group * pl..first[th + 1] * group * pl];
+                let (state, rest) = mine.split_at_mut(group * pl);
+                for p in rest.chunks_exact(group * pl) {
+                    for (s, p) in state.chunks_exact_mut(pl).zip(p.chunks_exact(pl)) {
+                        attention::fold(s, p, hd);
+                    }
+                }
+                let at = queries(t, h);
+                for (s, o) in state
+                    .chunks_exact(pl)
+                    .zip(att[at..at + group * hd].chunks_exact_mut(hd))
+                {
+                    attention::finish(s, hd, o);
+                }
+            }
+            return;
+        }
+        let base = att.as_mut_ptr() as usize;
+        // Tokens in tiles of up to 8 (fewer where the units would be too few to share).
+        let per = match pool {
+            Some(_) => (n * kvs / (4 * threads)).clamp(1, 8),
+            None => 8,
+        };
+        let tiles = n.div_ceil(per);
+        let units = kvs * tiles;
+        let chunk = units
+            .div_ceil(4 * threads)
+            .max(units.div_ceil(super::pool::MAX_CHUNKS));
+        let job = |c: usize| {
+            let mut scratch = attention::Scratch::default();
+            let (mut qs, mut ends, mut outs) = (Vec::new(), Vec::new(), Vec::new());
+            for u in c * chunk..((c + 1) * chunk).min(units) {
+                let (h, tile) = (u / tiles, u % tiles);
+                let toks = tile * per..((tile + 1) * per).min(n);
+                qs.clear();
+                ends.clear();
+                for t in toks.clone() {
+                    qs.extend_from_slice(&q[queries(t, h)..queries(t, h) + group * hd]);
+                    ends.resize(ends.len() + group, pos0 + t + 1);
+                }
+                outs.resize(qs.len(), 0.0);
+                let kv = &l.kv[h];
+                attention::attend(kernel, &qs, hd, &ends, kv, scale, &mut scratch, &mut outs);
+                for (t, o) in toks.zip(outs.chunks_exact(group * hd)) {
+                    // SAFETY: unit u alone writes its tokens' heads of KV head h in `att`,
+                    // which outlives this job.
+                    let out = unsafe {
+                        std::slice::from_raw_parts_mut(
+                            (base as *mut f32).add(queries(t, h)),
+                            group * hd,
+                        )
+                    };
+                    out.copy_from_slice(o);
+                }
+            }
+        };
+        match pool {
+            Some(pool) => pool.run(units.div_ceil(chunk), &job),
+            None => (0..units.div_ceil(chunk)).for_each(job),
         }
     }
 
@@ -1464,8 +1533,7 @@ impl Shard {
     /// Forgets the context (the KV cache), for a fresh sequence.
     pub fn reset(&mut self) {
         for l in &mut self.layers {
-            l.k_cache.clear();
-            l.v_cache.clear();
+            l.kv.iter_mut().for_each(KvHead::clear);
         }
     }
 }
