@@ -285,6 +285,8 @@ struct Block<'a> {
     keys: &'a [u16],
     /// The rows of the positions seen.
     values: &'a [u16],
+    /// The next block's key tiles, for the x86 kernels' prefetch.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     next_keys: &'a [u16],
     scale: f32,
 }
