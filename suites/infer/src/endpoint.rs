@@ -122,6 +122,20 @@ fn first_model(url: &Url, auth: Option<&str>, timeout: Duration) -> Result<Strin
         })
 }
 
+/// The server's count of an untimed request's prompt tokens: from the stream where it carries
+/// one, else from the same request unstreamed. Err(Some) names a failure; Err(None) is a
+/// server that counted nothing.
+fn prompt_count(target: &Target, body: &[u8], in_stream: bool) -> Result<u64, Option<String>> {
+    if in_stream {
+        let r = request::run(target, body, 0, Instant::now());
+        r.prompt_tokens.ok_or(r.error)
+    } else {
+        whole_answer(target, &openai::unstreamed(body))
+            .map_err(|e| Some(e.to_string()))
+            .and_then(|a| openai::answer_prompt_tokens(&a).ok_or(None))
+    }
+}
+
 /// One unstreamed request's whole answer (warm-up where the stream has no usage).
 fn whole_answer(target: &Target, body: &[u8]) -> Result<String, http::Failure> {
     let mut resp = target.post(body, &[])?;
@@ -335,15 +349,7 @@ impl Runner<'_> {
                 self.config.seed,
             ),
         );
-        let counted = if self.stream_counts_prompt {
-            let r = request::run(self.target, &body, 0, Instant::now());
-            r.prompt_tokens.ok_or(r.error)
-        } else {
-            whole_answer(self.target, &openai::unstreamed(&body))
-                .map_err(|e| Some(e.to_string()))
-                .and_then(|a| openai::answer_prompt_tokens(&a).ok_or(None))
-        };
-        match counted {
+        match prompt_count(self.target, &body, self.stream_counts_prompt) {
             Ok(p) => calibration.observe(w, p),
             Err(e) => self.warnings.push(format!(
                 "the untimed request of context {depth} {}: its prompts are as long as the warm-up's count of words per token makes them",
@@ -474,15 +480,7 @@ pub fn run(config: &InferConfig, tool: &Tool) -> Result<i32> {
             None => prompt::build(&format!("{tag}w"), i, words, config.seed),
         };
         let body = openai::body(&options, &with_prefix(text));
-        let counted = if stream_counts_prompt {
-            let r = request::run(&target, &body, i, Instant::now());
-            r.prompt_tokens.ok_or(r.error)
-        } else {
-            whole_answer(&target, &openai::unstreamed(&body))
-                .map_err(|e| Some(e.to_string()))
-                .and_then(|a| openai::answer_prompt_tokens(&a).ok_or(None))
-        };
-        match counted {
+        match prompt_count(&target, &body, stream_counts_prompt) {
             Ok(p) => {
                 if dataset.is_none() {
                     calibration.observe(words, p);

@@ -343,6 +343,19 @@ fn infer(
     (o, t.elapsed())
 }
 
+/// The JSON bodies of the requests the server was sent after the probe, in order.
+fn posted_bodies(server: &Server) -> Vec<Value> {
+    server
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.starts_with("POST"))
+        .skip(1)
+        .map(|r| serde_json::from_str(r.split("\r\n\r\n").nth(1).unwrap()).unwrap())
+        .collect()
+}
+
 fn level(r: &Value, i: usize) -> &Value {
     &r["results"]["levels"][i]
 }
@@ -1125,13 +1138,7 @@ fn datasets_replay_conversations_with_their_history() {
     );
     let stdout = text(&o.stdout);
     assert!(o.status.success(), "{stdout}\n{}", text(&o.stderr));
-    let seen = server.seen.lock().unwrap().clone();
-    let bodies: Vec<Value> = seen
-        .iter()
-        .filter(|r| r.starts_with("POST"))
-        .skip(1)
-        .map(|r| serde_json::from_str(r.split("\r\n\r\n").nth(1).unwrap()).unwrap())
-        .collect();
+    let bodies = posted_bodies(&server);
     let firsts: Vec<&str> = bodies
         .iter()
         .map(|b| b["messages"][0]["content"].as_str().unwrap())
@@ -1205,16 +1212,9 @@ fn drawn_lengths_and_bad_workload_flags() {
         ],
     );
     assert!(o.status.success(), "{}", text(&o.stderr));
-    let asked: Vec<u64> = server
-        .seen
-        .lock()
-        .unwrap()
+    let asked: Vec<u64> = posted_bodies(&server)
         .iter()
-        .filter(|r| r.starts_with("POST"))
-        .skip(1)
-        .filter_map(|r| {
-            serde_json::from_str::<Value>(r.split("\r\n\r\n").nth(1)?).ok()?["max_tokens"].as_u64()
-        })
+        .filter_map(|b| b["max_tokens"].as_u64())
         .collect();
     assert!(asked.iter().all(|m| (3..=9).contains(m)), "{asked:?}");
     assert!(asked.iter().any(|&m| m != asked[0]), "drawn: {asked:?}");

@@ -34,12 +34,10 @@ pub fn available() -> bool {
 /// The kernel's name for the result.
 pub const NAME: &str = "tbbench's AVX-512 BF16 (vdpbf16ps, FP32 accumulation)";
 
-/// FP32 to BF16, round to nearest, ties to even (finite values: the factorization has no
-/// others).
+/// FP32 to BF16 bits (to nearest, ties to even), widened for packing in pairs.
 #[inline]
 fn bf16(x: f32) -> u32 {
-    let b = x.to_bits();
-    b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16
+    super::rounded::bf16_bits(x) as u32
 }
 
 /// The packed operands, kept between calls so each step reuses their memory.

@@ -15,7 +15,9 @@ pub enum Format {
     Fp16,
 }
 
-/// FP32 to BF16 bits, to nearest, ties to even (finite values).
+/// FP32 to BF16 bits, to nearest, ties to even (finite values: the factorization has no
+/// others).
+#[inline]
 pub fn bf16_bits(x: f32) -> u16 {
     let b = x.to_bits();
     (b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16) as u16

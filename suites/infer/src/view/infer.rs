@@ -117,14 +117,17 @@ struct PerRequest {
 impl Level {
     /// As the run named it (figures.rs's Level::name).
     fn name(&self) -> String {
-        let load = match (self.concurrency, self.rate_per_s) {
+        match self.context {
+            Some(d) => format!("ctx={d} {}", self.load()),
+            None => self.load(),
+        }
+    }
+    /// "c=4" or "rate=2/s".
+    fn load(&self) -> String {
+        match (self.concurrency, self.rate_per_s) {
             (_, Some(r)) => format!("rate={r}/s"),
             (Some(c), None) => format!("c={c}"),
             (None, None) => "?".into(),
-        };
-        match self.context {
-            Some(d) => format!("ctx={d} {load}"),
-            None => load,
         }
     }
     /// Requests per second offered: the arrival rate, or for a closed level the rate its
@@ -627,11 +630,6 @@ fn load_charts(parsed: &[InferResults], names: &[String]) -> String {
 /// `--context` levels: prefill tokens/s and TPOT against the prompt's depth.
 fn depth_charts(parsed: &[InferResults], names: &[String]) -> String {
     // A line per run and load (a depth run of several concurrencies draws one each).
-    let load_of = |l: &Level| match (l.concurrency, l.rate_per_s) {
-        (_, Some(r)) => format!("rate={r}/s"),
-        (Some(c), None) => format!("c={c}"),
-        (None, None) => "?".into(),
-    };
     let series = |pick: fn(&Level) -> Option<f64>| -> Vec<Series> {
         let mut out = Vec::new();
         for (i, (x, name)) in parsed.iter().zip(names).enumerate() {
@@ -639,7 +637,7 @@ fn depth_charts(parsed: &[InferResults], names: &[String]) -> String {
                 .levels
                 .iter()
                 .filter(|l| l.context.is_some())
-                .map(load_of)
+                .map(Level::load)
                 .collect();
             loads.sort();
             loads.dedup();
@@ -647,7 +645,7 @@ fn depth_charts(parsed: &[InferResults], names: &[String]) -> String {
                 let points: Vec<(f64, f64)> = x
                     .levels
                     .iter()
-                    .filter(|l| load_of(l) == *load)
+                    .filter(|l| l.load() == *load)
                     .filter_map(|l| Some((l.context? as f64, pick(l)?)))
                     .collect();
                 if !points.is_empty() {
