@@ -4,7 +4,9 @@
 #   - ring all-reduce on the 4-ring: busbw against the ring's bound, the slowest cable's rate
 #     both ways (a ring that sends one way round reaches half of it);
 #   - mesh all-reduce on the 4-mesh: busbw against its bound, (n - 1) cables' rate;
-#   - a pair with two cables: link bandwidth against one cable's rate (goal 1.8x).
+#   - a pair with two cables: link bandwidth against one cable's rate (goal 1.8x);
+#   - a pair with two cables of different rates (1/5 and 3/5 of RATE): a 4 MiB all-reduce's
+#     busbw against their sum (striped by their measured rates; equal shares reach 0.5).
 # Each figure is the median over ROUNDS runs, with its spread; the ratio is median / bound.
 #
 #   scripts/bench-cabling.sh [ROUNDS] [RATE]     defaults: 3 rounds, 500mbit cables
@@ -101,5 +103,20 @@ for net in $nets; do
   done | stats)
   printf '%-12s %-34s %-22s %8.3f %6.2f\n' "$net" "link bw over two cables, 4 MiB" "$m" "$r" \
     "$(python3 -c "print($(median "$m") / $r)")"
+  scripts/netlab.sh cabled down $prefix >/dev/null
+
+  slow=$(python3 -c "print(int($r * 200))")mbit
+  fast=$(python3 -c "print(int($r * 600))")mbit
+  scripts/netlab.sh cabled up pair2 $prefix "$slow" "$fast" >/dev/null
+  scripts/netlab.sh cabled hostfile pair2 $prefix list >"$work/uneven.hosts"
+  m=$(for i in $(seq "$rounds"); do
+    "$tb" coll --hostfile "$work/uneven.hosts" --rsh 'ip netns exec' --over "$net" \
+      --verbs-lib "$lib" --op all-reduce --algo rd --sizes 4MiB --iters 5 --warmup 1 \
+      --out "$work/u.json" >/dev/null 2>&1
+    busbw "$work/u.json"
+  done | stats)
+  bound=$(python3 -c "print($(gbit "$slow") + $(gbit "$fast"))")
+  printf '%-12s %-34s %-22s %8.3f %6.2f\n' "$net" "all-reduce 4 MiB, cables 1:3" "$m" "$bound" \
+    "$(python3 -c "print($(median "$m") / $bound)")"
   scripts/netlab.sh cabled down $prefix >/dev/null
 done

@@ -697,7 +697,7 @@ fn pieces(len: usize, k: usize) -> usize {
 /// The pieces of a `len`-byte message, as (stream, offset, length); both ends compute the same.
 /// Each stream's piece is its share of `weights` (one per stream, each at least 1) where they
 /// are given, else an equal one.
-fn stripes(
+pub(super) fn stripes(
     len: usize,
     k: usize,
     weights: &[u64],
@@ -724,7 +724,7 @@ fn stripes(
 }
 
 /// Bytes each cable of a pair is timed with, after as many again to open TCP's window.
-const WEIGH_BYTES: usize = 4 << 20;
+pub(super) const WEIGH_BYTES: usize = 4 << 20;
 
 #[derive(Default)]
 struct Channel {

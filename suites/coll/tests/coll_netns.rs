@@ -168,8 +168,9 @@ fn mlx_runs_round_the_cabled_ring_and_mpi_is_told_the_missing_cables() {
 
 /// Two cables of different rates between two hosts (100 and 300 Mbit/s: a Thunderbolt 4 cable
 /// beside a Thunderbolt 5 one): the pair stripes its messages by each cable's measured rate,
-/// so a large all-reduce runs near the two cables' sum (0.05 GB/s), where equal shares would
-/// hold it to twice the slow cable's rate (0.025 GB/s).
+/// over tcp and over the software RDMA device (a queue pair on each cable's device), so a
+/// large all-reduce runs near the two cables' sum (0.05 GB/s), where equal shares would hold it
+/// to twice the slow cable's rate (0.025 GB/s) and the first cable alone to 0.0125.
 #[test]
 fn two_cables_of_different_rates_stripe_by_their_rates() {
     let Some(lab) = netlab::CabledLab::up("pair2", "tbn", &["100mbit", "300mbit"]) else {
@@ -177,10 +178,17 @@ fn two_cables_of_different_rates_stripe_by_their_rates() {
     };
     let dir = tmpdir("coll-netns-weighted");
     let hosts = lab.hostfile(&dir, "list");
+    for net in ["tcp:links", "verbs:links"] {
+        stripes_by_rate(&dir, &hosts, net);
+    }
+}
+
+fn stripes_by_rate(dir: &std::path::Path, hosts: &std::path::Path, net: &str) {
+    let lib = so();
     let mut seen = Vec::new();
     // One retry absorbs a neighbour's burst on two vCPUs; equal shares fail both times.
     for attempt in 1..=2 {
-        let out = dir.join(format!("r-{attempt}.json"));
+        let out = dir.join(format!("r-{}-{attempt}.json", net.replace(':', "-")));
         let o = run(
             &[
                 "coll",
@@ -189,7 +197,9 @@ fn two_cables_of_different_rates_stripe_by_their_rates() {
                 "--rsh",
                 "ip netns exec",
                 "--over",
-                "tcp:links",
+                net,
+                "--verbs-lib",
+                lib.to_str().unwrap(),
                 "--algo",
                 "rd",
                 "--sizes",
@@ -203,15 +213,19 @@ fn two_cables_of_different_rates_stripe_by_their_rates() {
             ],
             Duration::from_secs(240),
         );
-        assert!(o.status.success(), "{}", text(&o.stderr));
+        assert!(o.status.success(), "{net}: {}", text(&o.stderr));
         let r = read_json(&out);
         assert_eq!(r["verification"]["passed"], true);
+        assert_eq!(r["network"]["links"].as_array().unwrap().len(), 2, "{net}");
         let busbw = r["results"]["rows"][0]["busbw_gbps"].as_f64().unwrap();
-        assert!(busbw <= 1.05 * 0.05, "{busbw} GB/s above the cables' sum");
+        assert!(
+            busbw <= 1.05 * 0.05,
+            "{net}: {busbw} GB/s above the cables' sum"
+        );
         if busbw >= 0.7 * 0.05 {
             return;
         }
         seen.push(busbw);
     }
-    panic!("a 4 MiB all-reduce over cables of 100 and 300 Mbit/s at {seen:?} GB/s: not above 70% of their sum (0.05), as striping by rate gives");
+    panic!("{net}: a 4 MiB all-reduce over cables of 100 and 300 Mbit/s at {seen:?} GB/s: not above 70% of their sum (0.05), as striping by rate gives");
 }

@@ -1,8 +1,9 @@
 //! The connection data each rank publishes at the rendezvous: the largest chunk its queues
 //! take, and for every peer the numbers (QPN) and first packet sequence numbers (PSN) of the
 //! two queue pairs it made for that peer, with the LID, GID and MTU of the port they are on (a
-//! rank cabled to several hosts puts each peer's queue pairs on the device of its cable). The
-//! header's LID, GID and MTU are the first port's. Carried as hex text inside the rank's
+//! rank cabled to several hosts puts each peer's queue pairs on the device of its cable). A
+//! pair with several cables has an entry per cable, numbered by its lane (the cable's place
+//! among the pair's). The header's LID, GID and MTU are the first port's. Carried as hex text inside the rank's
 //! rendezvous record, so it travels the existing, token-checked rendezvous untouched.
 //!
 //! Decoding is strict: a record from another tbbench version or a damaged one is refused with
@@ -12,7 +13,9 @@ use super::ffi::Gid;
 use super::profile::{Platform, Remote};
 
 const MAGIC: &[u8; 4] = b"TBV1";
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
+/// The most lanes (cables) one pair may have: jaccl-ring stripes over up to four.
+pub const MAX_LANES: usize = 8;
 const HEADER: usize = 4 + 4 + 2 + 2 + 4 + 16;
 const ENTRY: usize = 2 + 4 * 4 + 2 + 1 + 1 + 16;
 /// QPNs and PSNs are 24-bit quantities on the wire.
@@ -23,6 +26,8 @@ const MAX_24: u32 = 0x00ff_ffff;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerQps {
     pub peer: usize,
+    /// Which of the pair's cables (0 for the first, or the only one).
+    pub lane: usize,
     pub data_qpn: u32,
     pub data_psn: u32,
     pub ctl_qpn: u32,
@@ -67,7 +72,7 @@ impl Hello {
             }
             b.extend_from_slice(&q.lid.to_le_bytes());
             b.push(q.mtu as u8);
-            b.push(0);
+            b.push(q.lane as u8);
             b.extend_from_slice(&q.gid);
         }
         b.iter().map(|x| format!("{x:02x}")).collect()
@@ -136,6 +141,7 @@ impl Hello {
             gid.copy_from_slice(&b[o + 22..o + 38]);
             let q = PeerQps {
                 peer: u16_at(o) as usize,
+                lane: b[o + 21] as usize,
                 data_qpn: u32_at(o + 2),
                 data_psn: u32_at(o + 6),
                 ctl_qpn: u32_at(o + 10),
@@ -147,8 +153,17 @@ impl Hello {
             if q.peer >= size {
                 return Err(format!("an entry for rank {} in a run of {size}", q.peer));
             }
-            if qps.iter().any(|p| p.peer == q.peer) {
-                return Err(format!("two entries for rank {}", q.peer));
+            // A pair's lanes come in order, each once: 0, 1, ... up to MAX_LANES.
+            let before = qps.iter().filter(|p| p.peer == q.peer).count();
+            if q.lane != before {
+                return Err(if q.lane < before {
+                    format!("two entries for rank {} lane {}", q.peer, q.lane)
+                } else {
+                    format!("rank {}'s lane {} before its lane {before}", q.peer, q.lane)
+                });
+            }
+            if q.lane >= MAX_LANES {
+                return Err(format!("more than {MAX_LANES} cables to rank {}", q.peer));
             }
             if [q.data_qpn, q.data_psn, q.ctl_qpn, q.ctl_psn]
                 .iter()
@@ -168,9 +183,18 @@ impl Hello {
         })
     }
 
-    /// The two far ends rank `me` connects to: (data, control).
-    pub fn remotes_for(&self, me: usize) -> Option<(Remote, Remote)> {
-        let q = self.qps.iter().find(|q| q.peer == me)?;
+    fn entry(&self, me: usize, lane: usize) -> Option<&PeerQps> {
+        self.qps.iter().find(|q| q.peer == me && q.lane == lane)
+    }
+
+    /// How many lanes (cables) this rank made queue pairs on for rank `me`.
+    pub fn lanes_for(&self, me: usize) -> usize {
+        self.qps.iter().filter(|q| q.peer == me).count()
+    }
+
+    /// The two far ends rank `me` connects to on a lane: (data, control).
+    pub fn remotes_for(&self, me: usize, lane: usize) -> Option<(Remote, Remote)> {
+        let q = self.entry(me, lane)?;
         let remote = |qpn, psn| Remote {
             lid: q.lid,
             qpn,
@@ -180,9 +204,9 @@ impl Hello {
         Some((remote(q.data_qpn, q.data_psn), remote(q.ctl_qpn, q.ctl_psn)))
     }
 
-    /// The MTU of the port that rank `me`'s queue pairs are on.
-    pub fn mtu_for(&self, me: usize) -> Option<u32> {
-        self.qps.iter().find(|q| q.peer == me).map(|q| q.mtu)
+    /// The MTU of the port that rank `me`'s queue pairs on a lane are on.
+    pub fn mtu_for(&self, me: usize, lane: usize) -> Option<u32> {
+        self.entry(me, lane).map(|q| q.mtu)
     }
 }
 
@@ -198,6 +222,8 @@ mod tests {
         // Rank 2 is reached on another cable's device.
         let mut other = gid;
         other[12..].copy_from_slice(&[192, 168, 0, 5]);
+        let mut second = gid;
+        second[12..].copy_from_slice(&[192, 168, 1, 5]);
         Hello {
             platform: Platform::MacOs,
             mtu: 3,
@@ -207,6 +233,7 @@ mod tests {
             qps: vec![
                 PeerQps {
                     peer: 0,
+                    lane: 0,
                     data_qpn: 0x00ff_fffe,
                     data_psn: 1,
                     ctl_qpn: 17,
@@ -217,6 +244,7 @@ mod tests {
                 },
                 PeerQps {
                     peer: 2,
+                    lane: 0,
                     data_qpn: 300,
                     data_psn: 0,
                     ctl_qpn: 301,
@@ -224,6 +252,18 @@ mod tests {
                     lid: 7,
                     mtu: 4,
                     gid: other,
+                },
+                // Rank 2's second cable, on a third device.
+                PeerQps {
+                    peer: 2,
+                    lane: 1,
+                    data_qpn: 400,
+                    data_psn: 5,
+                    ctl_qpn: 401,
+                    ctl_psn: 6,
+                    lid: 8,
+                    mtu: 3,
+                    gid: second,
                 },
             ],
         }
@@ -247,15 +287,22 @@ mod tests {
     #[test]
     fn remotes_are_the_entry_for_this_rank() {
         let h = sample();
-        let (data, ctl) = h.remotes_for(2).unwrap();
+        let (data, ctl) = h.remotes_for(2, 0).unwrap();
         assert_eq!((data.qpn, data.psn), (300, 0));
         assert_eq!((ctl.qpn, ctl.psn), (301, 0x00ff_ffff));
         // The port of the entry, not the header's.
         assert_eq!((data.lid, ctl.lid), (7, 7));
         assert_eq!(data.gid[12..], [192, 168, 0, 5]);
-        assert_eq!(h.mtu_for(2), Some(4));
-        assert_eq!(h.remotes_for(0).unwrap().0.gid, h.gid);
-        assert!(h.remotes_for(1).is_none(), "no entry for rank 1");
+        assert_eq!(h.mtu_for(2, 0), Some(4));
+        assert_eq!(h.remotes_for(0, 0).unwrap().0.gid, h.gid);
+        assert!(h.remotes_for(1, 0).is_none(), "no entry for rank 1");
+        // A second cable to rank 2: its own queue pairs, port and MTU.
+        assert_eq!((h.lanes_for(2), h.lanes_for(0), h.lanes_for(1)), (2, 1, 0));
+        let (data, ctl) = h.remotes_for(2, 1).unwrap();
+        assert_eq!((data.qpn, ctl.qpn, data.lid), (400, 401, 8));
+        assert_eq!(data.gid[12..], [192, 168, 1, 5]);
+        assert_eq!(h.mtu_for(2, 1), Some(3));
+        assert!(h.remotes_for(2, 2).is_none());
     }
 
     #[test]
@@ -306,6 +353,11 @@ mod tests {
         // The first entry's peer (rank 0) becomes rank 2: a duplicate.
         let dup = flip(2 * HEADER, "02");
         assert!(Hello::decode(&dup, 3).unwrap_err().contains("two entries"));
+        // Rank 2's second cable numbered 2: a lane skipped.
+        let skipped = flip(2 * (2 * ENTRY + HEADER + 21), "02");
+        assert!(Hello::decode(&skipped, 3)
+            .unwrap_err()
+            .contains("lane 2 before its lane 1"));
         // Rank 2 is outside a run of 2.
         assert!(Hello::decode(&text, 2).unwrap_err().contains("run of 2"));
         // The high byte of the first data QPN makes it wider than 24 bits.

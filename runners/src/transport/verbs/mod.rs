@@ -32,7 +32,10 @@
 //! buffer with every device, and polls every completion queue; the queue pair numbers travel in
 //! the rendezvous' second round, once the cables are known. A peer with no cable gets no queue
 //! pairs (the small collectives go along the cables: `comm::cables`). A pair with several
-//! cables uses its first.
+//! cables (two between neighbours) gets queue pairs on each cable's device, a lane each:
+//! internally every lane is a peer of its own (a "channel"), and a message from
+//! [`super::tcp::STRIPE_MIN`] bytes is cut into one piece per lane by the lanes' rates, timed
+//! when the run opens ([`VerbsTransport::weigh_lanes`]), as jaccl-ring stripes over cables.
 
 pub mod devices;
 pub mod ffi;
@@ -115,6 +118,8 @@ pub struct VerbsOptions {
     /// Per rank, the device its queue pairs go on (over links: its cable's); None puts every
     /// peer on the one device the options pick.
     pub per_peer: Option<Vec<PeerDevice>>,
+    /// Over links, the further cables of pairs with several, in cable order: (rank, device).
+    pub extra_lanes: Vec<(usize, PeerDevice)>,
 }
 
 /// What the result file records about the RDMA link.
@@ -342,12 +347,23 @@ pub struct Prepared {
     size: usize,
     profile: Profile,
     chunk_limit: usize,
-    /// Per peer: its data and control queue pairs and the port (index into `ports`) they are on.
+    /// Per channel (each rank's first cable, in rank order, then further cables of pairs with
+    /// several): its data and control queue pairs and the port (index into `ports`) they are on.
     qps: Vec<Option<(Qp, Qp, usize)>>,
+    /// Per channel, the rank it reaches.
+    chan_rank: Vec<usize>,
     hello: Hello,
     info: VerbsInfo,
     timeout: Duration,
     ports: Vec<Port>,
+}
+
+/// Which of its rank's lanes channel `ch` is: how many channels before it reach that rank.
+fn lane_of(chan_rank: &[usize], ch: usize) -> usize {
+    chan_rank[..ch]
+        .iter()
+        .filter(|&&r| r == chan_rank[ch])
+        .count()
 }
 
 fn random_psn() -> u32 {
@@ -587,10 +603,10 @@ pub fn prepare(rank: usize, size: usize, opts: &VerbsOptions) -> Result<Prepared
         }
         None => names[0].clone(),
     };
-    // Each peer's device, checked against the list.
-    let mut per_peer: Vec<Option<String>> = Vec::with_capacity(size);
-    for p in 0..size {
-        let want = match opts.per_peer.as_ref().map(|v| &v[p]) {
+    // Each channel's device, checked against the list: every rank's first (or only) cable,
+    // then the further cables of pairs with several.
+    let resolve = |p: usize, want: Option<&PeerDevice>| -> Result<Option<String>> {
+        Ok(match want {
             _ if p == rank => None,
             None | Some(PeerDevice::Default) => Some(default.clone()),
             Some(PeerDevice::Nothing) => None,
@@ -617,8 +633,19 @@ pub fn prepare(rank: usize, size: usize, opts: &VerbsOptions) -> Result<Prepared
                     ),
                 }
             }
-        };
-        per_peer.push(want);
+        })
+    };
+    let mut chan_rank: Vec<usize> = (0..size).collect();
+    let mut per_peer: Vec<Option<String>> = Vec::with_capacity(size);
+    for p in 0..size {
+        per_peer.push(resolve(p, opts.per_peer.as_ref().map(|v| &v[p]))?);
+    }
+    for (p, dev) in &opts.extra_lanes {
+        if *p >= size || per_peer[*p].is_none() {
+            bail!("transport verbs: a further cable to rank {p}, which has no first one");
+        }
+        chan_rank.push(*p);
+        per_peer.push(resolve(*p, Some(dev))?);
     }
     // Devices in the order their first peer comes, each once.
     let mut opened: Vec<String> = Vec::new();
@@ -673,7 +700,7 @@ pub fn prepare(rank: usize, size: usize, opts: &VerbsOptions) -> Result<Prepared
     }
     drop(list);
 
-    let mut qps: Vec<Option<(Qp, Qp, usize)>> = vec![None; size];
+    let mut qps: Vec<Option<(Qp, Qp, usize)>> = vec![None; per_peer.len()];
     for (p, slot) in qps.iter_mut().enumerate() {
         let Some(name) = &per_peer[p] else { continue };
         let at = opened.iter().position(|n| n == name).expect("opened above");
@@ -712,9 +739,10 @@ pub fn prepare(rank: usize, size: usize, opts: &VerbsOptions) -> Result<Prepared
         qps: qps
             .iter()
             .enumerate()
-            .filter_map(|(p, q)| {
+            .filter_map(|(ch, q)| {
                 q.map(|(d, c, at)| PeerQps {
-                    peer: p,
+                    peer: chan_rank[ch],
+                    lane: lane_of(&chan_rank, ch),
                     data_qpn: d.qpn(),
                     data_psn: d.psn,
                     ctl_qpn: c.qpn(),
@@ -752,6 +780,7 @@ pub fn prepare(rank: usize, size: usize, opts: &VerbsOptions) -> Result<Prepared
         profile,
         chunk_limit,
         qps,
+        chan_rank,
         hello,
         info,
         timeout: opts.timeout,
@@ -881,19 +910,20 @@ impl Prepared {
             profile,
             chunk_limit: my_chunk_limit,
             qps,
+            chan_rank,
             hello: _,
             mut info,
             timeout,
             ports,
         } = self;
-        let mut chunk_limit = vec![my_chunk_limit; size];
-        let mut mtus: Vec<u32> = Vec::new();
-        let mut remotes = Vec::with_capacity(size);
+        let chans = qps.len();
+        // Each peer's published data, read once.
+        let mut theirs: Vec<Option<Hello>> = Vec::with_capacity(size);
         for p in 0..size {
-            let Some((_, _, at)) = qps[p] else {
-                remotes.push(None);
+            if qps[p].is_none() {
+                theirs.push(None);
                 continue;
-            };
+            }
             let text = hellos.get(p).cloned().flatten().ok_or_else(|| {
                 anyhow!("transport verbs: {} published no RDMA connection data (its device did not open)", names[p])
             })?;
@@ -906,14 +936,42 @@ impl Prepared {
             if h.platform != profile.platform {
                 bail!("transport verbs: {} runs the other platform's RDMA profile; macOS and Linux ranks cannot share a verbs run", names[p]);
             }
-            let (d, c) = h.remotes_for(rank).ok_or_else(|| {
+            let mine = chan_rank.iter().filter(|&&r| r == p).count();
+            // Striping cuts a message by the lanes both ends have: they must have the same.
+            if (h.lanes_for(rank) > 1 || mine > 1) && h.lanes_for(rank) != mine {
+                bail!(
+                    "transport verbs: {} made queue pairs on {} cable(s) to rank {rank}, this rank on {mine}: the two ends read the cabling differently",
+                    names[p],
+                    h.lanes_for(rank)
+                );
+            }
+            theirs.push(Some(h));
+        }
+        // A further cable's channel is named after its rank and the cable.
+        let mut names = names;
+        for ch in size..chans {
+            let p = chan_rank[ch];
+            let host = format!("{}, cable {}", names[p].host, lane_of(&chan_rank, ch) + 1);
+            names.push(PeerName { rank: p, host });
+        }
+        let mut chunk_limit = vec![my_chunk_limit; chans];
+        let mut mtus: Vec<u32> = Vec::new();
+        let mut remotes = Vec::with_capacity(chans);
+        for ch in 0..chans {
+            let Some((_, _, at)) = qps[ch] else {
+                remotes.push(None);
+                continue;
+            };
+            let h = theirs[chan_rank[ch]].as_ref().expect("read above");
+            let lane = lane_of(&chan_rank, ch);
+            let (d, c) = h.remotes_for(rank, lane).ok_or_else(|| {
                 anyhow!(
                     "transport verbs: {} published no queue pair for rank {rank}",
-                    names[p]
+                    names[ch]
                 )
             })?;
-            chunk_limit[p] = chunk_limit[p].min(h.max_chunk as usize);
-            let their_mtu = h.mtu_for(rank).unwrap_or(h.mtu);
+            chunk_limit[ch] = chunk_limit[ch].min(h.max_chunk as usize);
+            let their_mtu = h.mtu_for(rank, lane).unwrap_or(h.mtu);
             let mtu = profile::path_mtu(&profile, ports[at].mtu, their_mtu);
             mtus.push(mtu);
             remotes.push(Some((d, c, mtu)));
@@ -949,7 +1007,7 @@ impl Prepared {
         let eager_credits = (recv_slots as u32 - CTL_SPARE - CREDIT_MSGS) / 2;
         let notices = recv_slots as u32 - CTL_SPARE - CREDIT_MSGS - eager_credits;
         let per_peer = (recv_slots + CTL_SEND_SLOTS) * CTL_SLOT;
-        let mut ctl_buf = Buffer::new(per_peer * size);
+        let mut ctl_buf = Buffer::new(per_peer * chans);
         let devs: Vec<Arc<Device>> = ports.iter().map(|p| p.dev.clone()).collect();
         let ctl_mrs = register_on_all(
             &devs,
@@ -960,7 +1018,7 @@ impl Prepared {
         if let Some(mtu) = mtus.iter().min() {
             info.mtu_bytes = profile::mtu_bytes(*mtu);
         }
-        let peers = (0..size)
+        let peers = (0..chans)
             .map(|p| {
                 qps[p].map(|(d, c, at)| Peer {
                     data: d.raw,
@@ -986,9 +1044,17 @@ impl Prepared {
             })
             .collect();
         let lib = ports[0].dev.lib.clone();
+        let mut lanes: Vec<Vec<usize>> = vec![Vec::new(); size];
+        for (ch, q) in qps.iter().enumerate() {
+            if q.is_some() {
+                lanes[chan_rank[ch]].push(ch);
+            }
+        }
         let mut t = VerbsTransport {
             rank,
             size,
+            lanes,
+            weights: vec![Vec::new(); size],
             profile,
             names,
             timeout,
@@ -1009,7 +1075,7 @@ impl Prepared {
         };
         // Receives only now, with every queue pair in RTS: Apple's stack drops receives posted
         // earlier.
-        for p in 0..t.size {
+        for p in 0..chans {
             if t.peers[p].is_some() {
                 for s in 0..recv_slots {
                     t.post_ctl_recv(p, s)?;
@@ -1017,6 +1083,7 @@ impl Prepared {
             }
         }
         t.greet()?;
+        t.weigh_lanes()?;
         Ok(t)
     }
 }
@@ -1144,6 +1211,7 @@ impl VerbsOpening {
                 },
             )),
             per_peer: None,
+            extra_lanes: Vec::new(),
         };
         let prepared = if opts.net.links {
             None
@@ -1161,24 +1229,40 @@ impl VerbsOpening {
 
 /// The device each peer's queue pairs go on over links: the one the hostfile names for this
 /// end of the first cable to it, else the device of that cable's interface; the default
-/// device for a peer on this host; none for a peer with no cable.
-fn devices_on_cables(rank: usize, size: usize, cabling: &crate::links::Cabling) -> Vec<PeerDevice> {
-    (0..size)
+/// device for a peer on this host; none for a peer with no cable. Then the further cables of
+/// pairs with several, in cable order, each a lane of its own: (rank, device).
+fn devices_on_cables(
+    rank: usize,
+    size: usize,
+    cabling: &crate::links::Cabling,
+) -> (Vec<PeerDevice>, Vec<(usize, PeerDevice)>) {
+    let device = |link| {
+        let (mine, _) = crate::links::Cabling::ends(link, rank);
+        match &mine.rdma_device {
+            _ if mine.link_kind == "loopback" => PeerDevice::Default,
+            Some(d) => PeerDevice::Named(d.clone()),
+            None => PeerDevice::OnInterface(mine.interface.clone()),
+        }
+    };
+    let mut extra = Vec::new();
+    let first = (0..size)
         .map(|p| {
             if p == rank {
                 return PeerDevice::Nothing;
             }
-            let Some(link) = cabling.between(rank, p).into_iter().next() else {
+            let cables = cabling.between(rank, p);
+            let Some(link) = cables.first() else {
                 return PeerDevice::Nothing;
             };
-            let (mine, _) = crate::links::Cabling::ends(link, rank);
-            match &mine.rdma_device {
-                _ if mine.link_kind == "loopback" => PeerDevice::Default,
-                Some(d) => PeerDevice::Named(d.clone()),
-                None => PeerDevice::OnInterface(mine.interface.clone()),
+            let first = device(link);
+            // Loopback "cables" are one network: nothing to stripe over.
+            if first != PeerDevice::Default {
+                extra.extend(cables[1..].iter().map(|l| (p, device(l))));
             }
+            first
         })
-        .collect()
+        .collect();
+    (first, extra)
 }
 
 /// Each rank's address as its GID carries it (RoCE and the software device: an IPv4-mapped
@@ -1210,7 +1294,9 @@ impl Opening for VerbsOpening {
     fn advertise_cabled(&mut self, cabling: &crate::links::Cabling) -> Result<Option<String>> {
         let size = self.size;
         let mut opts = self.opts.clone();
-        opts.per_peer = Some(devices_on_cables(self.rank, size, cabling));
+        let (first, extra) = devices_on_cables(self.rank, size, cabling);
+        opts.per_peer = Some(first);
+        opts.extra_lanes = extra;
         let prepared = prepare(self.rank, size, &opts)?;
         let hello = prepared.hello();
         self.prepared = Some(prepared);
@@ -1277,10 +1363,17 @@ impl Opening for VerbsOpening {
 pub struct VerbsTransport {
     rank: usize,
     size: usize,
+    /// Per rank, its channels (indices into `peers`) in cable order: one for a pair with one
+    /// cable, none for itself or a rank with no cable.
+    lanes: Vec<Vec<usize>>,
+    /// Per rank with several lanes, each lane's share of a striped message (its measured rate,
+    /// kB/s); empty: equal shares.
+    weights: Vec<Vec<u64>>,
     profile: Profile,
     names: Vec<PeerName>,
     timeout: Duration,
     info: VerbsInfo,
+    /// Per channel: each rank's first cable in rank order, then further cables.
     peers: Vec<Option<Peer>>,
     recv_slots: usize,
     per_peer: usize,
@@ -1606,7 +1699,7 @@ impl VerbsTransport {
         let mut result = Ok(n as usize);
         for wc in &wcs[..n as usize] {
             let (kind, p, low) = split_wr_id(wc.wr_id);
-            if p >= self.size || p == self.rank {
+            if self.peers.get(p).is_none_or(|x| x.is_none()) {
                 result = Err(anyhow!(
                     "transport verbs: a completion for an unknown queue pair"
                 ));
@@ -1662,13 +1755,13 @@ impl VerbsTransport {
         let mut last_sent: Option<Instant> = None;
         let mut data = Vec::new();
         loop {
-            let waiting: Vec<usize> = (0..self.size)
+            let waiting: Vec<usize> = (0..self.peers.len())
                 .filter(|p| self.peers[*p].as_ref().is_some_and(|x| !x.they_saw_mine))
                 .collect();
             if waiting.is_empty() {
                 // Answer anyone who has not heard that this rank saw them; later answers go
                 // out from exchange.
-                for p in 0..self.size {
+                for p in 0..self.peers.len() {
                     if self.peers[p].is_some() {
                         self.flush_ctl(p)?;
                     }
@@ -1689,7 +1782,7 @@ impl VerbsTransport {
                 }
                 last_sent = Some(Instant::now());
             }
-            for p in 0..self.size {
+            for p in 0..self.peers.len() {
                 if self.peers[p].is_some() {
                     self.flush_ctl(p)?;
                 }
@@ -1816,6 +1909,8 @@ impl Transport for VerbsTransport {
         })))
     }
 
+    /// Checks the ranks, cuts each message to a rank with several cables into a piece per
+    /// lane, and moves the pieces as messages of the lanes' channels.
     fn exchange(&mut self, sends: &[SendOp], recvs: &mut [RecvOp]) -> Result<()> {
         for p in sends
             .iter()
@@ -1833,6 +1928,147 @@ impl Transport for VerbsTransport {
                 );
             }
         }
+        if sends.iter().all(|o| self.lanes[o.peer].len() < 2)
+            && recvs.iter().all(|o| self.lanes[o.peer].len() < 2)
+        {
+            return self.exchange_channels(sends, recvs);
+        }
+        let mut on_lanes: Vec<SendOp> = Vec::with_capacity(sends.len() * 2);
+        for op in sends {
+            for (lane, lo, n) in self.stripes(op.peer, op.buf.len()) {
+                on_lanes.push(SendOp {
+                    peer: self.lanes[op.peer][lane],
+                    buf: &op.buf[lo..lo + n],
+                });
+            }
+        }
+        let mut into_lanes: Vec<RecvOp> = Vec::with_capacity(recvs.len() * 2);
+        for op in recvs.iter_mut() {
+            let cuts: Vec<(usize, usize, usize)> = self.stripes(op.peer, op.buf.len()).collect();
+            let mut rest: &mut [u8] = &mut op.buf[..];
+            for (lane, _, n) in cuts {
+                let (piece, after) = rest.split_at_mut(n);
+                into_lanes.push(RecvOp {
+                    peer: self.lanes[op.peer][lane],
+                    buf: piece,
+                });
+                rest = after;
+            }
+        }
+        self.exchange_channels(&on_lanes, &mut into_lanes)
+    }
+}
+
+impl VerbsTransport {
+    /// The pieces of a `len`-byte message to `peer`, as (lane, offset, length): one below
+    /// [`super::tcp::STRIPE_MIN`] or on one cable, else one per lane by the lanes' weights.
+    /// Both ends compute the same.
+    fn stripes(&self, peer: usize, len: usize) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
+        super::tcp::stripes(len, self.lanes[peer].len().max(1), &self.weights[peer])
+    }
+
+    /// Times each lane of every pair with several and stripes the pair's messages by the rates
+    /// found, as the tcp transport weighs a pair's cables: the lower rank sends
+    /// [`super::tcp::WEIGH_BYTES`] twice down each lane, timing the second until the higher
+    /// rank's 8-byte answer on the same lane, then tells it the weights (kB/s per lane). Pairs go
+    /// in one order on every rank (lowest pair first), so no two ranks wait on each other.
+    fn weigh_lanes(&mut self) -> Result<()> {
+        let me = self.rank;
+        let mut order: Vec<usize> = (0..self.size)
+            .filter(|&p| self.lanes[p].len() > 1)
+            .collect();
+        if order.is_empty() {
+            return Ok(());
+        }
+        order.sort_by_key(|&p| (me.min(p), me.max(p)));
+        let mut data = self.alloc(super::tcp::WEIGH_BYTES)?;
+        let mut ack = [0u8; 8];
+        for peer in order {
+            let lanes = self.lanes[peer].clone();
+            let name = self.names[peer].to_string();
+            let ctx = |e: anyhow::Error| anyhow!("timing the cables to {name}: {e}");
+            let mut weights = vec![0u64; lanes.len()];
+            if me < peer {
+                for (w, &ch) in weights.iter_mut().zip(&lanes) {
+                    let mut took = 0.0;
+                    for _ in 0..2 {
+                        let t = Instant::now();
+                        self.exchange_channels(
+                            &[SendOp {
+                                peer: ch,
+                                buf: &data,
+                            }],
+                            &mut [],
+                        )
+                        .map_err(ctx)?;
+                        self.exchange_channels(
+                            &[],
+                            &mut [RecvOp {
+                                peer: ch,
+                                buf: &mut ack,
+                            }],
+                        )
+                        .map_err(ctx)?;
+                        took = t.elapsed().as_secs_f64();
+                    }
+                    *w = ((super::tcp::WEIGH_BYTES as f64 / took.max(1e-9) / 1e3) as u64).max(1);
+                }
+                let msg: Vec<u8> = weights.iter().flat_map(|w| w.to_le_bytes()).collect();
+                self.exchange_channels(
+                    &[SendOp {
+                        peer: lanes[0],
+                        buf: &msg,
+                    }],
+                    &mut [],
+                )
+                .map_err(ctx)?;
+            } else {
+                for &ch in &lanes {
+                    for _ in 0..2 {
+                        self.exchange_channels(
+                            &[],
+                            &mut [RecvOp {
+                                peer: ch,
+                                buf: &mut data,
+                            }],
+                        )
+                        .map_err(ctx)?;
+                        self.exchange_channels(
+                            &[SendOp {
+                                peer: ch,
+                                buf: &ack,
+                            }],
+                            &mut [],
+                        )
+                        .map_err(ctx)?;
+                    }
+                }
+                let mut msg = vec![0u8; 8 * lanes.len()];
+                self.exchange_channels(
+                    &[],
+                    &mut [RecvOp {
+                        peer: lanes[0],
+                        buf: &mut msg,
+                    }],
+                )
+                .map_err(ctx)?;
+                for (w, b) in weights.iter_mut().zip(msg.chunks_exact(8)) {
+                    *w = u64::from_le_bytes(b.try_into().expect("8 bytes")).max(1);
+                }
+            }
+            self.weights[peer] = weights;
+        }
+        Ok(())
+    }
+
+    /// Each lane's share of a striped message to `peer` (kB/s as timed), where it has several.
+    pub fn lane_weights(&self, peer: usize) -> &[u64] {
+        &self.weights[peer]
+    }
+
+    /// Moves messages between this rank and channels (a rank's first cable, or a further one).
+    fn exchange_channels(&mut self, sends: &[SendOp], recvs: &mut [RecvOp]) -> Result<()> {
+        let chans = self.peers.len();
         // Small messages go eagerly, copied straight between the caller's buffer and a control
         // frame. Larger ones use registered buffers in place; anything else goes through
         // staging.
@@ -1877,7 +2113,7 @@ impl Transport for VerbsTransport {
                 rkey: s.mrs[dev].rkey(),
             }
         };
-        let mut send_q: Vec<VecDeque<SendMsg>> = (0..self.size).map(|_| VecDeque::new()).collect();
+        let mut send_q: Vec<VecDeque<SendMsg>> = (0..chans).map(|_| VecDeque::new()).collect();
         for (op, at) in sends.iter().zip(&send_at) {
             let mem = match at {
                 Place::Eager => Mem {
@@ -1911,10 +2147,9 @@ impl Transport for VerbsTransport {
                 eager: matches!(at, Place::Eager),
             });
         }
-        let mut recv_todo: Vec<VecDeque<RecvChunk>> =
-            (0..self.size).map(|_| VecDeque::new()).collect();
+        let mut recv_todo: Vec<VecDeque<RecvChunk>> = (0..chans).map(|_| VecDeque::new()).collect();
         let mut eager_todo: Vec<VecDeque<EagerRecv>> =
-            (0..self.size).map(|_| VecDeque::new()).collect();
+            (0..chans).map(|_| VecDeque::new()).collect();
         let mut left_chunks = 0usize;
         for (op, at) in recvs.iter_mut().zip(&recv_at) {
             let peer = self.peer(op.peer);
@@ -1946,15 +2181,14 @@ impl Transport for VerbsTransport {
                 left_chunks += 1;
             }
         }
-        let mut inflight: Vec<VecDeque<RecvChunk>> =
-            (0..self.size).map(|_| VecDeque::new()).collect();
+        let mut inflight: Vec<VecDeque<RecvChunk>> = (0..chans).map(|_| VecDeque::new()).collect();
         let mut sends_out = 0usize;
         let mut data = Vec::new();
         let mut last_progress = Instant::now();
         let mut idle_polls = 0u32;
         loop {
             let mut progress = false;
-            for p in 0..self.size {
+            for p in 0..chans {
                 if self.peers[p].is_none() {
                     continue;
                 }
@@ -2015,7 +2249,7 @@ impl Transport for VerbsTransport {
             }
             if idle_polls & 1023 == 0 && last_progress.elapsed() > self.timeout {
                 let mut waits: Vec<String> = Vec::new();
-                for p in 0..self.size {
+                for p in 0..chans {
                     let r = recv_todo[p].len() + inflight[p].len() + eager_todo[p].len();
                     let s = send_q[p].len();
                     if r + s > 0 {
@@ -2298,6 +2532,50 @@ impl VerbsTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Rank 1 of three: two cables to rank 0 (jaccl-ring's second cable between neighbours),
+    /// one to rank 2 named by the hostfile: rank 0's first cable is a channel in rank order,
+    /// its second a further lane; rank 2 is reached on its named device.
+    #[test]
+    fn a_pair_with_two_cables_gets_a_lane_on_each_cables_device() {
+        use tbbench_schema::{Link, LinkEnd, Topology};
+        let end = |iface: &str, rdma: Option<&str>| LinkEnd {
+            interface: iface.into(),
+            link_kind: "thunderbolt-ip".into(),
+            rdma_device: rdma.map(str::to_string),
+            ..Default::default()
+        };
+        let link = |ranks: [usize; 2], cable, ends: [LinkEnd; 2]| Link {
+            ranks,
+            cable,
+            ends,
+            ..Default::default()
+        };
+        let cabling = crate::links::Cabling {
+            links: vec![
+                link([0, 1], 0, [end("en2", None), end("en2", None)]),
+                link([0, 1], 1, [end("en3", None), end("en3", None)]),
+                link([1, 2], 0, [end("en4", Some("rdma_en4")), end("en2", None)]),
+            ],
+            topology: Topology::default(),
+        };
+        let (first, extra) = devices_on_cables(1, 3, &cabling);
+        assert_eq!(
+            first,
+            [
+                PeerDevice::OnInterface("en2".into()),
+                PeerDevice::Nothing,
+                PeerDevice::Named("rdma_en4".into()),
+            ]
+        );
+        assert_eq!(extra, [(0, PeerDevice::OnInterface("en3".into()))]);
+        // Channels: ranks 0..3, then rank 0's second cable, its lane 1.
+        let chan_rank = [0, 1, 2, 0];
+        assert_eq!(
+            (0..4).map(|c| lane_of(&chan_rank, c)).collect::<Vec<_>>(),
+            [0, 0, 0, 1]
+        );
+    }
 
     #[test]
     fn wr_ids_round_trip() {
