@@ -11,6 +11,9 @@ use tbbench_runners::sysinfo;
 struct Env {
     host: tbbench_schema::Host,
     interfaces: Vec<Interface>,
+    /// macOS: each Thunderbolt port's link (80 Gb/s Thunderbolt 5, 40 Thunderbolt 4).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    thunderbolt: Vec<netinfo::ThunderboltPort>,
     /// Point-to-point subnets (a cable each, on a Thunderbolt cluster) and their far ends.
     links: Vec<tbbench_runners::links::LocalCable>,
     rdma: Rdma,
@@ -25,12 +28,14 @@ struct Env {
 /// the runner, which `tbbench doctor` reads too; the BLAS kernel's age, and whether tbbench works around it, is the hpl suite's).
 fn problems(
     interfaces: &[Interface],
+    thunderbolt: &[netinfo::ThunderboltPort],
     rdma: &Rdma,
     blas: &tbbench_schema::Blas,
     transparent_hugepages: Option<&str>,
 ) -> Vec<String> {
     hostcheck::problems(&hostcheck::HostState {
         interfaces,
+        thunderbolt,
         rdma,
         blas,
         blas_below_cpu: tbbench_hpl::kernels::kernel_problem(blas),
@@ -45,9 +50,11 @@ pub fn run(json: bool) -> Result<i32> {
     let host = sysinfo::this_host();
     let interfaces = netinfo::interfaces()?;
     let rdma = hostcheck::rdma();
+    let thunderbolt = netinfo::thunderbolt_ports();
     let blas = tbbench_hpl::kernels::record();
     let problems = problems(
         &interfaces,
+        &thunderbolt,
         &rdma,
         &blas,
         host.transparent_hugepages.as_deref(),
@@ -60,6 +67,7 @@ pub fn run(json: bool) -> Result<i32> {
         host,
         links: tbbench_runners::links::local_cables(),
         interfaces,
+        thunderbolt,
         rdma,
         blas,
         energy,
@@ -112,6 +120,21 @@ fn print_text(e: &Env) {
             i.mtu.map(|m| m.to_string()).unwrap_or_else(|| "–".into()),
             addrs.join(" ")
         );
+    }
+    if !e.thunderbolt.is_empty() {
+        println!("\n# thunderbolt ports (system_profiler: what each cable's link runs at)");
+        for t in &e.thunderbolt {
+            println!(
+                "{:<14} {:<6} {}",
+                t.port,
+                t.interface.as_deref().unwrap_or("–"),
+                match (t.connected, t.link_gbit_per_s) {
+                    (true, Some(v)) => format!("connected, up to {v} Gb/s"),
+                    (true, None) => "connected".into(),
+                    (false, _) => "nothing connected".into(),
+                }
+            );
+        }
     }
     if let Some(cc) = &h.tcp_congestion_control {
         let available = sysinfo::tcp_congestion("available_congestion_control")

@@ -4,7 +4,7 @@
 //! way. Pure functions over what the OS said (interfaces, RDMA devices, the BLAS record), so
 //! the rules are tested without the hardware.
 
-use crate::netinfo::{Interface, LinkKind};
+use crate::netinfo::{Interface, LinkKind, ThunderboltPort};
 use crate::transport::verbs::devices::{self, DeviceInfo};
 use serde::Serialize;
 
@@ -104,6 +104,8 @@ fn problem(kind: &str, detail: String) -> HostProblem {
 /// record the variable, and a forced kernel behind the CPU is judged as any other.
 pub struct HostState<'a> {
     pub interfaces: &'a [Interface],
+    /// macOS: the Thunderbolt ports and their links ([`crate::netinfo::thunderbolt_ports`]).
+    pub thunderbolt: &'a [ThunderboltPort],
     pub rdma: &'a Rdma,
     pub blas: &'a tbbench_schema::Blas,
     pub blas_below_cpu: Option<String>,
@@ -137,6 +139,36 @@ pub fn problems(s: &HostState) -> Vec<HostProblem> {
                 format!("{} (thunderbolt-ip) is down: is a cable in?", i.name),
             ));
         }
+    }
+    // A Thunderbolt 5 link runs at 80 Gb/s; a Thunderbolt 4 cable, port or far end holds it
+    // to 40 (system_profiler says so per port), and Apple's RDMA needs Thunderbolt 5 on it.
+    let fastest = s
+        .thunderbolt
+        .iter()
+        .filter_map(|p| p.link_gbit_per_s.map(|v| (v, p)))
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    for t in s.thunderbolt {
+        let (Some(v), Some((top, by))) = (t.link_gbit_per_s, fastest) else {
+            continue;
+        };
+        let name = match &t.interface {
+            Some(i) => format!("{i} ({})", t.port),
+            None => t.port.clone(),
+        };
+        let below_siblings = v < 0.75 * top;
+        let rdma_wants_more = !s.rdma.devices.is_empty() && v < 80.0;
+        if !below_siblings && !rdma_wants_more {
+            continue;
+        }
+        let beside = if below_siblings {
+            let other = by.interface.as_deref().unwrap_or(&by.port);
+            format!(" where {other} links at up to {top} Gb/s")
+        } else {
+            String::new()
+        };
+        p.push(problem("thunderbolt-link-slow", format!(
+            "{name} links at up to {v} Gb/s{beside}: a Thunderbolt 4 (or older) cable, port or far end on it; use a Thunderbolt 5 cable between Thunderbolt 5 ports (80 Gb/s, and what RDMA over Thunderbolt needs)"
+        )));
     }
     for d in &s.rdma.devices {
         for port in &d.ports {
@@ -242,6 +274,7 @@ mod tests {
         };
         let p = problems(&HostState {
             interfaces: &ifs,
+            thunderbolt: &[],
             rdma: &rdma,
             blas: &blas,
             blas_below_cpu: Some("OpenBLAS runs its Prescott kernel on a CPU with AVX2".into()),
@@ -276,6 +309,7 @@ mod tests {
         };
         let none = problems(&HostState {
             interfaces: &ifs[3..],
+            thunderbolt: &[],
             rdma: &healthy,
             blas: &openblas,
             blas_below_cpu: None,
@@ -313,6 +347,7 @@ mod tests {
         };
         let f = problems(&HostState {
             interfaces: &[],
+            thunderbolt: &[],
             rdma: &healthy,
             blas: &forced,
             blas_below_cpu: None,
@@ -327,6 +362,7 @@ mod tests {
         };
         let t = problems(&HostState {
             interfaces: &[],
+            thunderbolt: &[],
             rdma: &tb4,
             blas: &openblas,
             blas_below_cpu: None,
@@ -335,5 +371,82 @@ mod tests {
         assert_eq!(t.len(), 1, "{t:#?}");
         assert_eq!(t[0].kind, "rdma-enabled-no-device");
         assert!(t[0].detail.contains("Thunderbolt 5"), "{t:#?}");
+    }
+
+    fn tb(port: u32, iface: Option<&str>, link: Option<f64>) -> ThunderboltPort {
+        ThunderboltPort {
+            port: format!("Thunderbolt {port}"),
+            interface: iface.map(str::to_string),
+            connected: link.is_some(),
+            link_gbit_per_s: link,
+        }
+    }
+
+    /// A Thunderbolt 4 cable among Thunderbolt 5 ones is named by its port; on an RDMA host
+    /// any link under 80 Gb/s is, since Apple's RDMA needs Thunderbolt 5 on the cable.
+    #[test]
+    fn a_thunderbolt_link_below_its_siblings_or_below_rdma_is_named() {
+        let openblas = tbbench_schema::Blas {
+            name: "openblas".into(),
+            kernel: "Haswell".into(),
+            env: vec![],
+            note: None,
+        };
+        let no_rdma = Rdma {
+            enabled: None,
+            devices: vec![],
+            none_because: Some("no RDMA device".into()),
+        };
+        let judge = |ports: &[ThunderboltPort], rdma: &Rdma| {
+            problems(&HostState {
+                interfaces: &[],
+                thunderbolt: ports,
+                rdma,
+                blas: &openblas,
+                blas_below_cpu: None,
+                transparent_hugepages: None,
+            })
+        };
+        let mixed = [
+            tb(1, Some("en2"), Some(80.0)),
+            tb(2, Some("en3"), Some(40.0)),
+            tb(3, Some("en4"), None),
+        ];
+        let p = judge(&mixed, &no_rdma);
+        assert_eq!(p.len(), 1, "{p:#?}");
+        assert_eq!(p[0].kind, "thunderbolt-link-slow");
+        assert!(
+            p[0].detail.starts_with(
+                "en3 (Thunderbolt 2) links at up to 40 Gb/s where en2 links at up to 80 Gb/s"
+            ),
+            "{p:#?}"
+        );
+        // All alike, no RDMA: nothing to compare against, nothing said.
+        let all_tb4 = [tb(1, Some("en2"), Some(40.0)), tb(2, None, Some(40.0))];
+        assert!(judge(&all_tb4, &no_rdma).is_empty());
+        // All Thunderbolt 5: clean, RDMA or not.
+        let all_tb5 = [
+            tb(1, Some("en2"), Some(80.0)),
+            tb(2, Some("en3"), Some(80.0)),
+        ];
+        assert!(judge(&all_tb5, &no_rdma).is_empty());
+        let rdma = Rdma {
+            enabled: Some("RDMA is enabled".into()),
+            devices: vec![DeviceInfo {
+                name: "rdma_en2".into(),
+                interface: Some("en2".into()),
+                emulated: false,
+                ports: vec![],
+            }],
+            none_because: None,
+        };
+        assert!(judge(&all_tb5, &rdma).is_empty());
+        let p = judge(&all_tb4, &rdma);
+        assert_eq!(p.len(), 2, "{p:#?}");
+        assert!(
+            p[1].detail
+                .starts_with("Thunderbolt 2 links at up to 40 Gb/s: "),
+            "{p:#?}"
+        );
     }
 }

@@ -81,6 +81,45 @@ pub fn interfaces() -> anyhow::Result<Vec<Interface>> {
     Ok(describe(raw_interfaces()?))
 }
 
+/// One Thunderbolt port as macOS's `system_profiler SPThunderboltDataType` reports it: what
+/// the link over its cable runs at (80 Gb/s for Thunderbolt 5 at both ends and in the cable,
+/// 40 for Thunderbolt 4), which `ifconfig` does not say for Thunderbolt interfaces.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ThunderboltPort {
+    /// The hardware port, "Thunderbolt 1".
+    pub port: String,
+    /// Its network interface (`en2`), from networksetup's hardware ports.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interface: Option<String>,
+    /// Something is connected at the far end of its cable.
+    pub connected: bool,
+    /// The link's speed ("Up to 80 Gb/s"), where one is up.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link_gbit_per_s: Option<f64>,
+}
+
+/// This host's Thunderbolt ports and their links (macOS; empty elsewhere, or where
+/// system_profiler does not answer). Slow (system_profiler takes about a second): read by
+/// `tbbench env` and doctor, not by every run.
+pub fn thunderbolt_ports() -> Vec<ThunderboltPort> {
+    #[cfg(target_os = "macos")]
+    {
+        let ports = mac::run(
+            &["/usr/sbin/networksetup", "networksetup"],
+            &["-listallhardwareports"],
+        );
+        let profile = mac::run(
+            &["/usr/sbin/system_profiler", "system_profiler"],
+            &["SPThunderboltDataType", "-json"],
+        );
+        mac::parse_thunderbolt(&profile.unwrap_or_default(), &ports.unwrap_or_default())
+    }
+    #[cfg(not(target_os = "macos"))]
+    {
+        Vec::new()
+    }
+}
+
 /// A result's network record as far as the interface goes (its name, link kind, speed and
 /// MTU, as the OS reports them; link kind "unknown" where no interface was found), for the
 /// caller to complete with the transport, label and addresses.
@@ -568,6 +607,54 @@ mod mac {
         pub device: String,
         /// None where networksetup prints "N/A".
         pub address: Option<String>,
+    }
+
+    /// Parses `system_profiler SPThunderboltDataType -json`: one entry per Thunderbolt bus,
+    /// its `receptacle_1_tag` naming the port (`receptacle_id_key` N is hardware port
+    /// "Thunderbolt N") and the link's `current_speed_key` ("Up to 80 Gb/s"); its `_items`,
+    /// what is connected. Interfaces come from `ports_text` (networksetup's hardware ports).
+    /// Text that is not such JSON gives no ports.
+    pub(super) fn parse_thunderbolt(json: &str, ports_text: &str) -> Vec<super::ThunderboltPort> {
+        let ports = parse_hardware_ports(ports_text);
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(json) else {
+            return Vec::new();
+        };
+        let Some(buses) = v["SPThunderboltDataType"].as_array() else {
+            return Vec::new();
+        };
+        buses
+            .iter()
+            .filter_map(|bus| {
+                let tag = &bus["receptacle_1_tag"];
+                let id = match &tag["receptacle_id_key"] {
+                    serde_json::Value::String(s) => s.trim().to_string(),
+                    serde_json::Value::Number(n) => n.to_string(),
+                    _ => return None,
+                };
+                let port = format!("Thunderbolt {id}");
+                let items = bus["_items"].as_array().is_some_and(|i| !i.is_empty());
+                let status = tag["receptacle_status_key"].as_str().unwrap_or("");
+                let connected = items || status == "receptacle_connected";
+                let speed = tag["current_speed_key"].as_str().and_then(parse_tb_speed);
+                Some(super::ThunderboltPort {
+                    interface: ports
+                        .iter()
+                        .find(|p| p.port == port)
+                        .map(|p| p.device.clone()),
+                    port,
+                    connected,
+                    link_gbit_per_s: speed.filter(|_| connected),
+                })
+            })
+            .collect()
+    }
+
+    /// "Up to 80 Gb/s" → 80; "Up to 40 Gb/s x1" → 40; "10 Gb/s" → 10.
+    fn parse_tb_speed(text: &str) -> Option<f64> {
+        let lower = text.to_ascii_lowercase();
+        let at = lower.find("gb/s")?;
+        let number = lower[..at].split_whitespace().last()?;
+        number.parse::<f64>().ok().filter(|v| *v > 0.0)
     }
 
     /// Parses `networksetup -listallhardwareports`: blocks of "Hardware Port: X",
@@ -1413,6 +1500,47 @@ en0: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500
                 .map(|i| i.name)
                 .as_deref(),
             Some("en2")
+        );
+    }
+
+    #[test]
+    fn thunderbolt_links_from_system_profiler() {
+        let json =
+            include_str!("../../fixtures/os/macos26-system_profiler-SPThunderboltDataType.json");
+        let tb = mac::parse_thunderbolt(json, PORTS_MACOS26);
+        let seen: Vec<(&str, Option<&str>, bool, Option<f64>)> = tb
+            .iter()
+            .map(|p| {
+                (
+                    p.port.as_str(),
+                    p.interface.as_deref(),
+                    p.connected,
+                    p.link_gbit_per_s,
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("Thunderbolt 1", Some("en2"), true, Some(80.0)),
+                ("Thunderbolt 2", Some("en3"), true, Some(40.0)),
+                ("Thunderbolt 3", Some("en4"), false, None),
+            ]
+        );
+        // Without networksetup's ports the links stand, unmapped; bad text gives nothing.
+        let bare = mac::parse_thunderbolt(json, "");
+        assert_eq!(bare.len(), 3);
+        assert!(bare.iter().all(|p| p.interface.is_none()));
+        for bad in ["", "{", "[]", "{\"SPThunderboltDataType\": 3}"] {
+            assert!(
+                mac::parse_thunderbolt(bad, PORTS_MACOS26).is_empty(),
+                "{bad}"
+            );
+        }
+        let older = r#"{"SPThunderboltDataType":[{"_items":[{"_name":"x"}],"receptacle_1_tag":{"receptacle_id_key":1,"current_speed_key":"Up to 40 Gb/s x1"}}]}"#;
+        assert_eq!(
+            mac::parse_thunderbolt(older, "")[0].link_gbit_per_s,
+            Some(40.0)
         );
     }
 

@@ -60,9 +60,11 @@ pub fn gather(ctx: &Context, tool: &Tool) -> RankFacts {
     let host = tbbench_runners::sysinfo::this_host();
     let interfaces = netinfo::interfaces().unwrap_or_default();
     let rdma = hostcheck::rdma();
+    let thunderbolt = netinfo::thunderbolt_ports();
     let (blas, blas_below_cpu) = hostcheck::blas();
     let problems = hostcheck::problems(&HostState {
         interfaces: &interfaces,
+        thunderbolt: &thunderbolt,
         rdma: &rdma,
         blas: &blas,
         blas_below_cpu,
