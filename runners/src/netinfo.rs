@@ -104,15 +104,15 @@ pub struct ThunderboltPort {
 pub fn thunderbolt_ports() -> Vec<ThunderboltPort> {
     #[cfg(target_os = "macos")]
     {
-        let ports = mac::run(
+        let ports = macos::run(
             &["/usr/sbin/networksetup", "networksetup"],
             &["-listallhardwareports"],
         );
-        let profile = mac::run(
+        let profile = macos::run(
             &["/usr/sbin/system_profiler", "system_profiler"],
             &["SPThunderboltDataType", "-json"],
         );
-        mac::parse_thunderbolt(&profile.unwrap_or_default(), &ports.unwrap_or_default())
+        macos::parse_thunderbolt(&profile.unwrap_or_default(), &ports.unwrap_or_default())
     }
     #[cfg(not(target_os = "macos"))]
     {
@@ -425,12 +425,12 @@ fn describe(raw: Vec<RawIf>) -> Vec<Interface> {
 
 #[cfg(target_os = "macos")]
 fn describe(raw: Vec<RawIf>) -> Vec<Interface> {
-    let ports = mac::run(
+    let ports = macos::run(
         &["/usr/sbin/networksetup", "networksetup"],
         &["-listallhardwareports"],
     );
-    let ifconfig = mac::run(&["/sbin/ifconfig", "ifconfig"], &["-a"]);
-    mac::describe(
+    let ifconfig = macos::run(&["/sbin/ifconfig", "ifconfig"], &["-a"]);
+    macos::describe(
         raw,
         &ports.unwrap_or_default(),
         &ifconfig.unwrap_or_default(),
@@ -444,492 +444,11 @@ fn describe(raw: Vec<RawIf>) -> Vec<Interface> {
 
 /// Linux: link details from `/sys/class/net/<if>/`.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-mod linux {
-    use super::{bare_interface, bridge_kind, Interface, LinkKind, RawIf, IFF_RUNNING, IFF_UP};
-
-    /// ARPHRD_* values from `/sys/class/net/<if>/type`.
-    const ARPHRD_ETHER: u32 = 1;
-    const ARPHRD_LOOPBACK: u32 = 772;
-
-    /// What sysfs says about one interface; gathered apart from classification so that the
-    /// rules can be tested without the hardware.
-    #[derive(Debug, Clone, Default, PartialEq)]
-    pub(super) struct Facts {
-        /// `type`: ARPHRD_* (1 Ethernet, 772 loopback, 65534 none/tun).
-        pub if_type: Option<u32>,
-        /// `operstate`: "up", "down", "unknown", "dormant", "lowerlayerdown", ...
-        pub operstate: Option<String>,
-        /// `flags` (hex IFF_* bits). This is the admin state only: IFF_RUNNING is not in it,
-        /// so it is OR-ed with getifaddrs' flags, which have it.
-        pub flags: Option<u32>,
-        pub mtu: Option<u32>,
-        /// `speed` in Mb/s; -1 or unreadable (EINVAL when the link is down) means unknown.
-        pub speed_mbit: Option<i64>,
-        /// `wireless/` or `phy80211` present.
-        pub wireless: bool,
-        /// `bridge/` present.
-        pub bridge: bool,
-        /// Entries of `brif/`, sorted.
-        pub bridge_members: Vec<String>,
-        /// `device` link present: backed by hardware (or a paravirtual NIC such as virtio).
-        pub has_device: bool,
-        /// Basename of the `device/driver` link ("ixgbe", "virtio_net", "thunderbolt-net").
-        pub driver: Option<String>,
-    }
-
-    #[cfg(target_os = "linux")]
-    pub(super) fn read_facts(name: &str) -> Facts {
-        use std::fs;
-        use std::path::Path;
-
-        let dir = Path::new("/sys/class/net").join(name);
-        let read = |file: &str| {
-            fs::read_to_string(dir.join(file))
-                .ok()
-                .map(|s| s.trim().to_string())
-        };
-        let mut members: Vec<String> = fs::read_dir(dir.join("brif"))
-            .map(|rd| {
-                rd.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
-        members.sort();
-        Facts {
-            if_type: read("type").and_then(|s| s.parse().ok()),
-            operstate: read("operstate"),
-            flags: read("flags")
-                .and_then(|s| u32::from_str_radix(s.trim_start_matches("0x"), 16).ok()),
-            mtu: read("mtu").and_then(|s| s.parse().ok()),
-            speed_mbit: read("speed").and_then(|s| s.parse().ok()),
-            wireless: dir.join("wireless").exists() || dir.join("phy80211").exists(),
-            bridge: dir.join("bridge").is_dir(),
-            bridge_members: members,
-            has_device: dir.join("device").exists(),
-            driver: fs::read_link(dir.join("device/driver"))
-                .ok()
-                .and_then(|p| p.file_name().map(|s| s.to_string_lossy().into_owned())),
-        }
-    }
-
-    fn is_thunderbolt_driver(driver: &str) -> bool {
-        driver.replace('_', "-") == "thunderbolt-net"
-    }
-
-    /// The kind of interface `name`; `member_kinds` are the kinds of its bridge members.
-    pub(super) fn classify(name: &str, f: &Facts, member_kinds: &[LinkKind]) -> LinkKind {
-        if f.if_type == Some(ARPHRD_LOOPBACK) {
-            return LinkKind::Loopback;
-        }
-        if f.bridge {
-            return bridge_kind(member_kinds);
-        }
-        if f.wireless {
-            return LinkKind::Wifi;
-        }
-        let tb_driver = f.driver.as_deref().is_some_and(is_thunderbolt_driver);
-        if tb_driver || (f.has_device && name.starts_with("thunderbolt")) {
-            return LinkKind::ThunderboltIp;
-        }
-        if !f.has_device {
-            return LinkKind::Virtual;
-        }
-        match f.if_type {
-            Some(ARPHRD_ETHER) | None => LinkKind::Ethernet,
-            // IPoIB (32), CAN and the like: hardware, but not a kind we label.
-            Some(_) => LinkKind::Unknown,
-        }
-    }
-
-    /// Up means a live link: operstate "up", or "unknown" (loopback, tun: drivers that do not
-    /// report link state) with IFF_UP and IFF_RUNNING set.
-    pub(super) fn is_up(operstate: Option<&str>, flags: u32) -> bool {
-        match operstate {
-            Some("up") => true,
-            Some("unknown") | None => flags & IFF_UP != 0 && flags & IFF_RUNNING != 0,
-            Some(_) => false,
-        }
-    }
-
-    /// Nominal speed in Gbit/s. None for virtual links (veth claims 10000 Mb/s, which is
-    /// fiction), bridges and loopback, and for the "unknown" values sysfs uses.
-    pub(super) fn speed(kind: LinkKind, f: &Facts) -> Option<f64> {
-        if f.bridge || matches!(kind, LinkKind::Loopback | LinkKind::Virtual) {
-            return None;
-        }
-        match f.speed_mbit {
-            // Old kernels print SPEED_UNKNOWN as u32::MAX rather than -1.
-            Some(m) if m > 0 && m < i64::from(u32::MAX) => Some(m as f64 / 1000.0),
-            _ => None,
-        }
-    }
-
-    /// Interfaces from getifaddrs entries and a sysfs reader (a fake in tests).
-    pub(super) fn describe(raw: Vec<RawIf>, facts_of: impl Fn(&str) -> Facts) -> Vec<Interface> {
-        raw.into_iter()
-            .map(|r| {
-                let facts = facts_of(&r.name);
-                let member_kinds: Vec<LinkKind> = facts
-                    .bridge_members
-                    .iter()
-                    .map(|m| classify(m, &facts_of(m), &[]))
-                    .collect();
-                let kind = classify(&r.name, &facts, &member_kinds);
-                let flags = facts.flags.unwrap_or(0) | r.flags;
-                Interface {
-                    kind,
-                    up: is_up(facts.operstate.as_deref(), flags),
-                    mtu: facts.mtu,
-                    speed_gbit_per_s: speed(kind, &facts),
-                    hardware_port: facts.driver.clone(),
-                    bridge_members: facts.bridge_members.clone(),
-                    ..bare_interface(r)
-                }
-            })
-            .collect()
-    }
-}
+mod linux;
 
 /// macOS: link details from `networksetup -listallhardwareports` and `ifconfig`.
 #[cfg_attr(not(target_os = "macos"), allow(dead_code))]
-mod mac {
-    use super::{
-        bare_interface, bridge_kind, Interface, LinkKind, RawIf, IFF_LOOPBACK, IFF_RUNNING, IFF_UP,
-    };
-
-    /// One block of `networksetup -listallhardwareports`.
-    #[derive(Debug, Clone, PartialEq, Eq)]
-    pub(super) struct HardwarePort {
-        /// "Ethernet", "Wi-Fi", "Thunderbolt Bridge", "Thunderbolt 1", ...
-        pub port: String,
-        /// "en0", "bridge0", ...
-        pub device: String,
-        /// None where networksetup prints "N/A".
-        pub address: Option<String>,
-    }
-
-    /// Parses `system_profiler SPThunderboltDataType -json`: one entry per Thunderbolt bus,
-    /// its `receptacle_1_tag` naming the port (`receptacle_id_key` N is hardware port
-    /// "Thunderbolt N") and the link's `current_speed_key` ("Up to 80 Gb/s"); its `_items`,
-    /// what is connected. Interfaces come from `ports_text` (networksetup's hardware ports).
-    /// Text that is not such JSON gives no ports.
-    pub(super) fn parse_thunderbolt(json: &str, ports_text: &str) -> Vec<super::ThunderboltPort> {
-        let ports = parse_hardware_ports(ports_text);
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(json) else {
-            return Vec::new();
-        };
-        let Some(buses) = v["SPThunderboltDataType"].as_array() else {
-            return Vec::new();
-        };
-        buses
-            .iter()
-            .filter_map(|bus| {
-                let tag = &bus["receptacle_1_tag"];
-                let id = match &tag["receptacle_id_key"] {
-                    serde_json::Value::String(s) => s.trim().to_string(),
-                    serde_json::Value::Number(n) => n.to_string(),
-                    _ => return None,
-                };
-                let port = format!("Thunderbolt {id}");
-                let items = bus["_items"].as_array().is_some_and(|i| !i.is_empty());
-                let status = tag["receptacle_status_key"].as_str().unwrap_or("");
-                let connected = items || status == "receptacle_connected";
-                let speed = tag["current_speed_key"].as_str().and_then(parse_tb_speed);
-                Some(super::ThunderboltPort {
-                    interface: ports
-                        .iter()
-                        .find(|p| p.port == port)
-                        .map(|p| p.device.clone()),
-                    port,
-                    connected,
-                    link_gbit_per_s: speed.filter(|_| connected),
-                })
-            })
-            .collect()
-    }
-
-    /// "Up to 80 Gb/s" → 80; "Up to 40 Gb/s x1" → 40; "10 Gb/s" → 10.
-    fn parse_tb_speed(text: &str) -> Option<f64> {
-        let lower = text.to_ascii_lowercase();
-        let at = lower.find("gb/s")?;
-        let number = lower[..at].split_whitespace().last()?;
-        number.parse::<f64>().ok().filter(|v| *v > 0.0)
-    }
-
-    /// Parses `networksetup -listallhardwareports`: blocks of "Hardware Port: X",
-    /// "Device: Y", "Ethernet Address: Z". Other lines (the VLAN trailer) are ignored.
-    pub(super) fn parse_hardware_ports(text: &str) -> Vec<HardwarePort> {
-        let mut out = Vec::new();
-        let mut current: Option<HardwarePort> = None;
-        for line in text.lines() {
-            let Some((key, value)) = line.split_once(':') else {
-                continue;
-            };
-            let value = value.trim();
-            match key.trim() {
-                "Hardware Port" => {
-                    out.extend(current.take().filter(|p| !p.device.is_empty()));
-                    current = Some(HardwarePort {
-                        port: value.to_string(),
-                        device: String::new(),
-                        address: None,
-                    });
-                }
-                "Device" => {
-                    if let Some(p) = current.as_mut() {
-                        p.device = value.to_string();
-                    }
-                }
-                "Ethernet Address" => {
-                    if let Some(p) = current.as_mut() {
-                        let known = !value.is_empty() && !value.eq_ignore_ascii_case("n/a");
-                        p.address = known.then(|| value.to_string());
-                    }
-                }
-                _ => {}
-            }
-        }
-        out.extend(current.filter(|p| !p.device.is_empty()));
-        out
-    }
-
-    /// What one interface's block of `ifconfig` output says.
-    #[derive(Debug, Clone, Default, PartialEq, Eq)]
-    pub(super) struct Ifconfig {
-        pub name: String,
-        /// Flag names from `flags=8863<UP,BROADCAST,...>`.
-        pub flags: Vec<String>,
-        pub mtu: Option<u32>,
-        /// The `media:` value, e.g. "autoselect (10Gbase-T <full-duplex>)".
-        pub media: Option<String>,
-        /// The `status:` value: "active" or "inactive"; absent on loopback and tunnels.
-        pub status: Option<String>,
-        /// Bridge `member:` interfaces, in listed order.
-        pub members: Vec<String>,
-    }
-
-    /// An interface block starts at an unindented "name: flags=..." line.
-    fn is_header(line: &str) -> bool {
-        !line.starts_with([' ', '\t']) && line.contains(": flags=")
-    }
-
-    /// Parses the output of `ifconfig NAME`: the first interface block in `text`, or the
-    /// default (no name) when there is none, e.g. "interface en9 does not exist".
-    pub(super) fn parse_ifconfig(text: &str) -> Ifconfig {
-        let mut lines = text.lines().skip_while(|l| !is_header(l));
-        let Some((name, rest)) = lines.next().and_then(|l| l.split_once(':')) else {
-            return Ifconfig::default();
-        };
-        let mut out = parse_header(name, rest);
-        for line in lines.take_while(|l| !is_header(l)) {
-            let line = line.trim();
-            if let Some(v) = line.strip_prefix("media:") {
-                out.media = Some(v.trim().to_string());
-            } else if let Some(v) = line.strip_prefix("status:") {
-                out.status = Some(v.trim().to_string());
-            } else if let Some(v) = line.strip_prefix("member:") {
-                out.members
-                    .extend(v.split_whitespace().next().map(str::to_string));
-            }
-        }
-        out
-    }
-
-    /// Parses `ifconfig -a`: one [`parse_ifconfig`] block per interface, in listed order.
-    pub(super) fn parse_ifconfig_all(text: &str) -> Vec<Ifconfig> {
-        let mut starts = Vec::new();
-        let mut offset = 0;
-        for line in text.split_inclusive('\n') {
-            if is_header(line) {
-                starts.push(offset);
-            }
-            offset += line.len();
-        }
-        let ends = starts
-            .iter()
-            .skip(1)
-            .copied()
-            .chain(std::iter::once(text.len()));
-        starts
-            .iter()
-            .zip(ends)
-            .map(|(&a, b)| parse_ifconfig(&text[a..b]))
-            .collect()
-    }
-
-    /// "en0" and " flags=8863<UP,BROADCAST,...> mtu 1500".
-    fn parse_header(name: &str, rest: &str) -> Ifconfig {
-        let flags = rest
-            .split_once('<')
-            .and_then(|(_, after)| after.split_once('>'))
-            .map(|(list, _)| {
-                list.split(',')
-                    .filter(|s| !s.is_empty())
-                    .map(|s| s.trim().to_string())
-                    .collect()
-            })
-            .unwrap_or_default();
-        let mut words = rest.split_whitespace();
-        let mut mtu = None;
-        while let Some(word) = words.next() {
-            if word == "mtu" {
-                mtu = words.next().and_then(|v| v.parse().ok());
-            }
-        }
-        Ifconfig {
-            name: name.trim().to_string(),
-            flags,
-            mtu,
-            ..Ifconfig::default()
-        }
-    }
-
-    /// Nominal speed in Gbit/s from an ifconfig `media:` value: "10Gbase-T" → 10,
-    /// "1000baseT" → 1, "2500Base-T" → 2.5, "100baseTX" → 0.1. None when no speed is named
-    /// ("autoselect", "<unknown type>", Thunderbolt ports' "autoselect <full-duplex>").
-    pub(super) fn parse_media_speed(media: &str) -> Option<f64> {
-        media
-            .split(|c: char| c.is_whitespace() || "()<>,".contains(c))
-            .find_map(|token| {
-                let lower = token.to_ascii_lowercase();
-                let (prefix, _) = lower.split_once("base")?;
-                let (number, per_gbit) = match prefix.strip_suffix('g') {
-                    Some(n) => (n, 1.0),
-                    None => (prefix.strip_suffix('m').unwrap_or(prefix), 1000.0),
-                };
-                let value: f64 = number.parse().ok()?;
-                (value > 0.0).then_some(value / per_gbit)
-            })
-    }
-
-    /// The kind a networksetup hardware port name implies; Unknown where it implies none
-    /// ("iPhone USB", "Bluetooth PAN", a bare chip name).
-    pub(super) fn classify_port(port: &str) -> LinkKind {
-        let lower = port.trim().to_ascii_lowercase();
-        if lower == "thunderbolt bridge" {
-            return LinkKind::ThunderboltBridge;
-        }
-        if lower.starts_with("wi-fi") || lower == "airport" {
-            return LinkKind::Wifi;
-        }
-        // Before the Thunderbolt test: Apple's "Thunderbolt Ethernet Slot 1" adapter is Ethernet.
-        if lower.contains("ethernet") || lower.split_whitespace().any(|w| w == "lan") {
-            return LinkKind::Ethernet;
-        }
-        if lower.starts_with("thunderbolt") {
-            return LinkKind::ThunderboltIp;
-        }
-        LinkKind::Unknown
-    }
-
-    /// The kind of interface `name`: the hardware port decides where it names a kind;
-    /// otherwise bridges follow their members, a `media:` with a speed means Ethernet, other
-    /// `enX` stay Unknown, and the rest (utun, gif, stf, awdl, llw, anpi, ap) are Virtual.
-    pub(super) fn classify(
-        name: &str,
-        flags: u32,
-        port: Option<&str>,
-        ifc: Option<&Ifconfig>,
-        member_kinds: &[LinkKind],
-    ) -> LinkKind {
-        let loopback_flag = ifc.is_some_and(|i| i.flags.iter().any(|f| f == "LOOPBACK"));
-        if flags & IFF_LOOPBACK != 0 || loopback_flag {
-            return LinkKind::Loopback;
-        }
-        if let Some(kind) = port.map(classify_port).filter(|k| *k != LinkKind::Unknown) {
-            return kind;
-        }
-        if name.starts_with("bridge") || ifc.is_some_and(|i| !i.members.is_empty()) {
-            return bridge_kind(member_kinds);
-        }
-        if ifc
-            .and_then(|i| i.media.as_deref())
-            .and_then(parse_media_speed)
-            .is_some()
-        {
-            return LinkKind::Ethernet;
-        }
-        if port.is_some() || name.starts_with("en") {
-            return LinkKind::Unknown;
-        }
-        LinkKind::Virtual
-    }
-
-    /// Interfaces from getifaddrs entries and the text of networksetup and `ifconfig -a`
-    /// (either may be empty when the command failed: kinds then fall back to Unknown).
-    pub(super) fn describe(
-        raw: Vec<RawIf>,
-        ports_text: &str,
-        ifconfig_text: &str,
-    ) -> Vec<Interface> {
-        let ports = parse_hardware_ports(ports_text);
-        let blocks = parse_ifconfig_all(ifconfig_text);
-        let port_of = |name: &str| {
-            ports
-                .iter()
-                .find(|p| p.device == name)
-                .map(|p| p.port.as_str())
-        };
-        let ifc_of = |name: &str| blocks.iter().find(|b| b.name == name);
-        let flags_of = |name: &str| raw.iter().find(|r| r.name == name).map_or(0, |r| r.flags);
-        let kinds: Vec<LinkKind> = raw
-            .iter()
-            .map(|r| {
-                let ifc = ifc_of(&r.name);
-                let member_kinds: Vec<LinkKind> = ifc
-                    .map(|i| &i.members[..])
-                    .unwrap_or_default()
-                    .iter()
-                    .map(|m| classify(m, flags_of(m), port_of(m), ifc_of(m), &[]))
-                    .collect();
-                classify(&r.name, r.flags, port_of(&r.name), ifc, &member_kinds)
-            })
-            .collect();
-        raw.clone()
-            .into_iter()
-            .zip(kinds)
-            .map(|(r, kind)| {
-                let ifc = ifc_of(&r.name);
-                // "status:" is the link state; without one (loopback, tunnels) trust RUNNING.
-                let link = match ifc.and_then(|i| i.status.as_deref()) {
-                    Some(status) => status == "active",
-                    None => r.flags & IFF_RUNNING != 0,
-                };
-                let speed = match kind {
-                    LinkKind::Loopback | LinkKind::Virtual => None,
-                    _ => ifc
-                        .and_then(|i| i.media.as_deref())
-                        .and_then(parse_media_speed),
-                };
-                Interface {
-                    kind,
-                    up: r.flags & IFF_UP != 0 && link,
-                    mtu: ifc.and_then(|i| i.mtu),
-                    speed_gbit_per_s: speed,
-                    hardware_port: port_of(&r.name).map(str::to_string),
-                    bridge_members: ifc.map(|i| i.members.clone()).unwrap_or_default(),
-                    ..bare_interface(r)
-                }
-            })
-            .collect()
-    }
-
-    /// Stdout of the first of `programs` that runs and succeeds with `args`. Absolute paths
-    /// come first because ssh sessions may start with a minimal PATH.
-    #[cfg(target_os = "macos")]
-    pub(super) fn run(programs: &[&str], args: &[&str]) -> Option<String> {
-        programs.iter().find_map(|program| {
-            let out = std::process::Command::new(program)
-                .args(args)
-                .output()
-                .ok()?;
-            out.status
-                .success()
-                .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-        })
-    }
-}
+mod macos;
 
 /// `ip` with all but its first `bits` bits cleared: the network of a prefix.
 pub fn mask(ip: Ipv4Addr, bits: u8) -> Ipv4Addr {
@@ -1252,7 +771,7 @@ mod tests {
 
     #[test]
     fn hardware_ports_macos15_mac_studio() {
-        let ports = mac::parse_hardware_ports(PORTS_MACOS15);
+        let ports = macos::parse_hardware_ports(PORTS_MACOS15);
         let pairs: Vec<(&str, &str)> = ports
             .iter()
             .map(|p| (p.port.as_str(), p.device.as_str()))
@@ -1291,7 +810,7 @@ mod tests {
             ("Bluetooth PAN", Unknown),
         ];
         for (port, kind) in cases {
-            assert_eq!(mac::classify_port(port), kind, "{port}");
+            assert_eq!(macos::classify_port(port), kind, "{port}");
         }
     }
 
@@ -1305,7 +824,7 @@ en0: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500
 \tmedia: autoselect (10Gbase-T <full-duplex>)
 \tstatus: active
 ";
-        let ifc = mac::parse_ifconfig(en0);
+        let ifc = macos::parse_ifconfig(en0);
         assert_eq!(ifc.name, "en0");
         assert_eq!(ifc.mtu, Some(1500));
         assert!(ifc.flags.iter().any(|f| f == "UP") && ifc.flags.iter().any(|f| f == "RUNNING"));
@@ -1316,13 +835,13 @@ en0: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500
         assert_eq!(ifc.status.as_deref(), Some("active"));
         assert!(ifc.members.is_empty());
         let missing = "ifconfig: interface en9 does not exist";
-        assert_eq!(mac::parse_ifconfig(missing), mac::Ifconfig::default());
-        assert_eq!(mac::parse_ifconfig(""), mac::Ifconfig::default());
+        assert_eq!(macos::parse_ifconfig(missing), macos::Ifconfig::default());
+        assert_eq!(macos::parse_ifconfig(""), macos::Ifconfig::default());
     }
 
     #[test]
     fn ifconfig_bridge_members_and_blocks() {
-        let blocks = mac::parse_ifconfig_all(IFCONFIG_MACOS15);
+        let blocks = macos::parse_ifconfig_all(IFCONFIG_MACOS15);
         let names: Vec<&str> = blocks.iter().map(|b| b.name.as_str()).collect();
         assert_eq!(
             names,
@@ -1347,39 +866,42 @@ en0: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500
     #[test]
     fn media_speeds() {
         assert_eq!(
-            mac::parse_media_speed("autoselect (10Gbase-T <full-duplex>)"),
+            macos::parse_media_speed("autoselect (10Gbase-T <full-duplex>)"),
             Some(10.0)
         );
         assert_eq!(
-            mac::parse_media_speed("10Gbase-T <full-duplex>"),
+            macos::parse_media_speed("10Gbase-T <full-duplex>"),
             Some(10.0)
         );
         assert_eq!(
-            mac::parse_media_speed("autoselect (1000baseT <full-duplex,flow-control>)"),
+            macos::parse_media_speed("autoselect (1000baseT <full-duplex,flow-control>)"),
             Some(1.0)
         );
         assert_eq!(
-            mac::parse_media_speed("2500Base-T <full-duplex>"),
+            macos::parse_media_speed("2500Base-T <full-duplex>"),
             Some(2.5)
         );
         assert_eq!(
-            mac::parse_media_speed("autoselect (5000baseT <full-duplex>)"),
+            macos::parse_media_speed("autoselect (5000baseT <full-duplex>)"),
             Some(5.0)
         );
-        assert_eq!(mac::parse_media_speed("100baseTX <full-duplex>"), Some(0.1));
-        assert_eq!(mac::parse_media_speed("autoselect"), None);
         assert_eq!(
-            mac::parse_media_speed("autoselect <full-duplex>"),
+            macos::parse_media_speed("100baseTX <full-duplex>"),
+            Some(0.1)
+        );
+        assert_eq!(macos::parse_media_speed("autoselect"), None);
+        assert_eq!(
+            macos::parse_media_speed("autoselect <full-duplex>"),
             None,
             "Thunderbolt port"
         );
-        assert_eq!(mac::parse_media_speed("<unknown type>"), None);
-        assert_eq!(mac::parse_media_speed("none"), None);
+        assert_eq!(macos::parse_media_speed("<unknown type>"), None);
+        assert_eq!(macos::parse_media_speed("none"), None);
     }
 
     #[test]
     fn macos15_mac_studio_thunderbolt_bridge() {
-        let all = mac::describe(macos15_raw(), PORTS_MACOS15, IFCONFIG_MACOS15);
+        let all = macos::describe(macos15_raw(), PORTS_MACOS15, IFCONFIG_MACOS15);
         let names: Vec<&str> = all.iter().map(|i| i.name.as_str()).collect();
         assert_eq!(
             names,
@@ -1475,7 +997,7 @@ en0: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500
             raw("en4", 0x8963, &[], &[]),
             raw("bridge0", 0x8822, &[], &[]),
         ];
-        let all = mac::describe(raw_list, PORTS_MACOS26, IFCONFIG_MACOS26);
+        let all = macos::describe(raw_list, PORTS_MACOS26, IFCONFIG_MACOS26);
         let en2 = find(&all, "en2");
         assert_eq!(en2.kind, LinkKind::ThunderboltIp);
         assert_eq!(
@@ -1507,7 +1029,7 @@ en0: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500
     fn thunderbolt_links_from_system_profiler() {
         let json =
             include_str!("../../fixtures/os/macos26-system_profiler-SPThunderboltDataType.json");
-        let tb = mac::parse_thunderbolt(json, PORTS_MACOS26);
+        let tb = macos::parse_thunderbolt(json, PORTS_MACOS26);
         let seen: Vec<(&str, Option<&str>, bool, Option<f64>)> = tb
             .iter()
             .map(|p| {
@@ -1528,18 +1050,18 @@ en0: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500
             ]
         );
         // Without networksetup's ports the links stand, unmapped; bad text gives nothing.
-        let bare = mac::parse_thunderbolt(json, "");
+        let bare = macos::parse_thunderbolt(json, "");
         assert_eq!(bare.len(), 3);
         assert!(bare.iter().all(|p| p.interface.is_none()));
         for bad in ["", "{", "[]", "{\"SPThunderboltDataType\": 3}"] {
             assert!(
-                mac::parse_thunderbolt(bad, PORTS_MACOS26).is_empty(),
+                macos::parse_thunderbolt(bad, PORTS_MACOS26).is_empty(),
                 "{bad}"
             );
         }
         let older = r#"{"SPThunderboltDataType":[{"_items":[{"_name":"x"}],"receptacle_1_tag":{"receptacle_id_key":1,"current_speed_key":"Up to 40 Gb/s x1"}}]}"#;
         assert_eq!(
-            mac::parse_thunderbolt(older, "")[0].link_gbit_per_s,
+            macos::parse_thunderbolt(older, "")[0].link_gbit_per_s,
             Some(40.0)
         );
     }
@@ -1547,7 +1069,7 @@ en0: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500
     #[test]
     fn macos_without_command_output_falls_back() {
         // networksetup and ifconfig both failed: getifaddrs alone still gives loopback.
-        let all = mac::describe(macos15_raw(), "", "");
+        let all = macos::describe(macos15_raw(), "", "");
         assert_eq!(find(&all, "lo0").kind, LinkKind::Loopback);
         assert_eq!(find(&all, "en0").kind, LinkKind::Unknown);
         assert_eq!(find(&all, "utun0").kind, LinkKind::Virtual);
@@ -1570,7 +1092,7 @@ en2: flags=8963<UP,BROADCAST,SMART,RUNNING,PROMISC,SIMPLEX,MULTICAST> mtu 1500
             raw("bridge1", 0x8863, &[], &[]),
             raw("en2", 0x8963, &[], &[]),
         ];
-        let all = mac::describe(raw_list, ports, ifc);
+        let all = macos::describe(raw_list, ports, ifc);
         assert_eq!(find(&all, "bridge1").kind, LinkKind::ThunderboltBridge);
     }
 
