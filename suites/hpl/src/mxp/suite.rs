@@ -6,6 +6,7 @@ use super::dominant::Dominant;
 use super::factor::{self, FactorTimes};
 use super::kernels32;
 use super::refine::{self, System};
+use super::rounded::Format;
 use crate::check;
 use crate::grid::{numroc, Grid, ProcessMap};
 use crate::kernels;
@@ -138,9 +139,14 @@ impl Suite for MxpSuite {
         kernels::set_threads(threads);
         let mut warnings = Vec::new();
         crate::suite::record_blas(ctx, &mut warnings)?;
-        let through_sgemm = |format: &str| {
+        let through_sgemm = |format: Format| {
             format!(
-                "update: {format} operands (rounded to nearest even), FP32 sums by the {}",
+                "update: {} operands (rounded to nearest even by {}), FP32 sums by the {}",
+                match format {
+                    Format::Bf16 => "BF16",
+                    Format::Fp16 => "FP16",
+                },
+                format.rounder(),
                 kernels32::name()
             )
         };
@@ -152,13 +158,16 @@ impl Suite for MxpSuite {
                 kernels32::name()
             ),
             Precision::Bf16 => {
-                warnings.push(format!(
-                    "{}'s CPU has no AVX-512 BF16: the BF16 operands go through sgemm (BF16's arithmetic at FP32's speed)",
-                    ctx.rank_hosts[rank]
-                ));
-                through_sgemm("BF16")
+                // On Apple silicon sgemm (Accelerate's, on the matrix unit) is the fast path.
+                if cfg!(target_arch = "x86_64") {
+                    warnings.push(format!(
+                        "{}'s CPU has no AVX-512 BF16: the BF16 operands go through sgemm (BF16's arithmetic at FP32's speed)",
+                        ctx.rank_hosts[rank]
+                    ));
+                }
+                through_sgemm(Format::Bf16)
             }
-            Precision::Fp16 => through_sgemm("FP16"),
+            Precision::Fp16 => through_sgemm(Format::Fp16),
         };
         let (n, nb) = (config.n, config.nb);
 
