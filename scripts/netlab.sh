@@ -13,14 +13,14 @@
 # control traffic. Hosts PREFIX0.. are namespaces, also named in /etc/hosts (their management
 # address), so hostfiles without addresses (OpenMPI's, MLX's ring form) reach them:
 #
-#   scripts/netlab.sh cabled up SHAPE [PREFIX] [RATE...]   SHAPE: mesh3 mesh4 ring4 pair2
+#   scripts/netlab.sh cabled up SHAPE [PREFIX] [RATE...]   SHAPE: mesh3 mesh4 ring4 ring6 pair2
 #   scripts/netlab.sh cabled down [PREFIX]
 #   scripts/netlab.sh cabled hostfile SHAPE [PREFIX] FORM  FORM: openmpi list jaccl jaccl-ring ring
 #
 # Cable k joins hosts a < b: 192.168.k.1/30 on a's interface en<b> and 192.168.k.2/30 on b's
 # en<a> (a second cable between the same two: en<b>c1 and en<a>c1), each end shaped with tbf
 # to the k-th RATE (the last one repeats; default 1gbit). mesh3 and mesh4 cable every pair,
-# ring4 cables 0-1 1-2 2-3 3-0 (no diagonals), pair2 is two hosts with two cables.
+# ring4 cables 0-1 1-2 2-3 3-0 (no diagonals), ring6 six hosts round a ring, pair2 is two hosts with two cables.
 #
 # Networks (host a is .1, host b is .2):
 #   0  10.71.0.0/24  tbf 2500mbit  "ethernet 2.5G" profile
@@ -91,8 +91,9 @@ cables_of() {
     mesh3) echo "0-1 0-2 1-2" ;;
     mesh4) echo "0-1 0-2 0-3 1-2 1-3 2-3" ;;
     ring4) echo "0-1 1-2 2-3 3-0" ;;
+    ring6) echo "0-1 1-2 2-3 3-4 4-5 5-0" ;;
     pair2) echo "0-1 0-1" ;;
-    *) echo "netlab: unknown shape '$1' (mesh3, mesh4, ring4, pair2)" >&2; exit 2 ;;
+    *) echo "netlab: unknown shape '$1' (mesh3, mesh4, ring4, ring6, pair2)" >&2; exit 2 ;;
   esac
 }
 

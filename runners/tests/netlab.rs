@@ -67,7 +67,7 @@ pub struct CabledLab {
 }
 
 impl CabledLab {
-    /// Builds `shape` (mesh3, mesh4, ring4, pair2) with the cables shaped to `rates` in cable
+    /// Builds `shape` (mesh3, mesh4, ring4, ring6, pair2) with the cables shaped to `rates` in cable
     /// order (the last repeats), or says why the test skips.
     pub fn up(shape: &'static str, prefix: &'static str, rates: &[&str]) -> Option<CabledLab> {
         let mut args = vec!["cabled", "up", shape, prefix];

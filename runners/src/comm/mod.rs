@@ -158,11 +158,67 @@ impl Comm {
 
     /// Broadcast within `group` from its member `root` (a world rank): the binomial tree, or
     /// for the whole world on a partial cabling the cables' tree.
+    /// A group listed round a ring of cables whose binomial tree would cross an uncabled
+    /// pair goes round the ring instead ([`Comm::bcast_ring_in`]).
     pub fn bcast_in(&mut self, group: Group, root: usize, buf: &mut [u8]) -> Result<()> {
         if matches!(group, Group::All) && self.on_cable_tree() {
             return self.tree_bcast(root, buf);
         }
+        let n = group.len(self.size());
+        let root_i = group.index_of(root)?;
+        if !self.group_on_cables(group, CollOp::Broadcast.pairs(Algo::Tree, n, root_i)) {
+            return self.bcast_ring_in(group, root, buf);
+        }
         self.bcast_binomial_in(group, root, buf)
+    }
+
+    /// Whether every pair (group indices) is cabled, or the run has every pair linked.
+    pub fn group_on_cables(&self, group: Group, pairs: Vec<[usize; 2]>) -> bool {
+        self.unlinked.is_empty()
+            || pairs.into_iter().all(|[a, b]| {
+                let (x, y) = (group.rank(a), group.rank(b));
+                !self.unlinked.contains(&[x.min(y), x.max(y)])
+            })
+    }
+
+    /// Moves `buf` from group member `from` to member `to`: directly where the two are cabled
+    /// (or every pair is), else hop by hop between neighbours round the group, the shorter
+    /// way (a group listed in a ring's cable order). Every member calls it with a buffer of
+    /// the message's length: `from`'s is sent, `to`'s receives, those between pass it on.
+    pub fn relay_in(&mut self, group: Group, from: usize, to: usize, buf: &mut [u8]) -> Result<()> {
+        let me = self.rank();
+        if from == to {
+            return Ok(());
+        }
+        if self.unlinked.is_empty() || !self.unlinked.contains(&[from.min(to), from.max(to)]) {
+            if me == from {
+                self.t.send(to, buf)?;
+            } else if me == to {
+                self.t.recv(from, buf)?;
+            }
+            return Ok(());
+        }
+        let n = group.len(self.size());
+        let (fi, ti) = (group.index_of(from)?, group.index_of(to)?);
+        let Ok(mi) = group.index_of(me) else {
+            return Ok(());
+        };
+        let (ahead, back) = ((ti + n - fi) % n, (fi + n - ti) % n);
+        let (hops, step) = if ahead <= back {
+            (ahead, 1)
+        } else {
+            (back, n - 1)
+        };
+        let Some(k) = (0..=hops).find(|k| (fi + k * step) % n == mi) else {
+            return Ok(());
+        };
+        if k > 0 {
+            self.t.recv(group.rank((fi + (k - 1) * step) % n), buf)?;
+        }
+        if k < hops {
+            self.t.send(group.rank((fi + (k + 1) * step) % n), buf)?;
+        }
+        Ok(())
     }
 
     /// The binomial-tree broadcast within `group` from its member `root`, whatever the
@@ -468,7 +524,44 @@ impl Comm {
         if matches!(group, Group::All) && self.on_cable_tree() {
             return self.tree_reduce_all(data, combine);
         }
+        let n = group.len(self.size());
+        if !self.group_on_cables(group, CollOp::AllReduce.pairs(Algo::Rd, n, 0)) {
+            return self.chain_reduce_all(group, data, combine);
+        }
         self.reduce_all(group, None, data, combine)
+    }
+
+    /// All-reduce along the group's chain of neighbours (a group listed round a ring of
+    /// cables, where recursive doubling's partners have none): each member combines what
+    /// the one before it passed with its own and passes it on; the last member's result goes
+    /// back down the chain, so every member ends with the same bits.
+    fn chain_reduce_all<T: Element>(
+        &mut self,
+        group: Group,
+        data: &mut [T],
+        combine: impl Fn(&mut [T], &[T]),
+    ) -> Result<()> {
+        let n = group.len(self.size());
+        let me = group.index_of(self.rank())?;
+        if n < 2 {
+            return Ok(());
+        }
+        if me > 0 {
+            let mut scratch = self.take_scratch::<T>(data.len())?;
+            let tmp: &mut [T] =
+                element::as_elements_mut(&mut scratch[..std::mem::size_of_val(data)]);
+            self.t.recv(group.rank(me - 1), as_bytes_mut(tmp))?;
+            combine(data, tmp);
+            self.scratch = Some(scratch);
+        }
+        if me + 1 < n {
+            self.t.send(group.rank(me + 1), as_bytes(data))?;
+            self.t.recv(group.rank(me + 1), as_bytes_mut(data))?;
+        }
+        if me > 0 {
+            self.t.send(group.rank(me - 1), as_bytes(data))?;
+        }
+        Ok(())
     }
 
     /// All-reduce by recursive doubling: members beyond the largest power of two first hand

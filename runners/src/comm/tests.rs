@@ -703,6 +703,89 @@ fn collectives_follow_a_ring_cabled_out_of_rank_order() {
     }
 }
 
+/// A group listed round a 6-ring cabled 0-2-4-1-3-5-0 (HPL's process row on a ring, in the
+/// cables' order): its broadcast, all-reduce of a few values and maxloc go between
+/// neighbours only, exact and the same bits on every rank, and a message between two members
+/// with no cable is relayed along the ring, the shorter way.
+#[test]
+fn a_group_round_a_ring_keeps_to_its_cables() {
+    let n = 6;
+    let order = vec![0usize, 2, 4, 1, 3, 5];
+    let mut unlinked = Vec::new();
+    for a in 0..n {
+        for b in a + 1..n {
+            let (ia, ib) = (
+                order.iter().position(|&r| r == a).unwrap(),
+                order.iter().position(|&r| r == b).unwrap(),
+            );
+            if (ia + 1) % n != ib && (ib + 1) % n != ia {
+                unlinked.push([a, b]);
+            }
+        }
+    }
+    let token = [0xB5, 6, 4, 2, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9];
+    create_segment(&token, n).unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let handles: Vec<_> = (0..n)
+        .map(|rank| {
+            let (seen, unlinked, order) = (seen.clone(), unlinked.clone(), order.clone());
+            std::thread::spawn(move || {
+                let names = (0..n)
+                    .map(|rank| PeerName {
+                        rank,
+                        host: "test".into(),
+                    })
+                    .collect();
+                let t =
+                    ShmTransport::attach(rank, n, &token, names, Duration::from_secs(20)).unwrap();
+                let mut c = Comm::new(Box::new(Recorder {
+                    inner: Box::new(t),
+                    seen,
+                }));
+                c.set_unlinked(unlinked);
+                let g = Group::Members(&order);
+                let mut buf = if rank == 1 { [7u8; 5000] } else { [0u8; 5000] };
+                c.bcast_in(g, 1, &mut buf).unwrap();
+                assert_eq!(buf, [7u8; 5000]);
+                let mut few = [rank as f64 * 0.1, 1.0];
+                c.allreduce_f64_in(g, &mut few, ReduceOp::Sum).unwrap();
+                let want = (0..n).map(|r| r as f64 * 0.1).fold(0.0, |a, b| a + b);
+                assert!((few[0] - want).abs() < 1e-12 && few[1] == 6.0, "{few:?}");
+                let bits = c.allgather_f64(&few[..1]).unwrap();
+                assert!(bits.iter().all(|b| b.to_bits() == few[0].to_bits()));
+                let (v, at) = c
+                    .allreduce_maxloc_in(g, (rank % 3) as f64, rank as u64)
+                    .unwrap();
+                assert_eq!((v, at), (2.0, 2));
+                // 2 and 3 sit two apart in the ring's order (2, 4, 1, 3): relayed by 4 and 1;
+                // 0 and 5 are neighbours (the ring closes).
+                for (from, to) in [(2, 3), (0, 5), (4, 0)] {
+                    let mut m = if rank == from {
+                        [from as u8; 300]
+                    } else {
+                        [0u8; 300]
+                    };
+                    c.relay_in(g, from, to, &mut m).unwrap();
+                    if rank == to {
+                        assert_eq!(m, [from as u8; 300]);
+                    }
+                }
+                c.barrier().unwrap();
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    crate::transport::shm::unlink_segment(&token);
+    for p in seen.lock().unwrap().iter() {
+        assert!(
+            !unlinked.contains(p),
+            "data moved between {p:?}, which has no cable"
+        );
+    }
+}
+
 /// The ring all-reduce both ways round (cabled neighbours): exact on 3 to 6 ranks for counts
 /// that split unevenly, in place and out of place, every rank with the same bits, and only
 /// neighbours on the ring exchange anything.

@@ -93,6 +93,7 @@ impl HplArgs {
             depth: self.depth.map(|d| d as usize),
             notes,
             map: crate::grid::ProcessMap::RowMajor,
+            order: None,
         })
     }
 }

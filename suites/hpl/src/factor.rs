@@ -33,7 +33,7 @@ use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Mutex;
 use std::time::Instant;
-use tbbench_runners::comm::{f64_bytes, f64_bytes_mut, Comm, Group};
+use tbbench_runners::comm::{f64_bytes_mut, Comm, Group};
 use tbbench_runners::transport::Waiting;
 
 /// Where one rank's time went, in seconds.
@@ -220,8 +220,17 @@ fn broadcast_panel(
     if f.in_place() {
         return Ok(());
     }
-    // HPL.dat's six BCAST variants, each as HPL defines its message pattern.
+    // HPL.dat's six BCAST variants, each as HPL defines its message pattern. A row round a
+    // ring, cabled only between neighbours, takes the ring variants (its note says so).
     let (g, buf) = (Group::Members(row), f64_bytes_mut(&mut f.packed));
+    let every_pair = (0..row.len())
+        .flat_map(|a| (a + 1..row.len()).map(move |b| [a, b]))
+        .collect();
+    let bcast = if comm.group_on_cables(g, every_pair) {
+        bcast
+    } else {
+        bcast.round_the_ring()
+    };
     match bcast {
         Broadcast::IncreasingRing => comm.bcast_ring_in(g, root, buf)?,
         Broadcast::IncreasingRingModified => {
@@ -649,7 +658,7 @@ fn factor_beside_update(
     packed_l21: Option<&PackedL21>,
     threads: usize,
 ) -> Result<()> {
-    let (lay, lda) = (m.layout, m.lda);
+    let (lay, lda) = (m.layout.clone(), m.lda);
     let packed_l11 = (solver == Solver::Tiles).then(|| l11_packed(m, cur));
     let (left, right) = m.a.split_at_mut(cols.start * lda);
     let (left, panel) = left.split_at_mut(next.c0 * lda);
@@ -776,14 +785,15 @@ pub fn factor(
     mut on_panel: impl FnMut(usize),
 ) -> Result<()> {
     let (bcast, depth) = (algo.bcast, algo.depth);
-    let (n, nb, grid) = (m.n, m.nb, m.grid);
+    let (n, nb, grid) = (m.n, m.nb, m.grid.clone());
     if n == 0 {
         return Ok(());
     }
     let my_column = column_group(&grid, m.mycol);
     let my_row = row_group(&grid, m.myrow);
     let myrow = m.myrow;
-    let root_in_row = move |j0: usize| grid.rank_at(myrow, owner(j0, nb, grid.q));
+    let row_grid = grid.clone();
+    let root_in_row = move |j0: usize| row_grid.rank_at(myrow, owner(j0, nb, row_grid.q));
     let mut clock = Instant::now();
     // U12 of the panel updating the trailing matrix, and of the panels a lookahead catches
     // up with meanwhile.
@@ -979,7 +989,8 @@ pub fn factor(
 /// column n). Every rank ends with all of x.
 pub fn solve(m: &LocalMatrix, comm: &mut Comm, t: &mut Timings) -> Result<Vec<f64>> {
     let clock = Instant::now();
-    let (n, nb, grid) = (m.n, m.nb, m.grid);
+    let (n, nb, grid) = (m.n, m.nb, m.grid.clone());
+    let row = row_group(&grid, m.myrow);
     let pc_b = owner(n, nb, grid.q);
     let lc_b = m.cols_before(n);
     // This rank's piece of y (only the process column holding b has one).
@@ -998,16 +1009,13 @@ pub fn solve(m: &LocalMatrix, comm: &mut Comm, t: &mut Timings) -> Result<Vec<f6
         let lr = m.rows_before(kb);
         let mut xk = vec![0.0; kw];
         if m.myrow == prk {
-            // y_k travels from the b column to the diagonal block's owner.
+            // y_k travels from the b column to the diagonal block's owner (relayed along the
+            // row where the two have no cable: a row round a ring).
             let holder = grid.rank_at(prk, pc_b);
             if comm.rank() == holder {
                 xk.copy_from_slice(&y[lr..lr + kw]);
-                if holder != diag {
-                    comm.send(diag, f64_bytes(&xk))?;
-                }
-            } else if comm.rank() == diag {
-                comm.recv(holder, f64_bytes_mut(&mut xk))?;
             }
+            comm.relay_in(Group::Members(&row), holder, diag, f64_bytes_mut(&mut xk))?;
             if comm.rank() == diag {
                 let lc = m.cols_before(kb);
                 kernels::trsv_upper(kw, &m.a[lc * m.lda + lr..], m.lda, &mut xk);
@@ -1029,14 +1037,10 @@ pub fn solve(m: &LocalMatrix, comm: &mut Comm, t: &mut Timings) -> Result<Vec<f6
                     *p += u * xv;
                 }
             }
-            if pck != pc_b {
-                comm.send(grid.rank_at(m.myrow, pc_b), f64_bytes(&part))?;
-            }
         }
+        let (from, to) = (grid.rank_at(m.myrow, pck), grid.rank_at(m.myrow, pc_b));
+        comm.relay_in(Group::Members(&row), from, to, f64_bytes_mut(&mut part))?;
         if m.mycol == pc_b {
-            if pck != pc_b {
-                comm.recv(grid.rank_at(m.myrow, pck), f64_bytes_mut(&mut part))?;
-            }
             for (yi, p) in y.iter_mut().zip(&part) {
                 *yi -= p;
             }

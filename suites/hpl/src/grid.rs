@@ -17,11 +17,16 @@ pub enum ProcessMap {
     Snake,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Grid {
     pub p: usize,
     pub q: usize,
     pub map: ProcessMap,
+    /// The ranks in the order the map lays them (its seat s holds `order[s]`): the cables'
+    /// order round a ring, where the hostfile lists the hosts another way round; None: rank
+    /// order.
+    #[serde(skip)]
+    pub order: Option<Vec<usize>>,
 }
 
 impl Grid {
@@ -36,6 +41,17 @@ impl Grid {
             p,
             q: ranks / p.max(1),
             map,
+            order: None,
+        }
+    }
+
+    /// A grid of `p` × `q` laid in rank order.
+    pub fn new(p: usize, q: usize, map: ProcessMap) -> Grid {
+        Grid {
+            p,
+            q,
+            map,
+            order: None,
         }
     }
 
@@ -45,6 +61,10 @@ impl Grid {
 
     /// (row, column) of a rank.
     pub fn coords(&self, rank: usize) -> (usize, usize) {
+        let rank = match &self.order {
+            Some(o) => o.iter().position(|&r| r == rank).unwrap_or(rank),
+            None => rank,
+        };
         match self.map {
             ProcessMap::RowMajor => (rank / self.q, rank % self.q),
             ProcessMap::ColumnMajor => (rank % self.p, rank / self.p),
@@ -82,8 +102,41 @@ impl Grid {
         out
     }
 
+    /// The pairs a grid laid round a ring moves data between: neighbours round each process
+    /// row, the last and first of a row of three or more included (its panels go round it,
+    /// its small all-reduces along it, the solve's messages are relayed), and every pair of
+    /// each process column (pivot rows and swaps go between any two).
+    pub fn ring_row_pairs(&self) -> Vec<[usize; 2]> {
+        let mut out = Vec::new();
+        for row in 0..self.p {
+            let members: Vec<usize> = (0..self.q).map(|c| self.rank_at(row, c)).collect();
+            let k = members.len();
+            for i in 0..k {
+                if i + 1 < k || k > 2 {
+                    let (a, b) = (members[i], members[(i + 1) % k]);
+                    out.push([a.min(b), a.max(b)]);
+                }
+            }
+        }
+        for col in 0..self.q {
+            let members: Vec<usize> = (0..self.p).map(|r| self.rank_at(r, col)).collect();
+            for (i, &a) in members.iter().enumerate() {
+                for &b in &members[i + 1..] {
+                    out.push([a.min(b), a.max(b)]);
+                }
+            }
+        }
+        out
+    }
+
     /// The rank at (row, column).
     pub fn rank_at(&self, row: usize, col: usize) -> usize {
+        let seat = self.seat_at(row, col);
+        self.order.as_ref().map_or(seat, |o| o[seat])
+    }
+
+    /// The seat (place in the map's order) at (row, column).
+    fn seat_at(&self, row: usize, col: usize) -> usize {
         match self.map {
             ProcessMap::RowMajor => row * self.q + col,
             ProcessMap::ColumnMajor => col * self.p + row,
@@ -150,31 +203,15 @@ mod tests {
             ProcessMap::ColumnMajor,
             ProcessMap::Snake,
         ] {
-            let g = Grid { p: 2, q: 3, map };
+            let g = Grid::new(2, 3, map);
             for r in 0..6 {
                 let (row, col) = g.coords(r);
                 assert!(row < 2 && col < 3);
                 assert_eq!(g.rank_at(row, col), r);
             }
         }
-        assert_eq!(
-            Grid {
-                p: 2,
-                q: 3,
-                map: ProcessMap::RowMajor
-            }
-            .coords(4),
-            (1, 1)
-        );
-        assert_eq!(
-            Grid {
-                p: 2,
-                q: 3,
-                map: ProcessMap::ColumnMajor
-            }
-            .coords(4),
-            (0, 2)
-        );
+        assert_eq!(Grid::new(2, 3, ProcessMap::RowMajor).coords(4), (1, 1));
+        assert_eq!(Grid::new(2, 3, ProcessMap::ColumnMajor).coords(4), (0, 2));
     }
 
     #[test]

@@ -68,6 +68,21 @@ pub enum Broadcast {
 }
 
 impl Broadcast {
+    /// The variant a process row cabled only between neighbours (round a ring) runs: the
+    /// increasing ring (modified where the variant is), since 2ring's root and Long's
+    /// spreading send to members that are not its neighbours.
+    pub fn round_the_ring(self) -> Broadcast {
+        match self {
+            Broadcast::IncreasingTwoRing | Broadcast::Long => Broadcast::IncreasingRing,
+            Broadcast::IncreasingTwoRingModified | Broadcast::LongModified => {
+                Broadcast::IncreasingRingModified
+            }
+            ring => ring,
+        }
+    }
+}
+
+impl Broadcast {
     fn from_code(c: i64) -> Option<Self> {
         Some(match c {
             0 => Broadcast::IncreasingRing,
@@ -134,7 +149,7 @@ pub struct Algorithm {
 }
 
 /// One run: a single combination of everything HPL.dat lists.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Variant {
     pub n: usize,
     pub nb: usize,
@@ -148,6 +163,7 @@ impl Variant {
     /// The run a plain `--n`/`--nb` asks for: what tbbench implements, with HPL's usual
     /// NBMIN 4 and NDIV 2, threshold 16, and [`Variant::default_depth`].
     pub fn plain(n: usize, nb: usize, grid: Grid) -> Variant {
+        let depth = Variant::default_depth(&grid);
         Variant {
             n,
             nb,
@@ -158,7 +174,7 @@ impl Variant {
                 ndiv: 2,
                 rfact: Factorization::Right,
                 bcast: Broadcast::IncreasingRing,
-                depth: Variant::default_depth(&grid),
+                depth,
                 swap: Swap::Mix { threshold: 64 },
             },
             threshold: 16.0,
@@ -344,6 +360,7 @@ impl HplDat {
                 p,
                 q,
                 map: self.pmap,
+                order: None,
             };
             for &n in &self.ns {
                 for &nb in &self.nbs {
@@ -356,7 +373,7 @@ impl HplDat {
                                             out.push(Variant {
                                                 n,
                                                 nb,
-                                                grid,
+                                                grid: grid.clone(),
                                                 algo: Algorithm {
                                                     pfact,
                                                     nbmin,
@@ -507,11 +524,7 @@ mod tests {
 
     #[test]
     fn plain_runs_look_ahead_with_a_broadcast_or_a_panel_to_hide() {
-        let grid = |p, q| Grid {
-            p,
-            q,
-            map: ProcessMap::RowMajor,
-        };
+        let grid = |p, q| Grid::new(p, q, ProcessMap::RowMajor);
         assert_eq!(Variant::plain(8000, 192, grid(1, 2)).code(), "WR10R2R4");
         assert_eq!(Variant::plain(8000, 192, grid(2, 2)).algo.depth, 1);
         assert_eq!(Variant::plain(8000, 192, grid(1, 1)).code(), "WR10R2R4");

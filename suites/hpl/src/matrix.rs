@@ -6,7 +6,7 @@ use crate::grid::{local_to_global, numroc, Grid};
 
 /// Where one rank's share sits in the distribution: everything about it but its numbers, so
 /// code handed only part of the share (a panel's columns) can still place it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Layout {
     pub n: usize,
     pub nb: usize,

@@ -473,11 +473,7 @@ mod tests {
         }];
         let t = ShmTransport::attach(0, 1, &token, names, Duration::from_secs(5)).unwrap();
         let mut comm = Comm::new(Box::new(t));
-        let grid = Grid {
-            p: 1,
-            q: 1,
-            map: ProcessMap::RowMajor,
-        };
+        let grid = Grid::new(1, 1, ProcessMap::RowMajor);
         let mut m = LocalMatrix::generate(n, jb, grid, 0, HPL_SEED);
         let (mut trace, mut ipiv) = (Vec::new(), vec![0u64; jb]);
         let lda = m.lda;

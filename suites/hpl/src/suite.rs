@@ -47,6 +47,8 @@ pub struct HplConfig {
     /// The process map of a run without HPL.dat: row-major, or on a partial cabling the one
     /// that keeps every process row and column on cables ([`on_the_cables`]).
     pub map: ProcessMap,
+    /// The ranks in the order the map lays them, where a ring's cables set it.
+    pub order: Option<Vec<usize>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -57,6 +59,9 @@ pub struct RunResult {
     pub p: usize,
     pub q: usize,
     pub pmap: ProcessMap,
+    /// The ranks in the order the map lays them, where a ring's cables set it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub order: Option<Vec<usize>>,
     pub depth: usize,
     pub bcast: Broadcast,
     pub pfact: Factorization,
@@ -434,40 +439,91 @@ fn plain_grid(config: &HplConfig, ranks: usize) -> Grid {
             p,
             q,
             map: config.map,
+            order: config.order.clone(),
         },
-        None => Grid::squarest(ranks, config.map),
+        None => Grid {
+            order: config.order.clone(),
+            ..Grid::squarest(ranks, config.map)
+        },
     }
 }
 
-/// On a partial cabling (a ring's diagonals) every process row and column must have a cable
-/// between each of its pairs: HPL's broadcasts, swaps and pivot searches run within them (and
-/// what it does over every rank goes along the cables' tree). The grid keeps its map where that
-/// holds, else takes the snake map (a 2×2 grid round a ring of four); where neither does, one
-/// line names the pairs.
-pub(crate) fn on_the_cables(grid: Grid, unlinked: &[[usize; 2]]) -> Result<Grid> {
-    let missing = |g: &Grid| -> Vec<[usize; 2]> {
-        g.group_pairs()
-            .into_iter()
-            .filter(|p| unlinked.contains(p))
-            .collect()
+/// How a grid's process rows and columns sit on a partial cabling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnCables {
+    /// Every pair within each row and column has a cable: everything runs as on a switch.
+    EveryPair,
+    /// Only neighbours round each process row do (a row of three or more round a ring;
+    /// columns keep every pair): panels go round it (HPL's 1ring), the small all-reduces
+    /// along it, the solve's messages relayed by the ranks between.
+    Neighbours,
+}
+
+/// On a partial cabling (a ring's diagonals) HPL's broadcasts, swaps and pivot searches run
+/// within process rows and columns (what it does over every rank goes along the cables'
+/// tree), so each row and column must be on cables. Tried in turn: the grid's own map, the
+/// snake map, both laid in the cables' ring order (a ring listed out of rank order), and,
+/// where no grid was asked for, one row round the ring (rings past four: a 2×3 grid on a ring
+/// of six puts 1 and 4 in a column). The first whose every row and column pair is cabled
+/// wins; else the first whose neighbours are; where none fits, one line names the pairs.
+pub(crate) fn on_the_cables(
+    grid: Grid,
+    unlinked: &[[usize; 2]],
+    ring: Option<&[usize]>,
+    grid_asked: bool,
+) -> Result<(Grid, OnCables)> {
+    let missing = |pairs: Vec<[usize; 2]>| -> Vec<[usize; 2]> {
+        pairs.into_iter().filter(|p| unlinked.contains(p)).collect()
     };
-    let first = missing(&grid);
-    if first.is_empty() {
-        return Ok(grid);
+    let mut tries = vec![
+        grid.clone(),
+        Grid {
+            map: ProcessMap::Snake,
+            ..grid.clone()
+        },
+    ];
+    if let Some(ring) = ring {
+        for map in [grid.map, ProcessMap::Snake] {
+            tries.push(Grid {
+                map,
+                order: Some(ring.to_vec()),
+                ..grid.clone()
+            });
+        }
+        if !grid_asked {
+            tries.push(Grid {
+                p: 1,
+                q: ring.len(),
+                map: ProcessMap::RowMajor,
+                order: Some(ring.to_vec()),
+            });
+        }
     }
-    let snake = Grid {
-        map: ProcessMap::Snake,
-        ..grid
-    };
-    if missing(&snake).is_empty() {
-        return Ok(snake);
+    if let Some(g) = tries.iter().find(|g| missing(g.group_pairs()).is_empty()) {
+        return Ok((g.clone(), OnCables::EveryPair));
     }
+    if let Some(g) = tries
+        .iter()
+        .find(|g| missing(g.ring_row_pairs()).is_empty())
+    {
+        return Ok((g.clone(), OnCables::Neighbours));
+    }
+    let first = missing(grid.group_pairs());
     let pairs: Vec<String> = first.iter().map(|[a, b]| format!("{a}-{b}")).collect();
     bail!(
-        "hpl's {}x{} grid puts ranks with no cable between them in one process row or column ({}), in every process map tried: cable them, choose another --p/--q, or run over one network",
+        "hpl's {}x{} grid puts ranks with no cable between them in one process row or column ({}), in every process map tried: cable them, choose another --p/--q (on a ring, 1x{} goes round it), or run over one network",
         grid.p,
         grid.q,
-        pairs.join(", ")
+        pairs.join(", "),
+        grid.size()
+    )
+}
+
+/// The note a run whose rows are only cabled between neighbours shows.
+fn round_the_ring_note(g: &Grid) -> String {
+    format!(
+        "hpl: the {}x{} grid's process rows are cabled only between neighbours (a ring): panels go round them (HPL's 1ring, or 1ringM for the modified broadcasts), their small all-reduces along them, the solve's messages relayed; ranks laid in the cables' order",
+        g.p, g.q
     )
 }
 
@@ -482,14 +538,35 @@ fn cabled_config(config: &HplConfig, ctx: &Context) -> Result<HplConfig> {
     else {
         return Ok(c);
     };
+    let ring = ctx.comm.ring_order().map(|r| r.to_vec());
+    let mut notes = Vec::new();
     for v in &mut c.runs {
         if v.grid.size() == ctx.size() {
-            v.grid = on_the_cables(v.grid, &t.unlinked)?;
+            let (g, on) = on_the_cables(v.grid.clone(), &t.unlinked, ring.as_deref(), true)?;
+            if on == OnCables::Neighbours {
+                notes.push(round_the_ring_note(&g));
+                v.algo.bcast = v.algo.bcast.round_the_ring();
+            }
+            v.grid = g;
         }
     }
     if c.dat.is_none() {
-        c.map = on_the_cables(plain_grid(&c, ctx.size()), &t.unlinked)?.map;
+        let asked = c.grid.is_some();
+        let (g, on) = on_the_cables(
+            plain_grid(&c, ctx.size()),
+            &t.unlinked,
+            ring.as_deref(),
+            asked,
+        )?;
+        if on == OnCables::Neighbours {
+            notes.push(round_the_ring_note(&g));
+        }
+        c.map = g.map;
+        c.grid = Some((g.p, g.q));
+        c.order = g.order;
     }
+    notes.dedup();
+    c.notes.extend(notes);
     Ok(c)
 }
 
@@ -532,6 +609,7 @@ fn plan(config: &HplConfig, ranks: usize) -> Result<(Vec<Variant>, Vec<String>)>
         notes.extend(config.notes.iter().cloned());
         return Ok((runs, notes));
     }
+    notes.extend(config.notes.iter().cloned());
     Ok(match config.n {
         Some(n) => {
             // NB is set once chosen (the probe runs on the ranks, after this check).
@@ -622,7 +700,7 @@ fn auto_run(
     if ctx.rank() == 0 {
         println!("tbbench: {why}");
     }
-    let mut v = Variant::plain(n, nb, grid);
+    let mut v = Variant::plain(n, nb, grid.clone());
     v.algo.depth = depth;
     Ok(v)
 }
@@ -687,7 +765,7 @@ fn choose_nb(
     // touch of its memory: one untimed solve first, so no candidate pays for it.
     let warm = std::iter::once((true, candidates[0]));
     for (warm_up, nb) in warm.chain(candidates.iter().map(|&nb| (false, nb))) {
-        let mut v = Variant::plain(n, nb, grid);
+        let mut v = Variant::plain(n, nb, grid.clone());
         if let Some(d) = config.depth {
             v.algo.depth = d;
         }
@@ -764,7 +842,7 @@ fn about(seconds: f64) -> String {
 
 fn run_one(v: &Variant, ctx: &mut Context, dgemm: Option<f64>) -> Result<RunResult> {
     let rank = ctx.rank();
-    let mut m = LocalMatrix::generate(v.n, v.nb, v.grid, rank, HPL_SEED);
+    let mut m = LocalMatrix::generate(v.n, v.nb, v.grid.clone(), rank, HPL_SEED);
     // The bar fills with the work done, not the columns: the first tenth of the columns holds
     // about a quarter of the flops and the last tenth a thousandth, so a bar by columns (and
     // its ETA) would race ahead at the end and crawl at the start.
@@ -847,6 +925,7 @@ fn run_one(v: &Variant, ctx: &mut Context, dgemm: Option<f64>) -> Result<RunResu
         p: v.grid.p,
         q: v.grid.q,
         pmap: v.grid.map,
+        order: v.grid.order.clone(),
         depth: v.algo.depth,
         bcast: v.algo.bcast,
         pfact: v.algo.pfact,
@@ -877,7 +956,7 @@ fn run_one(v: &Variant, ctx: &mut Context, dgemm: Option<f64>) -> Result<RunResu
 /// ‖Ax−b‖∞, ‖A‖∞, ‖x‖∞, ‖b‖∞ with A and b generated afresh, each rank over its own blocks.
 fn residual_norms(v: &Variant, ctx: &mut Context, x: &[f64]) -> Result<Norms> {
     let rank = ctx.rank();
-    let m = LocalMatrix::generate(v.n, v.nb, v.grid, rank, HPL_SEED);
+    let m = LocalMatrix::generate(v.n, v.nb, v.grid.clone(), rank, HPL_SEED);
     let lc_b = m.cols_before(v.n);
     // Row sums of A·x and of |A| over this rank's columns, then over the process row.
     let mut sums = vec![0.0; 2 * m.mp];

@@ -18,6 +18,7 @@ use std::time::Duration;
 use tbbench_runners::comm::Comm;
 use tbbench_runners::session::PeerName;
 use tbbench_runners::transport::shm::{create_segment, ShmTransport};
+use tbbench_runners::transport::{RecvOp, SendOp, Transport, Waiting};
 
 /// A segment token no other test, in this process or another one running at the same time,
 /// uses: segments are created exclusively, and the tests run in parallel.
@@ -42,11 +43,7 @@ const DEFAULT: Opts = Algorithm {
 };
 
 fn grid(p: usize, q: usize) -> Grid {
-    Grid {
-        p,
-        q,
-        map: ProcessMap::RowMajor,
-    }
+    Grid::new(p, q, ProcessMap::RowMajor)
 }
 
 /// Every rank's x.
@@ -95,6 +92,7 @@ fn run_ranks_with(
     create_segment(&token, ranks).unwrap();
     let handles: Vec<_> = (0..ranks)
         .map(|rank| {
+            let grid = grid.clone();
             std::thread::spawn(move || {
                 let names = (0..ranks)
                     .map(|rank| PeerName {
@@ -104,7 +102,31 @@ fn run_ranks_with(
                     .collect();
                 let t = ShmTransport::attach(rank, ranks, &token, names, Duration::from_secs(30))
                     .unwrap();
-                let mut comm = Comm::new(Box::new(t));
+                // A grid laid in a ring's order runs on that ring's cables: only neighbours
+                // in the order are linked, and a message between others fails, as over
+                // verbs, where they have no queue pairs.
+                let unlinked: Vec<[usize; 2]> = match &grid.order {
+                    Some(order) => {
+                        let at = |r: usize| order.iter().position(|&x| x == r).unwrap();
+                        (0..ranks)
+                            .flat_map(|a| (a + 1..ranks).map(move |b| [a, b]))
+                            .filter(|&[a, b]| {
+                                let d = at(a).abs_diff(at(b));
+                                d != 1 && d != ranks - 1
+                            })
+                            .collect()
+                    }
+                    None => Vec::new(),
+                };
+                let mut comm = if unlinked.is_empty() {
+                    Comm::new(Box::new(t))
+                } else {
+                    Comm::new(Box::new(CablesOnly {
+                        inner: Box::new(t),
+                        unlinked: unlinked.clone(),
+                    }))
+                };
+                comm.set_unlinked(unlinked);
                 swap_solve::TEST_CHOICE.with(|f| f.set(u12));
                 crate::factor::TEST_THREADS.with(|f| f.set(threads));
                 let mut m = LocalMatrix::generate(n, nb, grid, rank, HPL_SEED);
@@ -143,6 +165,46 @@ fn run_ranks_with(
     handles.into_iter().map(|h| h.join().unwrap()).collect()
 }
 
+/// A transport that refuses a message between ranks with no cable (the ring's diagonals).
+struct CablesOnly {
+    inner: Box<dyn Transport>,
+    unlinked: Vec<[usize; 2]>,
+}
+
+impl Transport for CablesOnly {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+    fn exchange(&mut self, sends: &[SendOp], recvs: &mut [RecvOp]) -> anyhow::Result<()> {
+        let me = self.inner.rank();
+        for p in sends
+            .iter()
+            .map(|s| s.peer)
+            .chain(recvs.iter().map(|r| r.peer))
+        {
+            if self.unlinked.contains(&[me.min(p), me.max(p)]) {
+                anyhow::bail!("rank {me} moved data with rank {p}, which has no cable to it");
+            }
+        }
+        self.inner.exchange(sends, recvs)
+    }
+    fn timeout(&self) -> Duration {
+        self.inner.timeout()
+    }
+    fn set_timeout(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        self.inner.set_timeout(timeout)
+    }
+    fn set_waiting(&mut self, waiting: Waiting) {
+        self.inner.set_waiting(waiting)
+    }
+}
+
 /// The largest relative difference from `want` over every rank's x (held to
 /// `reference::x_tolerance`, which follows from the system's conditioning: kernels that
 /// round differently, as FMA and wider vectors do, stay within it).
@@ -176,7 +238,7 @@ fn every_grid_solves_to_the_reference_x_and_passes_at_every_lookahead_depth() {
             ] {
                 for depth in [0, 1, 2, 3] {
                     let o = Opts { depth, ..DEFAULT };
-                    let xs = distributed_x(n, nb, Grid { p, q, map }, o);
+                    let xs = distributed_x(n, nb, Grid::new(p, q, map), o);
                     let worst = worst_error(&xs, &want);
                     assert!(
                         worst < reference::x_tolerance(n, HPL_SEED),
@@ -188,6 +250,48 @@ fn every_grid_solves_to_the_reference_x_and_passes_at_every_lookahead_depth() {
                         "{p}x{q} nb {nb} depth {depth}: residual {resid}"
                     );
                 }
+            }
+        }
+    }
+}
+
+/// Grids laid round a ring of cables listed out of rank order, the ring's diagonals
+/// unlinked: a 2×2 snake (every row and column a cable) and one row of six cabled only between
+/// neighbours (panels round the ring whichever broadcast was asked for, the small all-reduces
+/// along it, the solve's messages relayed) reach the reference x and pass, with lookahead.
+#[test]
+fn grids_round_a_ring_out_of_rank_order_solve_on_its_cables() {
+    let n = 70;
+    let want = reference::solve(n, reference::augmented(n, HPL_SEED));
+    let grids = [
+        (2, 2, ProcessMap::Snake, vec![0, 2, 1, 3]),
+        (1, 6, ProcessMap::RowMajor, vec![0, 2, 4, 1, 3, 5]),
+    ];
+    for (p, q, map, order) in grids {
+        for bcast in [
+            Broadcast::IncreasingRing,
+            Broadcast::IncreasingRingModified,
+            Broadcast::IncreasingTwoRing,
+            Broadcast::IncreasingTwoRingModified,
+            Broadcast::Long,
+            Broadcast::LongModified,
+        ] {
+            for depth in [0, 1, 2] {
+                let o = Opts {
+                    depth,
+                    bcast,
+                    ..DEFAULT
+                };
+                let g = Grid {
+                    order: Some(order.clone()),
+                    ..Grid::new(p, q, map)
+                };
+                let xs = distributed_x(n, 8, g, o);
+                let worst = worst_error(&xs, &want);
+                assert!(
+                    worst < reference::x_tolerance(n, HPL_SEED),
+                    "{p}x{q} {order:?} {bcast:?} depth {depth}: x off by {worst}"
+                );
             }
         }
     }
@@ -288,7 +392,7 @@ fn the_packed_product_reaches_the_blas_x_on_every_grid_and_depth() {
                     let o = Opts { depth, ..DEFAULT };
                     let g = grid(p, q);
                     let run = |product| {
-                        run_ranks_with(n, nb, g, o, None, Some(threads), product)
+                        run_ranks_with(n, nb, g.clone(), o, None, Some(threads), product)
                             .into_iter()
                             .unzip::<_, _, Vec<_>, Vec<_>>()
                     };
@@ -377,7 +481,7 @@ fn lookahead_keeps_exactly_depth_panels_factored_ahead_of_the_update() {
                 }
             }
             let o = Opts { depth, ..DEFAULT };
-            for (rank, (_, events)) in run_ranks(n, nb, g, o).into_iter().enumerate() {
+            for (rank, (_, events)) in run_ranks(n, nb, g.clone(), o).into_iter().enumerate() {
                 let mycol = g.coords(rank).1;
                 let mine: Vec<Event> = want
                     .iter()
@@ -494,7 +598,7 @@ fn every_pfact_and_rfact_solves_on_every_grid_at_depth_0_and_1() {
                                 depth,
                                 ..DEFAULT
                             };
-                            let xs = distributed_x(n, nb, Grid { p, q, map }, o);
+                            let xs = distributed_x(n, nb, Grid::new(p, q, map), o);
                             let worst = worst_error(&xs, &want);
                             assert!(
                                 worst < reference::x_tolerance(n, HPL_SEED),
@@ -560,6 +664,7 @@ fn every_swap_variant_moves_the_rows_the_pivots_say() {
             create_segment(&token, g.size()).unwrap();
             let handles: Vec<_> = (0..g.size())
                 .map(|rank| {
+                    let g = g.clone();
                     std::thread::spawn(move || {
                         let names = (0..g.size())
                             .map(|rank| PeerName {
@@ -576,7 +681,7 @@ fn every_swap_variant_moves_the_rows_the_pivots_say() {
                         )
                         .unwrap();
                         let mut comm = Comm::new(Box::new(t));
-                        let mut m = LocalMatrix::generate(n, nb, g, rank, HPL_SEED);
+                        let mut m = LocalMatrix::generate(n, nb, g.clone(), rank, HPL_SEED);
                         let mut want = reference::augmented(n, HPL_SEED);
                         let column: Vec<usize> = (0..p).map(|r| g.rank_at(r, m.mycol)).collect();
                         let mut x = 12345u64;
@@ -626,19 +731,62 @@ fn every_swap_variant_moves_the_rows_the_pivots_say() {
 }
 
 /// On a ring of four (no diagonals) a 2×2 grid takes the snake map, whose rows and columns are
-/// all cabled; a 1×4 grid cannot avoid the diagonals and is refused naming them; a full mesh
-/// keeps the map asked for.
+/// all cabled, in the cables' order where the hostfile lists the hosts another way round; a
+/// 1×4 grid goes round the ring between neighbours (a line with no ring names the pairs); a full mesh keeps
+/// the map asked for. On a ring of six no 2×3 grid keeps its columns on cables: left to
+/// itself hpl goes round the ring in one row, cabled between neighbours.
 #[test]
 fn a_grid_on_a_ring_keeps_its_rows_and_columns_on_cables() {
-    use crate::suite::on_the_cables;
+    use crate::suite::{on_the_cables, OnCables};
     let ring4 = [[0, 2], [1, 3]];
-    let g = on_the_cables(grid(2, 2), &ring4).unwrap();
-    assert_eq!(g.map, ProcessMap::Snake);
-    assert!(g.group_pairs().iter().all(|p| !ring4.contains(p)));
-    let e = on_the_cables(grid(1, 4), &ring4).unwrap_err().to_string();
-    assert!(e.contains("1x4 grid") && e.contains("(0-2, 1-3)"), "{e}");
+    let (g, on) = on_the_cables(grid(2, 2), &ring4, Some(&[0, 1, 2, 3]), false).unwrap();
     assert_eq!(
-        on_the_cables(grid(2, 2), &[]).unwrap().map,
-        ProcessMap::RowMajor
+        (g.map, g.order.clone(), on),
+        (ProcessMap::Snake, None, OnCables::EveryPair)
     );
+    assert!(g.group_pairs().iter().all(|p| !ring4.contains(p)));
+    // A 1×4 grid asked for goes round the ring, cabled between neighbours; without the
+    // ring's order nothing fits, and the line names the diagonals.
+    let (g, on) = on_the_cables(grid(1, 4), &ring4, Some(&[0, 1, 2, 3]), true).unwrap();
+    assert_eq!((g.p, g.q, on), (1, 4, OnCables::Neighbours));
+    let e = on_the_cables(grid(1, 4), &[[0, 2], [1, 3], [0, 3]], None, true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("1x4 grid") && e.contains("(0-2, 0-3, 1-3)"),
+        "{e}"
+    );
+    let (g, _) = on_the_cables(grid(2, 2), &[], None, false).unwrap();
+    assert_eq!(g.map, ProcessMap::RowMajor);
+    // Cabled 0-2-1-3-0: the diagonals are 0-1 and 2-3.
+    let crossed = [[0, 1], [2, 3]];
+    let (g, on) = on_the_cables(grid(2, 2), &crossed, Some(&[0, 2, 1, 3]), true).unwrap();
+    assert_eq!(on, OnCables::EveryPair);
+    assert_eq!(g.order.as_deref(), Some(&[0, 2, 1, 3][..]));
+    assert!(
+        g.group_pairs().iter().all(|p| !crossed.contains(p)),
+        "{g:?}"
+    );
+    for r in 0..4 {
+        let (row, col) = g.coords(r);
+        assert_eq!(g.rank_at(row, col), r);
+    }
+    // A ring of six cabled 0-1-2-3-4-5-0.
+    let ring6: Vec<[usize; 2]> = (0..6)
+        .flat_map(|a| (a + 1..6).map(move |b| [a, b]))
+        .filter(|[a, b]| b - a != 1 && b - a != 5)
+        .collect();
+    let order: Vec<usize> = (0..6).collect();
+    let (g, on) = on_the_cables(grid(2, 3), &ring6, Some(&order), false).unwrap();
+    assert_eq!((g.p, g.q, on), (1, 6, OnCables::Neighbours));
+    assert!(g.ring_row_pairs().iter().all(|p| !ring6.contains(p)));
+    let e = on_the_cables(grid(2, 3), &ring6, Some(&order), true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("2x3 grid") && e.contains("1x6 goes round it"),
+        "{e}"
+    );
+    // A column round the ring is not run: its pivot rows and swaps go between any two.
+    assert!(on_the_cables(grid(6, 1), &ring6, Some(&order), true).is_err());
 }

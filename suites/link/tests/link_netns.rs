@@ -474,9 +474,10 @@ fn every_hostfile_form_gives_the_links_discovery_finds() {
     }
 }
 
-/// On the ring a suite that moves data between every pair (hpl) is refused before it starts,
-/// naming the pairs with no cable; `link --pairs` naming one is refused too; two cables
-/// between a pair carry one message striped over both, at least 1.8 times one cable's rate.
+/// On the ring hpl lays its grid on the cables (2x2 by the snake map; a 1x4 grid asked for
+/// round the ring in one row, cabled between neighbours); `link --pairs` naming an unlinked
+/// pair is refused; two cables between a pair carry one message striped over both, at least
+/// 1.8 times one cable's rate, over tcp and the software RDMA device.
 #[test]
 fn unlinked_pairs_are_named_and_two_cables_carry_twice_one() {
     let dir = tmpdir("links-refused");
@@ -512,14 +513,29 @@ fn unlinked_pairs_are_named_and_two_cables_carry_twice_one() {
             "{}",
             r["results"]["runs"][0]
         );
-        let o = on_ring("hpl", &["--n", "400", "--p", "1", "--q", "4"]);
-        let err = text(&o.stderr);
-        assert!(!o.status.success());
-        let errors: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
+        // A 1x4 grid asked for goes round the ring in its one row, cabled only between
+        // neighbours, and says so.
+        let out = dir.join("hpl-ring-1x4.json");
+        let o = on_ring(
+            "hpl",
+            &[
+                "--n",
+                "400",
+                "--p",
+                "1",
+                "--q",
+                "4",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+        );
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let r = read_json(&out);
+        assert_eq!(r["verification"]["passed"], true);
         assert!(
-            errors.len() == 1
-                && errors[0].contains("hpl's 1x4 grid puts ranks with no cable between them in one process row or column (0-2, 1-3)"),
-            "{err}"
+            text(&o.stderr).contains("process rows are cabled only between neighbours"),
+            "{}",
+            text(&o.stderr)
         );
         let o = on_ring("link", &["--pairs", "0-2"]);
         assert!(!o.status.success());
@@ -559,4 +575,75 @@ fn unlinked_pairs_are_named_and_two_cables_carry_twice_one() {
             "{net}: two 0.5 Gbit/s cables moved {got:.3} Gbit/s"
         );
     }
+}
+
+/// A ring of six, its hosts listed out of the cables' order (0 2 4 1 3 5): hpl goes round the
+/// ring in one process row laid in the cables' order (a 2x3 grid would put uncabled ranks in
+/// a column), over tcp and over the software RDMA device, where ranks with no cable have no
+/// queue pairs at all, so any message off the cables would end the run; hpl-mxp likewise; a
+/// 2x3 grid asked for is refused in one line.
+#[test]
+fn hpl_goes_round_a_ring_of_six_listed_out_of_order() {
+    let Some(_lab) = netlab::CabledLab::up("ring6", "tbg", &["1000mbit"]) else {
+        return;
+    };
+    let dir = tmpdir("hpl-ring6");
+    let hosts = dir.join("permuted.hosts");
+    std::fs::write(
+        &hosts,
+        "tbg0 slots=1\ntbg2 slots=1\ntbg4 slots=1\ntbg1 slots=1\ntbg3 slots=1\ntbg5 slots=1\n",
+    )
+    .unwrap();
+    let lib = so();
+    let on_ring = |suite: &str, net: &str, extra: &[&str]| {
+        let mut args = vec![
+            suite,
+            "--hostfile",
+            hosts.to_str().unwrap(),
+            "--rsh",
+            "ip netns exec",
+            "--nodes",
+            "6",
+            "--over",
+            net,
+            "--verbs-lib",
+            lib.to_str().unwrap(),
+            "--n",
+            "600",
+            "--nb",
+            "50",
+        ];
+        args.extend_from_slice(extra);
+        run(&args, Duration::from_secs(180))
+    };
+    for (suite, net) in [
+        ("hpl", "tcp:links"),
+        ("hpl", "verbs:links"),
+        ("hpl-mxp", "verbs:links"),
+    ] {
+        let out = dir.join(format!("{suite}-{}.json", net.replace(':', "-")));
+        let o = on_ring(suite, net, &["--out", out.to_str().unwrap()]);
+        assert!(o.status.success(), "{suite} {net}: {}", text(&o.stderr));
+        let r = read_json(&out);
+        assert_eq!(r["verification"]["passed"], true, "{suite} {net}");
+        let run = &r["results"]["runs"][0];
+        assert_eq!(
+            (run["p"].as_u64(), run["q"].as_u64()),
+            (Some(1), Some(6)),
+            "{run}"
+        );
+        if suite == "hpl" {
+            // The ranks in the cables' order: tbg0 tbg1 ... are ranks 0 3 1 4 2 5.
+            assert_eq!(run["order"], serde_json::json!([0, 3, 1, 4, 2, 5]), "{run}");
+        }
+    }
+    let o = on_ring("hpl", "tcp:links", &["--p", "2", "--q", "3"]);
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    let errors: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
+    assert!(
+        errors.len() == 1
+            && errors[0].contains("hpl's 2x3 grid puts ranks with no cable between them"),
+        "{err}"
+    );
 }

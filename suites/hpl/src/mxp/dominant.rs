@@ -25,7 +25,8 @@ impl Dominant {
     /// This rank's share (every rank calls it: the row sums are reduced over process rows).
     pub fn generate(comm: &mut Comm, n: usize, nb: usize, grid: Grid) -> Result<Dominant> {
         let rank = comm.rank();
-        let LocalMatrix { layout: l, mut a } = LocalMatrix::generate(n, nb, grid, rank, HPL_SEED);
+        let LocalMatrix { layout: l, mut a } =
+            LocalMatrix::generate(n, nb, grid.clone(), rank, HPL_SEED);
         let nqa = l.cols_before(n);
         // Row sums of |A| over this rank's columns, then over its process row.
         let mut sums = vec![0.0; l.mp];

@@ -47,7 +47,7 @@ pub fn factor(
         return factor_one_row(comm, l, a, precision, t);
     }
     let mut scratch = super::Scratch::default();
-    let (n, nb, grid) = (l.n, l.nb, l.grid);
+    let (n, nb, grid) = (l.n, l.nb, l.grid.clone());
     let rounding = super::rounding(precision, n);
     let lda = l.lda;
     let nqa = l.cols_before(n);
@@ -244,7 +244,7 @@ fn factor_one_row(
     precision: Precision,
     t: &mut FactorTimes,
 ) -> Result<()> {
-    let (n, nb, grid, lda) = (l.n, l.nb, l.grid, l.lda);
+    let (n, nb, grid, lda) = (l.n, l.nb, l.grid.clone(), l.lda);
     let nqa = l.cols_before(n);
     assert!(grid.p == 1 && l.mp == n && a.len() >= lda * nqa);
     let row: Vec<usize> = (0..grid.q).map(|c| grid.rank_at(0, c)).collect();

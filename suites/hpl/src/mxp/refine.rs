@@ -70,7 +70,7 @@ impl System<'_> {
     /// diagonal block solves it, and broadcasts it to every rank.
     fn sweep(&self, comm: &mut Comm, rhs: &[f64], upper: bool) -> Result<Vec<f64>> {
         let l = &self.a.layout;
-        let (n, nb, grid, lda, f) = (l.n, l.nb, l.grid, l.lda, self.factors);
+        let (n, nb, grid, lda, f) = (l.n, l.nb, l.grid.clone(), l.lda, self.factors);
         let row: Vec<usize> = (0..grid.q).map(|c| grid.rank_at(l.myrow, c)).collect();
         let mut x = vec![0.0; n];
         let mut partial = vec![0f32; l.mp];

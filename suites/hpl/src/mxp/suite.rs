@@ -110,6 +110,13 @@ impl Suite for MxpSuite {
     const NAME: &'static str = "hpl-mxp";
     type Config = MxpConfig;
 
+    /// Runs on a partial cabling where its grid's rows and columns are cabled, as hpl does
+    /// (`crate::suite::on_the_cables`): its row and column broadcasts and all-reduces keep
+    /// to the cables (round a ring where a row is cabled only between neighbours).
+    fn needs_every_pair(_config: &MxpConfig) -> bool {
+        false
+    }
+
     fn run(config: &MxpConfig, ctx: &mut Context) -> Result<Option<SuiteOutput>> {
         let ranks = ctx.size();
         let rank = ctx.rank();
@@ -117,11 +124,7 @@ impl Suite for MxpSuite {
             Some((p, q)) if p * q != ranks => {
                 bail!("grid {p}x{q} needs {} ranks, this run has {ranks}", p * q)
             }
-            Some((p, q)) => Grid {
-                p,
-                q,
-                map: ProcessMap::RowMajor,
-            },
+            Some((p, q)) => Grid::new(p, q, ProcessMap::RowMajor),
             None => Grid::squarest(ranks, ProcessMap::RowMajor),
         };
         // On a partial cabling (a ring), every process row and column on cables.
@@ -131,7 +134,11 @@ impl Suite for MxpSuite {
             .as_ref()
             .filter(|t| !t.unlinked.is_empty())
         {
-            Some(t) => crate::suite::on_the_cables(grid, &t.unlinked)?,
+            Some(t) => {
+                let ring = ctx.comm.ring_order().map(|r| r.to_vec());
+                let asked = config.grid.is_some();
+                crate::suite::on_the_cables(grid, &t.unlinked, ring.as_deref(), asked)?.0
+            }
             None => grid,
         };
         check_memory(config, &grid, ctx)?;
@@ -171,7 +178,7 @@ impl Suite for MxpSuite {
         };
         let (n, nb) = (config.n, config.nb);
 
-        let sys = Dominant::generate(&mut ctx.comm, n, nb, grid)?;
+        let sys = Dominant::generate(&mut ctx.comm, n, nb, grid.clone())?;
         let mut lu = sys.to_single();
         ctx.comm.barrier()?;
         let start = Instant::now();
