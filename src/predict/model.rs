@@ -259,7 +259,7 @@ impl NetworkFigures {
 }
 
 /// The messages one decoded token sends, as the built-in decode sends them
-/// (suites/infer/src/decode/model.rs): tensor parallel, two all-reduces of the hidden vector
+/// (suites/infer/src/decode/model/shard.rs): tensor parallel, two all-reduces of the hidden vector
 /// (f64 on the wire) per layer and one max-location all-reduce (16 bytes) over the output's
 /// shares; pipeline parallel, one hand-off of the hidden vector (f64) per stage boundary and
 /// the last stage's choice broadcast (8 bytes).

@@ -15,7 +15,7 @@ pub mod tokenizer;
 mod fuzz;
 
 use anyhow::{anyhow, bail, Context as _, Result};
-use model::{Alone, Collective, Shard, Split};
+use model::{Alone, Shard, ShardComm, Split};
 use serde::Serialize;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -172,7 +172,7 @@ struct Ranks<'a> {
     wire: Vec<f64>,
 }
 
-impl Collective for Ranks<'_> {
+impl ShardComm for Ranks<'_> {
     fn all_sum(&mut self, v: &mut [f32]) -> Result<()> {
         let t = Instant::now();
         // f64 on the wire: the sum is then exact to f32 precision in any order.
@@ -243,7 +243,7 @@ struct Timed {
 const PREFILL_BATCH: usize = 256;
 
 /// The prompt through the model in batches of [`PREFILL_BATCH`]; the token after it.
-fn prefill(shard: &mut Shard, c: &mut dyn Collective, prompt: &[u32]) -> Result<u32> {
+fn prefill(shard: &mut Shard, c: &mut dyn ShardComm, prompt: &[u32]) -> Result<u32> {
     let mut next = 0;
     for (i, batch) in prompt.chunks(PREFILL_BATCH).enumerate() {
         next = shard.prefill(c, batch, i * PREFILL_BATCH)?;
@@ -256,7 +256,7 @@ fn prefill(shard: &mut Shard, c: &mut dyn Collective, prompt: &[u32]) -> Result<
 /// prompt's last step, so the decode phase is one step fewer than the tokens.
 fn generate(
     shard: &mut Shard,
-    c: &mut dyn Collective,
+    c: &mut dyn ShardComm,
     prompt: &[u32],
     n: usize,
     stop: Option<u32>,
@@ -416,7 +416,7 @@ fn filler(len: usize, vocab: usize) -> Vec<u32> {
 /// decode rate at that depth). At depth 0 the decode starts from one token.
 fn at_depths(
     shard: &mut Shard,
-    c: &mut dyn Collective,
+    c: &mut dyn ShardComm,
     depths: &[usize],
     n: usize,
 ) -> Result<Vec<Depth>> {
