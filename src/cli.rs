@@ -1,5 +1,6 @@
-//! The commands that are not suites (report, compare, run --quick, env). Each suite brings
-//! its own subcommand and flags (see src/registry.rs).
+//! The commands that are not suites (report, compare, run --quick, env, predict), and the
+//! options each builds from its flags. Each suite brings its own subcommand and flags (see
+//! src/registry.rs).
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -87,7 +88,7 @@ pub struct QuickArgs {
     #[arg(long, required = true)]
     pub quick: bool,
     /// Ranks for every suite.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = tbbench_runners::options::DEFAULT_NODES)]
     pub nodes: usize,
     /// tcp or shm.
     #[arg(long, short = 't', default_value = "tcp", value_parser = parse_transport)]
@@ -145,4 +146,63 @@ fn parse_threshold(s: &str) -> Result<f64, String> {
 }
 fn parse_export(s: &str) -> Result<tbbench_reports::export::Format, String> {
     tbbench_reports::export::Format::parse(s)
+}
+
+impl ReportArgs {
+    pub fn options(&self, generator: String) -> tbbench_reports::commands::ReportOptions {
+        tbbench_reports::commands::ReportOptions {
+            inputs: self.inputs.clone(),
+            html: self.out.clone(),
+            json: self.json.clone(),
+            strict: self.strict,
+            threshold_pct: self.threshold,
+            exports: self.export.clone(),
+            export_dir: self.export_dir.clone(),
+            generator,
+        }
+    }
+}
+
+impl CompareArgs {
+    pub fn options(&self) -> tbbench_reports::commands::CompareOptions {
+        tbbench_reports::commands::CompareOptions {
+            base: self.base.clone(),
+            new: self.new.clone(),
+            threshold_pct: self.threshold,
+            json: self.json.clone(),
+            strict: self.strict,
+        }
+    }
+}
+
+impl PredictArgs {
+    /// The workload from `--hpl-n`, `--gguf` or `--shape` (in that order), and the rest.
+    pub fn options(&self) -> anyhow::Result<crate::predict::PredictOptions> {
+        use crate::predict::WorkloadSpec;
+        let workload = if let Some(n) = self.hpl_n {
+            WorkloadSpec::Hpl {
+                n: n as usize,
+                nb: self.nb as usize,
+            }
+        } else if let Some(g) = &self.gguf {
+            WorkloadSpec::Gguf {
+                path: tbbench_infer::decode::resolve_gguf(Some(g))?,
+                tensor_parallel: self.parallel == "tp",
+            }
+        } else {
+            WorkloadSpec::Shape {
+                name: self.shape.clone().unwrap_or_default(),
+                layers: self.layers.map(|l| l as usize),
+                tensor_parallel: self.parallel == "tp",
+            }
+        };
+        Ok(crate::predict::PredictOptions {
+            inputs: self.inputs.clone(),
+            workload,
+            nodes: self.nodes.iter().map(|n| *n as usize).collect(),
+            algo: Some(self.algo.clone()),
+            json: self.json.clone(),
+            out: self.out.clone(),
+        })
+    }
 }

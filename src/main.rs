@@ -80,52 +80,11 @@ fn usage_error(e: clap::Error) -> ! {
 /// The commands that are not suites.
 fn run_command(cli: &Cli, suites: &[tbbench_runners::cli::Registration]) -> anyhow::Result<i32> {
     match &cli.command {
-        Command::Report(a) => commands::run_report(&commands::ReportOptions {
-            inputs: a.inputs.clone(),
-            html: a.out.clone(),
-            json: a.json.clone(),
-            strict: a.strict,
-            threshold_pct: a.threshold,
-            exports: a.export.clone(),
-            export_dir: a.export_dir.clone(),
-            generator: generator(),
-        }),
-        Command::Compare(a) => commands::run_compare(&commands::CompareOptions {
-            base: a.base.clone(),
-            new: a.new.clone(),
-            threshold_pct: a.threshold,
-            json: a.json.clone(),
-            strict: a.strict,
-        }),
+        Command::Report(a) => commands::run_report(&a.options(generator())),
+        Command::Compare(a) => commands::run_compare(&a.options()),
         Command::Run(a) => quick::run(a, suites, &generator()),
         Command::Env(a) => env::run(a.json),
-        Command::Predict(a) => predict::run(
-            &predict::PredictOptions {
-                inputs: a.inputs.clone(),
-                workload: if let Some(n) = a.hpl_n {
-                    predict::WorkloadSpec::Hpl {
-                        n: n as usize,
-                        nb: a.nb as usize,
-                    }
-                } else if let Some(g) = &a.gguf {
-                    predict::WorkloadSpec::Gguf {
-                        path: tbbench_infer::decode::resolve_gguf(Some(g))?,
-                        tensor_parallel: a.parallel == "tp",
-                    }
-                } else {
-                    predict::WorkloadSpec::Shape {
-                        name: a.shape.clone().unwrap_or_default(),
-                        layers: a.layers.map(|l| l as usize),
-                        tensor_parallel: a.parallel == "tp",
-                    }
-                },
-                nodes: a.nodes.iter().map(|n| *n as usize).collect(),
-                algo: Some(a.algo.clone()),
-                json: a.json.clone(),
-                out: a.out.clone(),
-            },
-            &tool(),
-        ),
+        Command::Predict(a) => predict::run(&a.options()?, &tool()),
     }
 }
 

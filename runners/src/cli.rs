@@ -12,13 +12,13 @@ use std::path::PathBuf;
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
     /// Number of ranks (local processes unless --hostfile is given).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = crate::options::DEFAULT_NODES)]
     pub nodes: usize,
     /// OpenMPI-style (`host slots=N`) or mlx.launch JSON hostfile; ranks start over --rsh.
     #[arg(long)]
     pub hostfile: Option<PathBuf>,
     /// Remote shell for hostfile hosts, as OpenMPI's plm_rsh_agent (e.g. 'ip netns exec').
-    #[arg(long, default_value = "ssh -o BatchMode=yes -o ConnectTimeout=10")]
+    #[arg(long, default_value = crate::options::DEFAULT_RSH)]
     pub rsh: String,
     /// Path of tbbench on the remote hosts (default: the same path as this binary).
     #[arg(long)]
@@ -184,7 +184,7 @@ impl RunArgs {
             streams_when_paced: crate::options::AUTO_STREAMS_PACED,
             sockbuf: self.sockbuf.map(|b| b as usize),
             congestion: self.congestion.clone(),
-            timeout: self.timeout.unwrap_or(std::time::Duration::from_secs(30)),
+            timeout: self.timeout.unwrap_or(crate::options::DEFAULT_TIMEOUT),
             port: self.port,
             out: self.out.clone(),
             out_generated: false,

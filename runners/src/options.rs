@@ -12,6 +12,14 @@ use std::time::Duration;
 /// default of [`crate::suite::Suite::STREAMS_WHEN_PACED`].
 pub const AUTO_STREAMS_PACED: usize = 2;
 
+/// Ranks a run starts when `--nodes` is not given (local ranks over loopback).
+pub const DEFAULT_NODES: usize = 2;
+/// How hostfile hosts are reached when `--rsh` is not given: ssh that never prompts and
+/// gives up on a host that does not answer.
+pub const DEFAULT_RSH: &str = "ssh -o BatchMode=yes -o ConnectTimeout=10";
+/// How long a rank waits on a silent peer when `--timeout` is not given.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The network a launched rank's data takes, as the launcher built it ([`DataNetwork`], JSON).
 pub const ENV_DATA_NETWORK: &str = "TBBENCH_DATA_NETWORK";
 
@@ -363,9 +371,9 @@ fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
 impl Default for RunOptions {
     fn default() -> Self {
         RunOptions {
-            nodes: 2,
+            nodes: DEFAULT_NODES,
             hostfile: None,
-            rsh: "ssh -o BatchMode=yes -o ConnectTimeout=10".into(),
+            rsh: DEFAULT_RSH.into(),
             exe: None,
             net: DataNetwork::default(),
             over: Vec::new(),
@@ -375,7 +383,7 @@ impl Default for RunOptions {
             streams_when_paced: AUTO_STREAMS_PACED,
             sockbuf: None,
             congestion: None,
-            timeout: Duration::from_secs(30),
+            timeout: DEFAULT_TIMEOUT,
             port: 0,
             out: None,
             out_generated: false,
