@@ -1,13 +1,12 @@
 //! Binding a rank to one CPU where more ranks share a host than it has cores.
 //!
 //! With ranks beyond the cores, a collective's small-message time is a count of scheduler
-//! hand-offs (each a yield to the rank sharing the core, about 3.5 µs on a 2-core VM), and
-//! which ranks share a core decides that count. Left to the scheduler, the sharing changes
-//! from one launch to the next and with it the figure (4 ranks on 2 cores: an 8-byte
-//! all-reduce read 7.3 µs in one launch and 10.5 in the next, for the same algorithm); dealt
-//! round-robin, one CPU each, it reads the same in every launch. Ranks that another tool has
-//! already placed (mpirun's binding, taskset, a cpuset narrower than the host) keep their
-//! placement.
+//! hand-offs (each a yield to the rank sharing the core), and which ranks share a core
+//! decides that count. Left to the scheduler, the sharing changes from one launch to the next
+//! and with it the figure; dealt round-robin, one CPU each, it reads the same in every launch
+//! (re-measure: `tbbench coll --nodes 4 --sizes 8` launched a few times on a 2-core host).
+//! Ranks that another tool has already placed (mpirun's binding, taskset, a cpuset narrower
+//! than the host) keep their placement.
 
 /// The CPU this rank was bound to, or None where it was left alone: ranks fit the cores, the
 /// process may not run on every CPU of the host (someone else placed it), or the OS has no

@@ -1183,8 +1183,8 @@ impl Comm {
     /// (block i from member i). The first step sends straight from `input`, which no core
     /// has just written, and `input` is copied into its block after it: over shared memory a
     /// peer copies a line out of another core's freshly written cache far more slowly than a
-    /// clean one (2 shm ranks, 1 MiB on a 2-core VM: 22 µs against 52 with the block copied
-    /// in first, 22 against 240 while the host ran slow).
+    /// clean one, about twice as slowly at 1 MiB (re-measure: `tbbench coll -t shm --op
+    /// all-gather --sizes 1MiB` against a build that copies the block in first).
     pub fn all_gather_from<T: Element>(
         &mut self,
         group: Group,

@@ -35,10 +35,9 @@ const CMA_MIN: usize = 64 << 10;
 /// Messages a mailbox slot cannot take, in a shared buffer ([`Buffer::shared`], what `alloc`
 /// hands out from this size up), go by the mapped path: the receiver copies them straight out
 /// of the sender's buffer. Through the ring a message is copied twice (into the ring, then
-/// out of it, on different cores); mapped, once, with a one-line ack back. 2 ranks on a
-/// 2-core Xeon VM, medians of four launches: an 8 KiB broadcast
-/// 1.9 us through the ring, 0.7 mapped (1.1 -> 0.5 at 1.5 KiB, 3.8 -> 1.9 at 32 KiB); 4
-/// ranks, 8 KiB all-reduce 13.1 -> 5.2.
+/// out of it, on different cores); mapped, once, with a one-line ack back, which was faster
+/// from the first size past a slot up. Re-measure: `tbbench coll -t shm --op broadcast,all-reduce
+/// --sizes 1536,8KiB,32KiB` on 2 and 4 ranks with this constant changed.
 const MAPPED_MIN: usize = SLOT_MAX + 1;
 const CMA_FLAG: u64 = 1 << 63;
 /// The message waits in a shared region ([`Buffer::shared`]) the receiver maps and copies from.

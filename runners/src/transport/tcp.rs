@@ -28,15 +28,13 @@ pub const STRIPE_MIN: usize = 256 << 10;
 /// Congestion controls that pace every segment themselves. Where the interface's queue does
 /// not pace for them (loopback, and any qdisc but fq), Linux holds each segment after the
 /// first few for a high-resolution timer, and on a VM each such timer costs tens of
-/// microseconds: on the project's 2-core VM a 1 MiB message over loopback under bbr takes
-/// about 4.5 timer expiries, whatever rate bbr has estimated. Two connections wait for their
-/// timers at once. There, over loopback under bbr with sends in [`PACED_SLICE_BYTES`]
-/// slices, interleaved launches, medians of 5, one connection against two (OpenMPI): 4-rank
-/// 1 MiB all-reduce 703 -> 603 us (1093), 2-rank 16 MiB all-reduce 5.48 -> 4.71 ms (9.36),
-/// 4-rank 16 MiB all-gather 10.7 -> 9.9 ms (9.8); the 2-rank 1 MiB all-reduce 232 -> 261 us
-/// (391) and 1 MiB broadcasts lose 10-25%, so one-way collectives send each message on one
-/// of the two ([`TcpOptions::stripe_one_way`]). Under cubic a second connection only adds
-/// work (2-rank 1 MiB all-gather 151 -> 195 us).
+/// microseconds whatever rate bbr has estimated (`perf stat -e timer:hrtimer_expire_entry`
+/// on a 1 MiB ping-pong shows the expiries). Two connections wait for their timers at once,
+/// which speeds up large exchanges (all-reduce, all-gather) and slows one-way messages, so
+/// one-way collectives send each message on one of the two
+/// ([`TcpOptions::stripe_one_way`]); under cubic a second connection only adds work.
+/// Re-measure: `scripts/bench-coll.sh 5 2 4` under bbr and with `CONGESTION=cubic`, each
+/// against `--conns 1`.
 const PACING_CONGESTION: &[&str] = &["bbr", "bbr2", "bbr3"];
 
 /// `--streams` left to the run: `paced` (the suite's [`crate::suite::Suite::STREAMS_WHEN_PACED`])
@@ -316,12 +314,10 @@ fn links_network(c: &crate::links::Cabling) -> tbbench_schema::Network {
 /// alone otherwise. A sender whose receiver waits for a core runs ahead into buffers that
 /// autotuning grows to megabytes, and the receiver then copies that data out of memory
 /// rather than out of cache; fixed buffers (Linux doubles the size asked for) keep what is
-/// in flight per connection near one core's L2. Measured on the 2-core Xeon VM (2 MiB L2 per
-/// core), 4 ranks over loopback under bbr, `tbbench coll` of 1, 4 and 16 MiB, medians of 3
-/// launches, against autotuning: 16 MiB all-reduce 1.32x as fast, all-gather 1.23x,
-/// broadcast 1.07x; 4 MiB 1.16-1.37x; 1 MiB 0.7-1.05x, within the launches' spread there;
-/// 256 KiB and 1 MiB buffers gained less at 16 MiB (1.17-1.18x, 1.04-1.07x). With a core per
-/// rank, fixed buffers gain nothing (2 ranks: 0.97-1.12x), so autotuning stays.
+/// in flight per connection near one core's L2. 512 KiB gained most of the sizes tried; with a
+/// core per rank fixed buffers gain nothing, so autotuning stays. Re-measure: `tbbench coll
+/// --nodes 4 --op all --sizes 1MiB,4MiB,16MiB` on a 2-core host against `--sockbuf 0`
+/// (autotuning) and other sizes, medians of several launches.
 const OVERSUBSCRIBED_SOCKBUF: usize = 512 << 10;
 
 /// The socket buffer size the data connections set: what `--sockbuf` asked for (0 keeps the
@@ -642,33 +638,30 @@ pub const SPIN_OVERSUBSCRIBED: Duration = Duration::from_micros(50);
 /// connection also has bytes to receive (an exchange: both ranks send at once), a large
 /// message goes a slice at a time, with the receive between slices. Sent whole, each rank
 /// reads nothing until its own send is done; in slices, sending and reading alternate and
-/// both directions advance together. 2 ranks over loopback under cubic, medians over
-/// launches on a 2-core Xeon VM: 1 MiB all-gather (one 512 KiB exchange) 158 us whole, 121
-/// in 256 KiB slices (127 in 128 KiB ones); 1 MiB ring all-reduce 306 -> 243. (Under BBR,
-/// whose pacing sets loopback's rate, see [`PACED_SLICE_BYTES`].) Where the congestion
-/// control does not pace, a one-way stream goes whole: slices cost it bandwidth (82-86 ->
-/// 65 Gbit/s at 1 MiB messages under cubic).
+/// both directions advance together. (Under BBR, whose pacing sets loopback's rate, see
+/// [`PACED_SLICE_BYTES`].) Where the congestion control does not pace, a one-way stream goes
+/// whole: slices cost it bandwidth. Re-measure: `CONGESTION=cubic scripts/bench-coll.sh 5 2`
+/// (1 MiB all-gather and all-reduce) and `tbbench link --streams 1 --sizes 1MiB` under
+/// cubic, with this constant changed.
 const SLICE_BYTES: usize = 256 << 10;
 /// Under a congestion control that paces every segment ([`PACING_CONGESTION`]) every send
 /// syscall, one-way or in an exchange, moves at most this much. Linux holds a paced
 /// connection's segments for a timer, one slot per segment however short, and a write that
 /// ends a few hundred bytes past a whole number of segments leaves such a short one: loopback's
-/// MSS is 65483, just under 64 KiB, so power-of-two writes do exactly that. On the 2-core VM
-/// over loopback under bbr, 2-rank 2 MiB broadcast, medians of 4 launches: writes of 128
-/// KiB (two segments and 106 bytes) 706 us, 256 KiB 489, 64 KiB 346, one write per message
-/// 390-420; 120 KiB 274, exactly two or four segments 258-260; OpenMPI 281. A fixed size,
+/// MSS is 65483, just under 64 KiB, so power-of-two writes do exactly that. A fixed size,
 /// measured rather than derived, since the MSS cannot be asked for (TCP_MAXSEG reads 65536 on
 /// a fresh loopback connection, whose segments start at 32741 and grow to 65483): 120 KiB is
 /// no power of two and no small multiple of either segment size, and ran as fast as whole
-/// segments; it was not measured on a NIC with fq, which paces by itself. `tbbench link
-/// --streams 1` at 1 MiB: 65-68 Gbit/s in such slices, 27-44 whole, iperf3 46. Under cubic
-/// whole writes stay faster (82-86 against 65 Gbit/s), so other congestion controls keep
-/// [`SLICE_BYTES`] for exchanges and send one-way messages whole.
+/// segments (and faster than power-of-two writes or one write per message); it was not
+/// measured on a NIC with fq, which paces by itself. Under cubic whole writes stay faster, so
+/// other congestion controls keep [`SLICE_BYTES`] for exchanges and send one-way messages
+/// whole. Re-measure under bbr: `tbbench coll --op broadcast --sizes 2MiB` (2 ranks) and
+/// `tbbench link --streams 1 --sizes 1MiB` beside `iperf3`, with this constant changed.
 const PACED_SLICE_BYTES: usize = 120 << 10;
-/// What a reduction step receives and adds at a time ([`Transport::reduce_segment`]).
-/// Measured on a 2-core EPYC VM, 2-rank ring all-reduce over loopback: 1 MiB segments 1.2x
-/// the busbw of whole messages at 16 MiB and 1.4x at 64 MiB; 256 and 512 KiB no better than
-/// whole messages, 2 MiB between (1 MiB is this host's L2 per core).
+/// What a reduction step receives and adds at a time ([`Transport::reduce_segment`]): a
+/// segment still in cache when it is added (about one core's L2); smaller ones gained nothing
+/// over whole messages. Re-measure: `tbbench coll --algo ring --sizes 16MiB,64MiB` (2 ranks
+/// over loopback) with this constant changed.
 const REDUCE_SEGMENT_BYTES: usize = 1 << 20;
 
 impl Piece {

@@ -25,10 +25,9 @@ const PROBE_ROUNDS: usize = 3;
 /// `auto` keeps the model's algorithm ([`default_algo`]) unless another's probe median beats
 /// it by more than this share: nearer than that the probe cannot tell them apart. Under bbr
 /// a connection's first transfers run faster than its steady state, more so the more
-/// connections an algorithm spreads over: on the 2-core VM the 4-rank 16 MiB all-gather by
-/// mesh took 9-11 ms in its first iterations and 12-13 from the tenth on (ring: 10 ms
-/// throughout), so in a short probe mesh came within 0-2% of ring and won a third of the
-/// launches, then ran 10-20% slower than ring would have in the rows.
+/// connections an algorithm spreads over, so without a margin a short probe picked the
+/// algorithm that slowed down afterwards in some launches. Re-measure: `tbbench coll --nodes 4
+/// --op all-gather --algo auto,ring,mesh --sizes 16MiB` launched a few times under bbr.
 const PROBE_MARGIN: f64 = 0.05;
 /// Untimed calls before an algorithm's first timed round (then one before each later one).
 const PROBE_WARMUP: usize = 2;
@@ -330,9 +329,10 @@ fn count_wrong<T: Element, C: Collective>(
 /// It probes as the sweep goes, each size just before the first row that may follow it, so
 /// the rows up to a probed size never come after a larger probe (nccl-tests and osu sweep in
 /// ascending order too); only rows nearer the next probe size than the last follow that one.
-/// Under bbr a connection paces at what its recent bulk transfers reached: over loopback on
-/// the 2-core VM, the 4-rank 1 MiB all-gather takes 370-390 us on its own and 750-815 us
-/// right after a 16 MiB probe (under cubic the same either way).
+/// Under bbr a connection paces at what its recent bulk transfers reached, so a 1 MiB row
+/// right after a 16 MiB probe ran at about half its own speed (under cubic the same either
+/// way). Re-measure: `tbbench coll --nodes 4 --op all-gather --sizes 1MiB` alone and after
+/// `--sizes 16MiB,1MiB`, under bbr.
 pub struct Tuner {
     /// Each op's progress, in the order of `tuning.entries`.
     ops: Vec<OpProbe>,

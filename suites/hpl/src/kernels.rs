@@ -121,10 +121,10 @@ pub fn blas() -> Option<&'static Blas> {
 /// 2^28, about 0.1 s). After each threaded call a worker spins on its core (sched_yield in a
 /// loop) for that long; an HPL step is shorter, so with the default the workers never sleep,
 /// and the row swaps and U12 solve on tbbench's own threads (`swap_solve`) share a core with
-/// a spinner. Measured on the 2-core VM, 1×1 N=8000: the fused swaps and solve took 0.67 s
-/// with the default and 0.37 s with 2^18; at N=10000 (8 interleaved pairs) the panels took
-/// 0.30 s against 0.28 s (their small calls now wake a sleeping worker now and then), and
-/// the whole run median 88.8–89.8 Gflops against 87.5–87.9 with the default and BLAS dtrsm.
+/// a spinner: with 2^18 the fused swaps and solve took about half as long, the panels a
+/// little longer (their small calls wake a sleeping worker now and then), the whole run
+/// faster. Re-measure: `tbbench hpl --nodes 1 --n 10000` with OPENBLAS_THREAD_TIMEOUT set to
+/// 18 and to 28, interleaved; the result's per-phase seconds show where the time went.
 pub const OPENBLAS_THREAD_TIMEOUT: &str = "18";
 
 /// Set by tbbench on the process it starts again after OpenBLAS chose a kernel older than the

@@ -92,8 +92,9 @@ impl LocalMatrix {
 /// `len` zeros in memory the kernel is asked to back with 2 MiB pages (Linux's transparent
 /// huge pages, in their usual "madvise" mode). The row swaps and the panel's pivot search
 /// stride a whole column (N·8 bytes) from one element to the next, so with 4 KiB pages
-/// nearly every access needs its own TLB entry; measured on a 2-core EPYC, 1x1 N=8000:
-/// median 81.9 against 76.0 Gflops over 5 interleaved pairs.
+/// nearly every access needs its own TLB entry (huge pages measured several percent faster at
+/// N=8000; re-measure: `tbbench hpl --nodes 1 --n 8000` with transparent_hugepage at
+/// `madvise` and at `never`, interleaved).
 pub(crate) fn zeroed(len: usize) -> Vec<f64> {
     // Large zeroed allocations come straight from mmap, untouched: the advice is in place
     // before the first write faults a page in.

@@ -6,8 +6,9 @@
 //! again for every few thousand columns of a wide call). One rank on several threads
 //! applies a panel in chunks of at most 512 columns (each thread calls the product on its own
 //! chunks, with the swaps and U12's solve fused ahead of each), so through the BLAS, L21, the
-//! tall operand, is copied some twenty times per panel: on the 2-core Xeon VM 4–5% of a
-//! 1-rank N=10000 NB 128 run's core-seconds (perf, OpenBLAS 0.3.21's SkylakeX kernel). Here
+//! tall operand, is copied some twenty times per panel, a few percent of a 1-rank run's
+//! core-seconds (`perf record` on `tbbench hpl --nodes 1 --n 10000 --nb 128` shows the
+//! copies in OpenBLAS's packing routines). Here
 //! L21 is packed once per panel, by the threads that bring the next panel's columns up to
 //! date with it (each packs the row blocks it then multiplies), and every chunk reads that
 //! copy. Elsewhere (several ranks, one thread, DEPTH 0) a rank updates a panel's columns in

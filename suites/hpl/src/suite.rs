@@ -135,7 +135,7 @@ impl Suite for HplSuite {
         record_blas(ctx, &mut warnings)?;
         // The update's product, per NB and shape the runs' solves may use, chosen (and, unless
         // told, measured) before the DGEMM probe: measured right before a solve, the
-        // measurement left that solve 2-4% slower (2-core Xeon VM, NB 128). The ranks measure
+        // measurement left that solve a few percent slower. The ranks measure
         // at once (from the barrier), as they run. The fallback NB of a system too small for
         // the candidates is measured at its solve. Every rank walks the same list (with
         // several ranks every shape is `Whole`, whatever a host's threads), so the

@@ -13,13 +13,12 @@
 //! 96 KiB, more than L1 holds beside the packed L11 the solve streams, and were evicted
 //! before the swaps came to them). The solve itself is a register-blocked kernel (`MR` rows
 //! × `NR` columns held in registers while the solved rows above stream through) against a
-//! copy of L11 packed in the order the kernel reads it: 38 Gflops on one core, 65 on two,
-//! for the same shape. The tiles are split over the rank's BLAS threads. With no pivots the
-//! same code is just the solve (U12 on the panel's process row when there are several).
+//! copy of L11 packed in the order the kernel reads it. The tiles are split over the rank's
+//! BLAS threads. With no pivots the same code is just the solve (U12 on the panel's process
+//! row when there are several).
 //!
-//! Measured on the 2-core EPYC VM, 8000 rows × 2048 columns, 192 random pivots, two threads:
-//! fused 1.75–2.2 ms (4.3 ms when the prefetches went to L1; 1.15–1.2 ms for the tiles with
-//! no pivots, the solve alone) against 6.7 ms for dlaswp then dtrsm. In a run this needs
+//! Fused, the swaps and solve took about a third of dlaswp then dtrsm's time (re-measure:
+//! `cargo bench -p tbbench-hpl --bench kernels`, its swap_and_solve group). In a run this needs
 //! OpenBLAS's idle worker asleep, not spinning on the core our second thread wants: see
 //! `kernels::before_threads`.
 

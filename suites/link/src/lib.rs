@@ -437,10 +437,10 @@ impl Suite for LinkSuite {
     const NAME: &'static str = "link";
     type Config = LinkConfig;
     /// One connection, as iperf3 measures by default: the one-way stream of `--mode bw` gains
-    /// nothing from a second connection's pacing timers. Over loopback under bbr on the 2-core
-    /// VM, two runs: one connection 60-62 Gbit/s at 1 MiB and 53-56 at 16 MiB, two 41-42 and
-    /// 31-32; `--mode bibw` goes the other way (39-42 against 65-68 at 1 MiB), where
-    /// `--streams 2` is the like for like of iperf3's `--bidir` (a connection each way).
+    /// nothing from a second connection's pacing timers (one connection measured faster over
+    /// loopback under bbr); `--mode bibw` goes the other way, where `--streams 2` is the like
+    /// for like of iperf3's `--bidir` (a connection each way). Re-measure: `tbbench link
+    /// --mode bw,bibw --sizes 1MiB,16MiB` with `--streams 1` and `2`, under bbr.
     const STREAMS_WHEN_PACED: usize = 1;
 
     /// Measures the pairs it finds linked: a ring's diagonals are named, not needed.

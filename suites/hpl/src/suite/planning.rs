@@ -344,14 +344,15 @@ pub(super) fn auto_run(
             .map(|h| h.ranks.len().min((h.cores_logical / threads.max(1)).max(1)))
             .sum();
         // The solve reaches a share of the probed DGEMM rate: panels, swaps and broadcasts
-        // run beside the updates, and ranks that share cores take turns. Measured on a 2-core
-        // VM, N ~16k: 2 ranks reached 0.99 of 2 x the probe, 4 ranks (oversubscribed) 0.81.
+        // run beside the updates, and ranks that share cores take turns (oversubscribed runs
+        // reached a lower share). Re-measure: `tbbench hpl --nodes 2` and `--nodes 4` on a
+        // 2-core host, Gflops against the DGEMM probe's line.
         let oversubscribed = ctx
             .hosts
             .iter()
             .any(|h| h.ranks.len() * threads.max(1) > h.cores_logical);
-        // A 2-rank run on a 2-core Xeon reached 0.83 of the probe per rank: the estimate
-        // takes the lower share, so the run ends inside the budget rather than past it.
+        // The estimate takes a share below the lowest measured, so the run ends inside the
+        // budget rather than past it (`hpl --max-minutes 0.5` reports its whole run's time).
         let efficiency = if oversubscribed { 0.65 } else { 0.8 };
         let aggregate = rate * parallel.max(1) as f64 * 1e9 * efficiency;
         // The solve's share: the budget less what the probes took, less a tenth for

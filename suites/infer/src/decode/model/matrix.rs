@@ -279,9 +279,9 @@ impl Matrix {
         // Each thread's rows go a piece at a time (PIECE rows, a few tens of KiB), the tokens
         // in tiles of TILE: a tile's activations stay in L1 while the piece's rows pass over
         // them, and the piece's rows stay in cache from tile to tile (a whole 256-token batch
-        // of activations is several hundred KiB; measured on a 2-core EPYC VM, SmolLM2 pp512
-        // at 2 threads: 171 tokens/s untiled). Grouped rows are handed out in whole groups
-        // and put back into rows piece by piece for the tile product.
+        // of activations is several hundred KiB, and untiled the prompt ran markedly slower:
+        // re-measure with `scripts/bench-infer.sh`'s pp512 rows). Grouped rows are handed out
+        // in whole groups and put back into rows piece by piece for the tile product.
         const TILE: usize = 32;
         const PIECE: usize = 8 * qdot::GROUP;
         let y = &mut y[..n * rows];
