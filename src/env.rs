@@ -29,6 +29,7 @@ struct Env {
 fn problems(
     interfaces: &[Interface],
     thunderbolt: &[netinfo::ThunderboltPort],
+    cable_interfaces: &[String],
     rdma: &Rdma,
     blas: &tbbench_schema::Blas,
     transparent_hugepages: Option<&str>,
@@ -36,6 +37,7 @@ fn problems(
     hostcheck::problems(&hostcheck::HostState {
         interfaces,
         thunderbolt,
+        cable_interfaces,
         rdma,
         blas,
         blas_below_cpu: tbbench_hpl::kernels::kernel_problem(blas),
@@ -51,10 +53,13 @@ pub fn run(json: bool) -> Result<i32> {
     let interfaces = netinfo::interfaces()?;
     let rdma = hostcheck::rdma();
     let thunderbolt = netinfo::thunderbolt_ports();
+    let links = tbbench_runners::links::local_cables();
+    let cable_interfaces: Vec<String> = links.iter().map(|c| c.interface.clone()).collect();
     let blas = tbbench_hpl::kernels::record();
     let problems = problems(
         &interfaces,
         &thunderbolt,
+        &cable_interfaces,
         &rdma,
         &blas,
         host.transparent_hugepages.as_deref(),
@@ -65,7 +70,7 @@ pub fn run(json: bool) -> Result<i32> {
     };
     let env = Env {
         host,
-        links: tbbench_runners::links::local_cables(),
+        links,
         interfaces,
         thunderbolt,
         rdma,

@@ -106,6 +106,10 @@ pub struct HostState<'a> {
     pub interfaces: &'a [Interface],
     /// macOS: the Thunderbolt ports and their links ([`crate::netinfo::thunderbolt_ports`]).
     pub thunderbolt: &'a [ThunderboltPort],
+    /// The interfaces that carry this host's cables (point-to-point subnets,
+    /// [`crate::links::local_cables`]): only their Thunderbolt ports are judged, not a dock's,
+    /// a display's or a disk's.
+    pub cable_interfaces: &'a [String],
     pub rdma: &'a Rdma,
     pub blas: &'a tbbench_schema::Blas,
     pub blas_below_cpu: Option<String>,
@@ -142,12 +146,26 @@ pub fn problems(s: &HostState) -> Vec<HostProblem> {
     }
     // A Thunderbolt 5 link runs at 80 Gb/s; a Thunderbolt 4 cable, port or far end holds it
     // to 40 (system_profiler says so per port), and Apple's RDMA needs Thunderbolt 5 on it.
-    let fastest = s
+    // Only the ports of the cluster's cables are judged (an interface with a point-to-point
+    // subnet, or an RDMA device's).
+    let cables: Vec<&ThunderboltPort> = s
         .thunderbolt
         .iter()
-        .filter_map(|p| p.link_gbit_per_s.map(|v| (v, p)))
+        .filter(|t| {
+            t.interface.as_ref().is_some_and(|i| {
+                s.cable_interfaces.contains(i)
+                    || s.rdma
+                        .devices
+                        .iter()
+                        .any(|d| d.interface.as_ref() == Some(i))
+            })
+        })
+        .collect();
+    let fastest = cables
+        .iter()
+        .filter_map(|p| p.link_gbit_per_s.map(|v| (v, *p)))
         .max_by(|a, b| a.0.total_cmp(&b.0));
-    for t in s.thunderbolt {
+    for t in cables {
         let (Some(v), Some((top, by))) = (t.link_gbit_per_s, fastest) else {
             continue;
         };
@@ -275,6 +293,7 @@ mod tests {
         let p = problems(&HostState {
             interfaces: &ifs,
             thunderbolt: &[],
+            cable_interfaces: &[],
             rdma: &rdma,
             blas: &blas,
             blas_below_cpu: Some("OpenBLAS runs its Prescott kernel on a CPU with AVX2".into()),
@@ -310,6 +329,7 @@ mod tests {
         let none = problems(&HostState {
             interfaces: &ifs[3..],
             thunderbolt: &[],
+            cable_interfaces: &[],
             rdma: &healthy,
             blas: &openblas,
             blas_below_cpu: None,
@@ -348,6 +368,7 @@ mod tests {
         let f = problems(&HostState {
             interfaces: &[],
             thunderbolt: &[],
+            cable_interfaces: &[],
             rdma: &healthy,
             blas: &forced,
             blas_below_cpu: None,
@@ -363,6 +384,7 @@ mod tests {
         let t = problems(&HostState {
             interfaces: &[],
             thunderbolt: &[],
+            cable_interfaces: &[],
             rdma: &tb4,
             blas: &openblas,
             blas_below_cpu: None,
@@ -397,10 +419,12 @@ mod tests {
             devices: vec![],
             none_because: Some("no RDMA device".into()),
         };
+        let cabled = ["en2".to_string(), "en3".to_string()];
         let judge = |ports: &[ThunderboltPort], rdma: &Rdma| {
             problems(&HostState {
                 interfaces: &[],
                 thunderbolt: ports,
+                cable_interfaces: &cabled,
                 rdma,
                 blas: &openblas,
                 blas_below_cpu: None,
@@ -421,8 +445,17 @@ mod tests {
             ),
             "{p:#?}"
         );
+        // A Thunderbolt 4 dock or disk on a port with no cable's subnet is not judged.
+        let dock = [
+            tb(1, Some("en2"), Some(80.0)),
+            tb(3, Some("en4"), Some(40.0)),
+        ];
+        assert!(judge(&dock, &no_rdma).is_empty());
         // All alike, no RDMA: nothing to compare against, nothing said.
-        let all_tb4 = [tb(1, Some("en2"), Some(40.0)), tb(2, None, Some(40.0))];
+        let all_tb4 = [
+            tb(1, Some("en2"), Some(40.0)),
+            tb(2, Some("en3"), Some(40.0)),
+        ];
         assert!(judge(&all_tb4, &no_rdma).is_empty());
         // All Thunderbolt 5: clean, RDMA or not.
         let all_tb5 = [
@@ -445,7 +478,7 @@ mod tests {
         assert_eq!(p.len(), 2, "{p:#?}");
         assert!(
             p[1].detail
-                .starts_with("Thunderbolt 2 links at up to 40 Gb/s: "),
+                .starts_with("en3 (Thunderbolt 2) links at up to 40 Gb/s: "),
             "{p:#?}"
         );
     }

@@ -514,7 +514,8 @@ impl Comm {
     }
 
     /// The all-reduce of a few values the suites use to agree (times, counts, HPL's pivots):
-    /// recursive doubling, or on a partial cabling along the cables' tree.
+    /// recursive doubling, or on a partial cabling along the cables' tree (the whole world)
+    /// or along the group's chain (a group whose recursive-doubling partners have no cable).
     fn small_reduce_all<T: Element>(
         &mut self,
         group: Group,

@@ -61,10 +61,15 @@ pub fn gather(ctx: &Context, tool: &Tool) -> RankFacts {
     let interfaces = netinfo::interfaces().unwrap_or_default();
     let rdma = hostcheck::rdma();
     let thunderbolt = netinfo::thunderbolt_ports();
+    let cable_interfaces: Vec<String> = tbbench_runners::links::local_cables()
+        .into_iter()
+        .map(|c| c.interface)
+        .collect();
     let (blas, blas_below_cpu) = hostcheck::blas();
     let problems = hostcheck::problems(&HostState {
         interfaces: &interfaces,
         thunderbolt: &thunderbolt,
+        cable_interfaces: &cable_interfaces,
         rdma: &rdma,
         blas: &blas,
         blas_below_cpu,

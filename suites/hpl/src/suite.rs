@@ -21,10 +21,8 @@ use tbbench_schema::{Blas, Check};
 
 mod planning;
 mod running;
-#[cfg(test)]
-pub(crate) use planning::OnCables;
 use planning::*;
-pub(crate) use planning::{on_the_cables, refuse_unfitting};
+pub(crate) use planning::{on_the_cables, refuse_unfitting, round_the_ring_note, OnCables};
 use running::*;
 
 /// What the user asked for. The runs themselves are planned on the ranks, from the run's real

@@ -140,6 +140,13 @@ pub fn prepare(rank: usize, size: usize, opts: &VerbsOptions) -> Result<Prepared
         if *p >= size || per_peer[*p].is_none() {
             bail!("transport verbs: a further cable to rank {p}, which has no first one");
         }
+        if chan_rank.iter().filter(|&&r| r == *p).count() >= handshake::MAX_LANES {
+            bail!(
+                "transport verbs: more than {} cables to rank {p}; tbbench stripes over at most {}",
+                handshake::MAX_LANES,
+                handshake::MAX_LANES
+            );
+        }
         chan_rank.push(*p);
         per_peer.push(resolve(*p, Some(dev))?);
     }
@@ -196,6 +203,13 @@ pub fn prepare(rank: usize, size: usize, opts: &VerbsOptions) -> Result<Prepared
     }
     drop(list);
 
+    // A channel's number rides in a work request id's 16-bit peer field (`wire::wr_id`).
+    if per_peer.len() > 0xffff {
+        bail!(
+            "transport verbs: {} queue-pair channels (ranks and their further cables); at most 65535",
+            per_peer.len()
+        );
+    }
     let mut qps: Vec<Option<(Qp, Qp, usize)>> = vec![None; per_peer.len()];
     for (p, slot) in qps.iter_mut().enumerate() {
         let Some(name) = &per_peer[p] else { continue };

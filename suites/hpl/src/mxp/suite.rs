@@ -128,6 +128,7 @@ impl Suite for MxpSuite {
             None => Grid::squarest(ranks, ProcessMap::RowMajor),
         };
         // On a partial cabling (a ring), every process row and column on cables.
+        let mut ring_note = None;
         let grid = match ctx
             .network
             .topology
@@ -137,7 +138,12 @@ impl Suite for MxpSuite {
             Some(t) => {
                 let ring = ctx.comm.ring_order().map(|r| r.to_vec());
                 let asked = config.grid.is_some();
-                crate::suite::on_the_cables(grid, &t.unlinked, ring.as_deref(), asked)?.0
+                let (g, on) =
+                    crate::suite::on_the_cables(grid, &t.unlinked, ring.as_deref(), asked)?;
+                if on == crate::suite::OnCables::Neighbours {
+                    ring_note = Some(crate::suite::round_the_ring_note(&g));
+                }
+                g
             }
             None => grid,
         };
@@ -145,6 +151,12 @@ impl Suite for MxpSuite {
         let threads = config.threads.unwrap_or_else(|| ctx.threads_per_rank());
         kernels::set_threads(threads);
         let mut warnings = Vec::new();
+        if let Some(note) = ring_note {
+            if rank == 0 {
+                eprintln!("tbbench: note: {note}");
+            }
+            warnings.push(note);
+        }
         crate::suite::record_blas(ctx, &mut warnings)?;
         let through_sgemm = |format: Format| {
             format!(

@@ -199,7 +199,7 @@ pub(crate) fn on_the_cables(
 }
 
 /// The note a run whose rows are only cabled between neighbours shows.
-pub(super) fn round_the_ring_note(g: &Grid) -> String {
+pub(crate) fn round_the_ring_note(g: &Grid) -> String {
     format!(
         "hpl: the {}x{} grid's process rows are cabled only between neighbours (a ring): panels go round them (HPL's 1ring, or 1ringM for the modified broadcasts), their small all-reduces along them, the solve's messages relayed; ranks laid in the cables' order",
         g.p, g.q
