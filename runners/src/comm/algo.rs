@@ -71,6 +71,9 @@ pub enum CollOp {
     Broadcast,
     Reduce,
     AllToAll,
+    /// Pairs of neighbours (members 0-1, 2-3, ...) send a message there and back: what a
+    /// pipeline's hand-off costs, timed one way. Not one of `--op all`'s collectives.
+    PingPong,
 }
 
 impl CollOp {
@@ -83,6 +86,17 @@ impl CollOp {
         CollOp::AllToAll,
     ];
 
+    /// Every op `--op` names: the six collectives, then the ping-pong.
+    pub const NAMED: [CollOp; 7] = [
+        CollOp::AllReduce,
+        CollOp::ReduceScatter,
+        CollOp::AllGather,
+        CollOp::Broadcast,
+        CollOp::Reduce,
+        CollOp::AllToAll,
+        CollOp::PingPong,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             CollOp::AllReduce => "all-reduce",
@@ -91,17 +105,18 @@ impl CollOp {
             CollOp::Broadcast => "broadcast",
             CollOp::Reduce => "reduce",
             CollOp::AllToAll => "all-to-all",
+            CollOp::PingPong => "ping-pong",
         }
     }
 
     pub fn parse(s: &str) -> Result<CollOp, String> {
         let s = s.trim().replace('_', "-");
-        CollOp::ALL
+        CollOp::NAMED
             .into_iter()
             .find(|o| o.name() == s || o.name().replace('-', "") == s)
             .ok_or_else(|| {
                 format!(
-                    "unknown collective '{s}' (use all-reduce, reduce-scatter, all-gather, broadcast, reduce, all-to-all, all, or a comma list)"
+                    "unknown collective '{s}' (use all-reduce, reduce-scatter, all-gather, broadcast, reduce, all-to-all, ping-pong, all, or a comma list)"
                 )
             })
     }
@@ -113,6 +128,8 @@ impl CollOp {
             CollOp::ReduceScatter | CollOp::AllGather => &[Algo::Ring, Algo::Mesh, Algo::Rd],
             CollOp::Broadcast | CollOp::Reduce => &[Algo::Ring, Algo::Mesh, Algo::Tree],
             CollOp::AllToAll => &[Algo::Ring, Algo::Mesh],
+            // Neighbours round the ring, in pairs.
+            CollOp::PingPong => &[Algo::Ring],
         }
     }
 
@@ -160,6 +177,12 @@ impl CollOp {
             return out;
         }
         let chain = matches!(self, CollOp::Broadcast | CollOp::Reduce);
+        if self == CollOp::PingPong {
+            for k in 0..n / 2 {
+                add(2 * k, 2 * k + 1);
+            }
+            return out;
+        }
         match algo {
             _ if self == CollOp::AllToAll || algo == Algo::Mesh => {
                 for a in 0..n {
@@ -215,7 +238,7 @@ impl CollOp {
         match self {
             CollOp::AllReduce => 2.0 * (n - 1.0) / n,
             CollOp::ReduceScatter | CollOp::AllGather | CollOp::AllToAll => (n - 1.0) / n,
-            CollOp::Broadcast | CollOp::Reduce => 1.0,
+            CollOp::Broadcast | CollOp::Reduce | CollOp::PingPong => 1.0,
         }
     }
 }
@@ -243,6 +266,7 @@ pub fn default_algo(op: CollOp, bytes: usize, n: usize) -> Algo {
             }
         }
         CollOp::AllToAll => Algo::Mesh,
+        CollOp::PingPong => Algo::Ring,
     }
 }
 
@@ -412,7 +436,9 @@ impl Comm {
     /// none (rank order).
     fn cabled_order(&self, op: CollOp) -> Option<std::sync::Arc<[usize]>> {
         match op {
-            CollOp::AllReduce | CollOp::Broadcast | CollOp::Reduce => self.ring_order.clone(),
+            CollOp::AllReduce | CollOp::Broadcast | CollOp::Reduce | CollOp::PingPong => {
+                self.ring_order.clone()
+            }
             _ => None,
         }
     }
@@ -1572,6 +1598,53 @@ impl Comm {
                 }
             }
             other => bail!("all-to-all has no {} algorithm", other.name()),
+        }
+        Ok(algo)
+    }
+
+    // ---- ping-pong ---------------------------------------------------------------------
+
+    /// Ping-pong: members 2k and 2k+1 (over every rank, in the cables' ring order where there
+    /// is one, so each pair is on a cable) move a message there and back: 2k sends `input`
+    /// (`data` where None) and receives the echo into `data`; 2k+1 receives into `data` and
+    /// sends it back. A last member of an odd count keeps its input.
+    pub fn ping_pong_in<T: Element>(
+        &mut self,
+        group: Group,
+        input: Option<&[T]>,
+        data: &mut [T],
+        algo: Algo,
+    ) -> Result<Algo> {
+        let order = match group {
+            Group::All => self.cabled_order(CollOp::PingPong),
+            _ => None,
+        };
+        let group = match &order {
+            Some(o) => Group::Members(o),
+            None => group,
+        };
+        let n = group.len(self.size());
+        let algo = self.plan(
+            CollOp::PingPong,
+            algo,
+            std::mem::size_of_val(data),
+            group,
+            0,
+        )?;
+        let me = group.index_of(self.rank())?;
+        if me + 1 == n && n % 2 == 1 {
+            if let Some(input) = input {
+                data.copy_from_slice(input);
+            }
+            return Ok(algo);
+        }
+        let partner = group.rank(me ^ 1);
+        if me % 2 == 0 {
+            self.t.send(partner, as_bytes(input.unwrap_or(data)))?;
+            self.t.recv(partner, as_bytes_mut(data))?;
+        } else {
+            self.t.recv(partner, as_bytes_mut(data))?;
+            self.t.send(partner, as_bytes(data))?;
         }
         Ok(algo)
     }

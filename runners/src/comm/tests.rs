@@ -478,6 +478,7 @@ fn every_algorithm_moves_data_only_between_the_pairs_it_declares() {
         CollOp::Broadcast,
         CollOp::Reduce,
         CollOp::AllToAll,
+        CollOp::PingPong,
     ];
     let mut case = 0u8;
     for n in [2usize, 3, 4, 5, 6, 8] {
@@ -552,6 +553,9 @@ fn every_algorithm_moves_data_only_between_the_pairs_it_declares() {
                                     CollOp::AllToAll => {
                                         let send = data.clone();
                                         c.all_to_all_in(g, &send, &mut data, algo).map(|_| ())
+                                    }
+                                    CollOp::PingPong => {
+                                        c.ping_pong_in(g, None, &mut data, algo).map(|_| ())
                                     }
                                 }
                                 .unwrap();

@@ -3,7 +3,7 @@
 
 use crate::input::Input;
 use crate::ops::{
-    AllGather, AllReduce, AllToAll, Broadcast, Call, Collective, Reduce, ReduceScatter,
+    AllGather, AllReduce, AllToAll, Broadcast, Call, Collective, PingPong, Reduce, ReduceScatter,
 };
 use crate::{redop_str, CollConfig, Probe, Row};
 use anyhow::{bail, Result};
@@ -169,7 +169,16 @@ pub(crate) struct Timed<'a> {
 /// time) and busbw (algbw by the op's factor for `n` ranks), and its share of the ceiling.
 pub(crate) fn row(config: &CollConfig, n: usize, ceiling_gbps: Option<f64>, t: Timed) -> Row {
     let size_bytes = array_bytes(t.op, t.count, config.dtype.size(), n);
-    let time_us = Summary::of(t.times_us, Percentiles::P999);
+    // A ping-pong is timed there and back; its figure is one way, as OSU's and link's
+    // latency are.
+    let one_way: Vec<f64>;
+    let times = if t.op == CollOp::PingPong {
+        one_way = t.times_us.iter().map(|x| x / 2.0).collect();
+        &one_way[..]
+    } else {
+        t.times_us
+    };
+    let time_us = Summary::of(times, Percentiles::P999);
     let algbw = if time_us.median > 0.0 {
         size_bytes as f64 / (time_us.median * 1e-6) / 1e9
     } else {
@@ -249,6 +258,7 @@ fn by_op<T: Element>(run: &Run, input: &Input, comm: &mut Comm) -> Result<Option
         CollOp::Broadcast => timed::<T, Broadcast>(run, input, comm),
         CollOp::Reduce => timed::<T, Reduce>(run, input, comm),
         CollOp::AllToAll => timed::<T, AllToAll>(run, input, comm),
+        CollOp::PingPong => timed::<T, PingPong>(run, input, comm),
     }
 }
 

@@ -1,4 +1,4 @@
-//! The six collectives, each a small implementation of [`Collective`]: its buffers, how it
+//! The six collectives and the ping-pong, each a small implementation of [`Collective`]: its buffers, how it
 //! runs in and out of place, and the value every checked element must hold. The sweep, the
 //! timing and the table are the harness's (as nccl-tests' common.cu is).
 //!
@@ -246,5 +246,44 @@ impl Collective for AllToAll {
             send.copy_from_slice(recv);
         }
         comm.all_to_all_in(Group::All, send, recv, call.algo)
+    }
+}
+
+pub struct PingPong;
+impl Collective for PingPong {
+    const OP: CollOp = CollOp::PingPong;
+    fn lengths(count: usize, _n: usize) -> (usize, usize) {
+        (count, count)
+    }
+    fn checked(_: usize, _: usize, count: usize, _: &Call) -> std::ops::Range<usize> {
+        0..count
+    }
+    /// Every rank sends rank 0's values, so what comes back (or across) is the same whichever
+    /// member of a pair a rank is: the cables' order, not the rank, decides the pairs.
+    fn expected(input: &Input, _: usize, _: usize, _: usize, _: &Call, i: usize) -> f64 {
+        input.value(0, i)
+    }
+    fn fill<T: Element>(
+        input: &Input,
+        _rank: usize,
+        _count: usize,
+        call: &Call,
+        send: &mut [T],
+        recv: &mut [T],
+    ) {
+        let target = if call.in_place { recv } else { send };
+        fill_from(input, 0, 0, target);
+    }
+    fn run<T: Element>(
+        comm: &mut Comm,
+        _: usize,
+        call: &Call,
+        send: &mut [T],
+        recv: &mut [T],
+    ) -> Result<Algo> {
+        if call.in_place {
+            return comm.ping_pong_in(Group::All, None, recv, call.algo);
+        }
+        comm.ping_pong_in(Group::All, Some(send), recv, call.algo)
     }
 }

@@ -42,7 +42,7 @@ fn every_op_algorithm_and_dtype_is_exact_on_one_to_five_ranks() {
                     "-t",
                     transport,
                     "--op",
-                    "all",
+                    "all,ping-pong",
                     "--algo",
                     "all,auto",
                     "--dtype",
@@ -61,9 +61,10 @@ fn every_op_algorithm_and_dtype_is_exact_on_one_to_five_ranks() {
                 }
                 let (_, r) = coll(&args, &out);
                 let rows = r["results"]["rows"].as_array().unwrap();
-                // Every algorithm of the 6 ops and auto for each at the largest size at least;
-                // reduce-scatter and all-gather have no rd on 3 and 5 ranks.
-                let per_size = if nodes.is_power_of_two() { 24 } else { 22 };
+                // Every algorithm of the 6 ops and the ping-pong and auto for each at the
+                // largest size at least; reduce-scatter and all-gather have no rd on 3 and 5
+                // ranks.
+                let per_size = if nodes.is_power_of_two() { 26 } else { 24 };
                 assert!(
                     rows.len() >= per_size,
                     "{nodes} ranks {transport} {dtype}: {} rows",

@@ -44,10 +44,10 @@ fn rows_of<'a>(r: &'a Value, imp: &str) -> Vec<&'a Value> {
         .collect()
 }
 
-/// Both peers on 2 local ranks over loopback TCP: MLX runs all-reduce and all-gather (its
-/// ring has no reduce-scatter and MLX no broadcast: each said once), MPI all four ops; every
-/// row exact; the terminal puts the three side by side with ratios; the report and compare
-/// show the peers.
+/// Both peers on 2 local ranks over loopback TCP: MLX runs all-reduce, all-gather and the
+/// ping-pong by send/recv (its ring has no reduce-scatter and MLX no broadcast: each said
+/// once), MPI all five ops; every row exact; the terminal puts the three side by side with
+/// ratios; the report and compare show the peers.
 #[test]
 fn mlx_and_mpi_run_beside_tbbench_on_the_same_ranks() {
     assert!(
@@ -62,7 +62,7 @@ fn mlx_and_mpi_run_beside_tbbench_on_the_same_ranks() {
             "--nodes",
             "2",
             "--op",
-            "all-reduce,all-gather,reduce-scatter,broadcast",
+            "all-reduce,all-gather,reduce-scatter,broadcast,ping-pong",
             "--sizes",
             "8,64k,1MiB",
             "--iters",
@@ -97,9 +97,16 @@ fn mlx_and_mpi_run_beside_tbbench_on_the_same_ranks() {
     let mlx_rows = rows_of(&r, "mlx");
     assert_eq!(count(&mlx_rows, "all-reduce"), 3, "{mlx_rows:?}");
     assert_eq!(count(&mlx_rows, "all-gather"), 3);
+    assert_eq!(count(&mlx_rows, "ping-pong"), 3);
     assert_eq!(count(&mlx_rows, "broadcast"), 0);
     let mpi_rows = rows_of(&r, "mpi");
-    for op in ["all-reduce", "all-gather", "reduce-scatter", "broadcast"] {
+    for op in [
+        "all-reduce",
+        "all-gather",
+        "reduce-scatter",
+        "broadcast",
+        "ping-pong",
+    ] {
         assert_eq!(count(&mpi_rows, op), 3, "{op}: {mpi_rows:?}");
     }
     // The same arrays as tbbench's own rows, every element right, timed per iteration.

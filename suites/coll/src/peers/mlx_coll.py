@@ -73,6 +73,24 @@ def main():
             x = inputs(rank, count)
             call = lambda: mx.distributed.all_gather(x, stream=cpu)
             expect = mx.concatenate([inputs(r, count) for r in range(n)])
+        elif op == "ping-pong":
+            # Ranks 2k and 2k+1: the lower sends rank 0's values and takes the echo back, the
+            # upper receives and sends them back; a last rank of an odd count sits out.
+            x = inputs(0, count)
+            expect = x
+            partner = rank ^ 1
+            if partner >= n:
+                call = lambda: x
+            elif rank % 2 == 0:
+                def call(x=x, partner=partner):
+                    mx.eval(mx.distributed.send(x, partner, stream=cpu))
+                    return mx.distributed.recv_like(x, partner, stream=cpu)
+            else:
+                def call(x=x, partner=partner):
+                    y = mx.distributed.recv_like(x, partner, stream=cpu)
+                    mx.eval(y)
+                    mx.eval(mx.distributed.send(y, partner, stream=cpu))
+                    return y
         elif op == "reduce-scatter":
             if redop != "sum":
                 emit({"op": op, "count": count, "skipped": f"MLX's reduce-scatter (sum_scatter) only sums, not {redop}"})

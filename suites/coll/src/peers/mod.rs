@@ -45,12 +45,12 @@ impl Peer {
     }
 
     /// The ops the peer's library has (MLX: all_sum/all_max/all_min, all_gather,
-    /// sum_scatter; MPI: all six).
+    /// sum_scatter, send/recv for the ping-pong; MPI: all six and the ping-pong).
     fn offers(self, op: CollOp) -> bool {
         match self {
             Peer::Mlx => matches!(
                 op,
-                CollOp::AllReduce | CollOp::AllGather | CollOp::ReduceScatter
+                CollOp::AllReduce | CollOp::AllGather | CollOp::ReduceScatter | CollOp::PingPong
             ),
             Peer::Mpi => true,
         }

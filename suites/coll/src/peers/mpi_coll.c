@@ -5,7 +5,7 @@
  *
  *   mpi_coll DTYPE REDOP ROOT WARMUP ITERS OP:COUNT...
  *     DTYPE f32 | f64; REDOP sum | max | min; OP all-reduce | all-gather | reduce-scatter |
- *     broadcast | reduce | all-to-all; COUNT as tbbench counts elements (per rank for
+ *     broadcast | reduce | all-to-all | ping-pong; COUNT as tbbench counts elements (per rank for
  *     reduce-scatter and all-gather, the whole array otherwise)
  *
  * Rank 0 prints one JSON object per line: first {"version", "ranks"}, then per row
@@ -73,7 +73,11 @@ int main(int argc, char **argv) {
         }
         int ar = !strcmp(op, "all-reduce"), ag = !strcmp(op, "all-gather"),
             rs = !strcmp(op, "reduce-scatter"), bc = !strcmp(op, "broadcast"),
-            rd = !strcmp(op, "reduce"), aa = !strcmp(op, "all-to-all");
+            rd = !strcmp(op, "reduce"), aa = !strcmp(op, "all-to-all"),
+            pp = !strcmp(op, "ping-pong");
+        /* Ping-pong: ranks 2k and 2k+1, the lower sends rank 0's values and takes them back;
+           a last rank of an odd count sits out. */
+        int partner = g_rank ^ 1;
         long send_len = rs ? count * g_n : count;
         long recv_len = ag ? count * g_n : count;
         void *send = malloc(elt * send_len), *recv = malloc(elt * recv_len);
@@ -81,7 +85,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "mpi_coll: no memory for %s of %ld elements\n", op, count);
             MPI_Abort(MPI_COMM_WORLD, 3);
         }
-        for (long i = 0; i < send_len; i++) put(send, f64, i, input(g_rank, i));
+        for (long i = 0; i < send_len; i++) put(send, f64, i, input(pp ? 0 : g_rank, i));
         for (long i = 0; i < recv_len; i++) put(recv, f64, i, 0);
         /* Broadcast works in one buffer: the root's input, every other rank's output. */
         void *bbuf = g_rank == root ? send : recv;
@@ -94,6 +98,14 @@ int main(int argc, char **argv) {
             else if (bc) MPI_Bcast(bbuf, count, type, root, MPI_COMM_WORLD);
             else if (rd) MPI_Reduce(send, recv, count, type, mop, root, MPI_COMM_WORLD);
             else if (aa) MPI_Alltoall(send, count / g_n, type, recv, count / g_n, type, MPI_COMM_WORLD);
+            else if (pp && partner >= g_n) memcpy(recv, send, elt * count);
+            else if (pp && g_rank % 2 == 0) {
+                MPI_Send(send, count, type, partner, 7, MPI_COMM_WORLD);
+                MPI_Recv(recv, count, type, partner, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            } else if (pp) {
+                MPI_Recv(recv, count, type, partner, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                MPI_Send(recv, count, type, partner, 7, MPI_COMM_WORLD);
+            }
             else {
                 if (g_rank == 0) fprintf(stderr, "mpi_coll: unknown op '%s'\n", op);
                 MPI_Abort(MPI_COMM_WORLD, 2);
@@ -107,6 +119,7 @@ int main(int argc, char **argv) {
         else if (rs) { for (long i = 0; i < count; i++) wrong += get(recv, f64, i) != reduced(g_rank * count + i); }
         else if (bc) { for (long i = 0; i < count; i++) wrong += get(bbuf, f64, i) != input(root, i); }
         else if (rd && g_rank == root) { for (long i = 0; i < count; i++) wrong += get(recv, f64, i) != reduced(i); }
+        else if (pp) { for (long i = 0; i < count; i++) wrong += get(recv, f64, i) != input(0, i); }
         else if (aa) {
             long block = count / g_n;
             for (long i = 0; i < count; i++) wrong += get(recv, f64, i) != input((int)(i / block), g_rank * block + i % block);
