@@ -2,9 +2,10 @@
 //! congestion control paces every segment, or `--streams K`), TCP_NODELAY, bound to the
 //! chosen address so the data takes the network the user picked.
 //!
-//! Every piece of a message travels with an 8-byte header holding the whole message's length,
-//! so a receive posted with the wrong size is caught and named instead of silently
-//! desynchronising the stream. Large messages are striped over the K connections; both ends
+//! Every piece of a message travels with a header holding the whole message's length (8
+//! bytes of it, padded to a cache line, and the piece padded after its payload to one, so
+//! every payload starts aligned in the stream), so a receive posted with the wrong size is
+//! caught and named instead of silently desynchronising the stream. Large messages are striped over the K connections; both ends
 //! derive the same striping from the message size, so each connection stays a FIFO. Where
 //! the congestion control paces every segment (bbr) each write moves at most 120 KiB
 //! (`PACED_SLICE_BYTES`); only the sender's side depends on it.
