@@ -471,15 +471,7 @@ impl crate::transport::Transport for Recorder {
 #[test]
 fn every_algorithm_moves_data_only_between_the_pairs_it_declares() {
     use crate::comm::algo::CollOp;
-    let ops = [
-        CollOp::AllReduce,
-        CollOp::ReduceScatter,
-        CollOp::AllGather,
-        CollOp::Broadcast,
-        CollOp::Reduce,
-        CollOp::AllToAll,
-        CollOp::PingPong,
-    ];
+    let ops = CollOp::NAMED;
     let mut case = 0u8;
     for n in [2usize, 3, 4, 5, 6, 8] {
         for op in ops {
