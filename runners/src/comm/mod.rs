@@ -166,16 +166,17 @@ impl Comm {
         }
         let n = group.len(self.size());
         let root_i = group.index_of(root)?;
-        if !self.group_on_cables(group, CollOp::Broadcast.pairs(Algo::Tree, n, root_i)) {
+        if !self.group_on_cables(group, || CollOp::Broadcast.pairs(Algo::Tree, n, root_i)) {
             return self.bcast_ring_in(group, root, buf);
         }
         self.bcast_binomial_in(group, root, buf)
     }
 
-    /// Whether every pair (group indices) is cabled, or the run has every pair linked.
-    pub fn group_on_cables(&self, group: Group, pairs: Vec<[usize; 2]>) -> bool {
+    /// Whether every pair (group indices) is cabled, or the run has every pair linked. The
+    /// pairs are listed only on a partial cabling: the small collectives ask on every call.
+    pub fn group_on_cables(&self, group: Group, pairs: impl FnOnce() -> Vec<[usize; 2]>) -> bool {
         self.unlinked.is_empty()
-            || pairs.into_iter().all(|[a, b]| {
+            || pairs().into_iter().all(|[a, b]| {
                 let (x, y) = (group.rank(a), group.rank(b));
                 !self.unlinked.contains(&[x.min(y), x.max(y)])
             })
@@ -526,7 +527,7 @@ impl Comm {
             return self.tree_reduce_all(data, combine);
         }
         let n = group.len(self.size());
-        if !self.group_on_cables(group, CollOp::AllReduce.pairs(Algo::Rd, n, 0)) {
+        if !self.group_on_cables(group, || CollOp::AllReduce.pairs(Algo::Rd, n, 0)) {
             return self.chain_reduce_all(group, data, combine);
         }
         self.reduce_all(group, None, data, combine)

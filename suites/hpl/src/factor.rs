@@ -223,9 +223,11 @@ fn broadcast_panel(
     // HPL.dat's six BCAST variants, each as HPL defines its message pattern. A row round a
     // ring, cabled only between neighbours, takes the ring variants (its note says so).
     let (g, buf) = (Group::Members(row), f64_bytes_mut(&mut f.packed));
-    let every_pair = (0..row.len())
-        .flat_map(|a| (a + 1..row.len()).map(move |b| [a, b]))
-        .collect();
+    let every_pair = || {
+        (0..row.len())
+            .flat_map(|a| (a + 1..row.len()).map(move |b| [a, b]))
+            .collect()
+    };
     let bcast = if comm.group_on_cables(g, every_pair) {
         bcast
     } else {
